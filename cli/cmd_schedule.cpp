@@ -1,0 +1,106 @@
+// `pipetwin schedule`: generate a schedule, lower it, validate it, print it.
+#include <cstdio>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/grid.hpp"
+#include "schedule/io.hpp"
+#include "schedule/passes.hpp"
+#include "schedule/validate.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+namespace ps = pipetwin::schedule;
+
+struct Options {
+  std::string name;
+  int ranks = 0, microbatches = 0, virtual_stages = 1;
+  std::string recompute = "none";
+  std::string format = "grid";
+  std::string out;
+  bool compute_only = false;
+  bool json = false;
+};
+
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * x);
+  return buf;
+}
+
+std::string grid_report(const ps::ValidationReport& report) {
+  const ps::Program& p = report.program;
+  const auto& t = report.dry_run.timeline;
+  const int K = p.num_ranks, M = p.num_microbatches;
+  std::ostringstream out;
+  out << p.schedule << ": K=" << K << " ranks, V=" << p.stages_per_rank << ", M=" << M
+      << " micro-batches, recompute " << ps::recompute_name(p.recompute)
+      << "\nunit-time dry run: every compute action (F B I W R) takes 1 step, transfers 0\n\n";
+  out << ps::format_time_grid(p, t) << "\n";
+  out << "steps: " << t.makespan() << "\n";
+  out << "bubble: " << percent(t.bubble_fraction()) << " overall";
+  if (p.schedule == "gpipe" || p.schedule == "1f1b") {
+    out << " (analytic (K-1)/(M+K-1) = " << percent(static_cast<double>(K - 1) / (M + K - 1)) << ")";
+  }
+  out << "\nidle per rank:";
+  for (int r = 0; r < K; ++r) out << " " << percent(t.idle_fraction(ps::RankId{r}));
+  out << "\npeak stashed micro-batches per stage:";
+  for (const auto& m : report.memory) {
+    out << " " << m.peak_activations;
+    if (m.peak_inputs > 0) out << "+" << m.peak_inputs << "in";
+  }
+  if (p.schedule == "pipedream") {
+    out << "\nweight versions per stage:";
+    for (const auto& m : report.memory) out << " " << m.weight_versions;
+  }
+  out << "\n";
+  return out.str();
+}
+
+int run(const Options& o) {
+  ps::GeneratorOptions g{o.ranks, o.microbatches, o.virtual_stages, ps::parse_recompute(o.recompute)};
+  ps::Program program = ps::generate(o.name, g);
+  if (!o.compute_only) program = ps::lower(std::move(program));
+  const auto report = ps::validate(program);
+  const std::string format = o.json ? "json" : o.format;
+  const std::string text =
+      format == "grid" ? grid_report(report) : ps::format_program(program, ps::parse_format(format));
+  if (o.out.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    ps::write_file_atomic(o.out, text);
+    std::fprintf(stderr, "wrote %s (%s)\n", o.out.c_str(), report.summary().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_schedule_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("schedule", "Generate a pipeline schedule, validate it and print it");
+  std::vector<std::string> names;
+  for (const auto& g : ps::generators()) names.emplace_back(g.name);
+  cmd->add_option("--schedule,-s", o->name, "Schedule generator")->required()->check(CLI::IsMember(names));
+  cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
+      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->capture_default_str();
+  cmd->add_option("--format,-f", o->format, "Output: grid (dry-run table), text, csv (PyTorch), json")
+      ->check(CLI::IsMember({"grid", "text", "csv", "json"}))
+      ->capture_default_str();
+  cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
+  cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");
+  cmd->add_flag("--json", o->json, "Same as --format json");
+  return [o] { return run(*o); };
+}
+
+}  // namespace pipetwin::cli

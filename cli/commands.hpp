@@ -1,0 +1,16 @@
+// The subcommands of the `pipetwin` binary. Each registers its options on the
+// CLI11 app and returns the function that runs it (exit code).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace pipetwin::cli {
+
+using Run = std::function<int()>;
+
+Run add_schedule_command(CLI::App& app);
+Run add_validate_command(CLI::App& app);
+Run add_info_command(CLI::App& app);
+
+}  // namespace pipetwin::cli

@@ -1,0 +1,41 @@
+// pipetwin: one binary, one subcommand per task. Errors in user input end in
+// one clear message on stderr and a non-zero exit:
+//   1  bad input (pipetwin::Error: a file, field, rank or step is named)
+//   2  bad command line (CLI11)
+//   3  internal error (a bug: please report it)
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "cli/commands.hpp"
+#include "schedule/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetwin: simulate, run, calibrate and compare pipeline-parallel training schedules"};
+  app.set_version_flag("--version", "pipetwin 0.1.0");
+  app.require_subcommand(1);
+  std::map<const CLI::App*, pipetwin::cli::Run> runs;
+  const auto add = [&](pipetwin::cli::Run (*adder)(CLI::App&)) {
+    auto run = adder(app);
+    runs[app.get_subcommands({}).back()] = std::move(run);
+  };
+  add(pipetwin::cli::add_schedule_command);
+  add(pipetwin::cli::add_validate_command);
+  add(pipetwin::cli::add_info_command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (const auto* sub : app.get_subcommands()) return runs.at(sub)();
+    return 2;
+  } catch (const pipetwin::Error& e) {
+    std::fprintf(stderr, "pipetwin: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipetwin: internal error: %s\n", e.what());
+    return 3;
+  }
+}

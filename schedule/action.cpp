@@ -1,0 +1,105 @@
+// Text form of actions: "<stage><op>[<micro-batch>]".
+#include "schedule/action.hpp"
+
+#include <array>
+#include <cctype>
+#include <charconv>
+
+#include "schedule/error.hpp"
+
+namespace pipetwin::schedule {
+namespace {
+
+struct OpName {
+  Op op;
+  std::string_view name;
+};
+
+// The parser reads the whole [A-Z_]+ run and looks it up exactly.
+constexpr std::array<OpName, 11> kOps{{
+    {Op::REDUCE_GRAD, "REDUCE_GRAD"},
+    {Op::SEND_F, "SEND_F"},
+    {Op::RECV_F, "RECV_F"},
+    {Op::SEND_B, "SEND_B"},
+    {Op::RECV_B, "RECV_B"},
+    {Op::STEP, "STEP"},
+    {Op::F, "F"},
+    {Op::B, "B"},
+    {Op::I, "I"},
+    {Op::W, "W"},
+    {Op::R, "R"},
+}};
+
+bool parse_int(std::string_view digits, int& out) {
+  if (digits.empty() || digits.size() > 9) return false;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  return ec == std::errc() && ptr == digits.data() + digits.size();
+}
+
+}  // namespace
+
+std::string_view op_name(Op op) {
+  for (const auto& entry : kOps) {
+    if (entry.op == op) return entry.name;
+  }
+  return "?";
+}
+
+std::optional<Op> op_from_name(std::string_view name) {
+  for (const auto& entry : kOps) {
+    if (entry.name == name) return entry.op;
+  }
+  return std::nullopt;
+}
+
+bool is_compute(Op op) {
+  return op == Op::F || op == Op::B || op == Op::I || op == Op::W || op == Op::R;
+}
+bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
+bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
+bool is_transfer(Op op) { return is_send(op) || is_recv(op); }
+bool is_stage_level(Op op) { return op == Op::STEP || op == Op::REDUCE_GRAD; }
+
+Action make_action(Op op, int stage, int microbatch) {
+  return Action{op, StageId{stage}, MicrobatchId{microbatch}};
+}
+
+Action make_stage_action(Op op, int stage) { return Action{op, StageId{stage}, std::nullopt}; }
+
+std::string to_string(const Action& action) {
+  std::string text = std::to_string(action.stage.value);
+  text += op_name(action.op);
+  if (action.microbatch) text += std::to_string(action.microbatch->value);
+  return text;
+}
+
+Action parse_action(std::string_view text) {
+  const std::string quoted = "'" + std::string(text) + "'";
+  std::size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  std::size_t j = i;
+  while (j < text.size() && (std::isupper(static_cast<unsigned char>(text[j])) || text[j] == '_')) ++j;
+  int stage = 0;
+  if (!parse_int(text.substr(0, i), stage)) {
+    throw Error("invalid action " + quoted + ": expected <stage><op>[<micro-batch>], e.g. 2F0 or 3SEND_F1");
+  }
+  const auto op = op_from_name(text.substr(i, j - i));
+  if (!op) {
+    throw Error("invalid action " + quoted + ": unknown op '" + std::string(text.substr(i, j - i)) +
+                "' (valid: F B I W R SEND_F RECV_F SEND_B RECV_B REDUCE_GRAD STEP)");
+  }
+  const std::string_view rest = text.substr(j);
+  if (rest.empty()) {
+    if (!is_stage_level(*op)) {
+      throw Error("invalid action " + quoted + ": op " + std::string(op_name(*op)) + " needs a micro-batch");
+    }
+    return make_stage_action(*op, stage);
+  }
+  int microbatch = 0;
+  if (!parse_int(rest, microbatch)) {
+    throw Error("invalid action " + quoted + ": trailing '" + std::string(rest) + "' is not a micro-batch number");
+  }
+  return make_action(*op, stage, microbatch);
+}
+
+}  // namespace pipetwin::schedule

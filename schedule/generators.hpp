@@ -1,0 +1,45 @@
+// Schedule generators: compute-only Programs (F, B, I, W), looked up by name.
+// The passes (passes.hpp) turn them into complete Programs.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "schedule/program.hpp"
+
+namespace pipetwin::schedule {
+
+struct GeneratorOptions {
+  int ranks = 1;            // K
+  int microbatches = 1;     // M
+  int stages_per_rank = 1;  // V (interleaved-1f1b only)
+  RecomputePolicy recompute = RecomputePolicy::None;
+};
+
+using GeneratorFn = Program (*)(const GeneratorOptions&);
+
+struct GeneratorInfo {
+  std::string_view name;
+  std::string_view summary;
+  bool virtual_stages;  // accepts V >= 2
+  GeneratorFn fn;
+};
+
+const std::vector<GeneratorInfo>& generators();
+
+// The compute-only program of generator `name`; throws pipetwin::Error for an
+// unknown name (listing the valid ones) or an impossible shape.
+Program generate(std::string_view name, const GeneratorOptions& options);
+
+// generate() followed by lower(): the complete program, ready to validate,
+// simulate or run.
+Program build_schedule(std::string_view name, const GeneratorOptions& options);
+
+// The generators themselves (one file each under generators/).
+Program generate_gpipe(const GeneratorOptions& options);
+Program generate_1f1b(const GeneratorOptions& options);
+Program generate_interleaved_1f1b(const GeneratorOptions& options);
+Program generate_zb_h1(const GeneratorOptions& options);
+Program generate_pipedream(const GeneratorOptions& options);
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,73 @@
+// Looks generators up by name and checks the shape they are asked for.
+#include <algorithm>
+#include <string>
+
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/passes.hpp"
+
+namespace pipetwin::schedule {
+
+const std::vector<GeneratorInfo>& generators() {
+  static const std::vector<GeneratorInfo> kGenerators{
+      {"gpipe", "GPipe fill-drain: all forwards, then all backwards", false, generate_gpipe},
+      {"1f1b", "PipeDream-Flush: warm-up, one forward one backward, cool-down", false,
+       generate_1f1b},
+      {"interleaved-1f1b", "Megatron's interleaved 1F1B over V chunks per rank", true,
+       generate_interleaved_1f1b},
+      {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false,
+       generate_zb_h1},
+      {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false,
+       generate_pipedream},
+  };
+  return kGenerators;
+}
+
+namespace {
+
+std::string valid_names() {
+  std::string names;
+  for (const auto& g : generators()) names += (names.empty() ? "" : ", ") + std::string(g.name);
+  return names;
+}
+
+void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
+  const std::string who = "schedule " + std::string(g.name) + ": ";
+  if (o.ranks < 1) throw Error(who + "--ranks must be at least 1, got " + std::to_string(o.ranks));
+  if (o.microbatches < 1) {
+    throw Error(who + "--microbatches must be at least 1, got " + std::to_string(o.microbatches));
+  }
+  if (o.stages_per_rank < 1) {
+    throw Error(who + "--virtual must be at least 1, got " + std::to_string(o.stages_per_rank));
+  }
+  if (!g.virtual_stages && o.stages_per_rank != 1) {
+    throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
+                " needs interleaved-1f1b");
+  }
+  if (g.virtual_stages && o.stages_per_rank < 2) {
+    throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +
+                std::to_string(o.stages_per_rank));
+  }
+  if (g.virtual_stages && o.microbatches % o.ranks != 0) {
+    throw Error(who + "Megatron's order needs M to be a multiple of K; got K=" +
+                std::to_string(o.ranks) + ", M=" + std::to_string(o.microbatches));
+  }
+}
+
+}  // namespace
+
+Program generate(std::string_view name, const GeneratorOptions& options) {
+  const auto& all = generators();
+  const auto it = std::find_if(all.begin(), all.end(), [&](const auto& g) { return g.name == name; });
+  if (it == all.end()) {
+    throw Error("unknown schedule '" + std::string(name) + "' (valid: " + valid_names() + ")");
+  }
+  check_shape(*it, options);
+  return it->fn(options);
+}
+
+Program build_schedule(std::string_view name, const GeneratorOptions& options) {
+  return lower(generate(name, options));
+}
+
+}  // namespace pipetwin::schedule

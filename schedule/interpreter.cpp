@@ -1,0 +1,91 @@
+// RankInterpreter, message matching and stash bookkeeping.
+#include "schedule/interpreter.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace pipetwin::schedule {
+
+MessageKey message_of(const Action& t) {
+  switch (t.op) {
+    case Op::SEND_F: return {true, StageId{t.stage.value + 1}, *t.microbatch};
+    case Op::RECV_F: return {true, t.stage, *t.microbatch};
+    case Op::SEND_B: return {false, StageId{t.stage.value - 1}, *t.microbatch};
+    default: return {false, t.stage, *t.microbatch};  // RECV_B
+  }
+}
+
+RankId peer_of(const Program& p, const Action& t) {
+  const bool up = t.op == Op::SEND_F || t.op == Op::RECV_B;  // towards the last stage
+  return p.rank_of(StageId{t.stage.value + (up ? 1 : -1)});
+}
+
+Action matching_send(const Action& recv) {
+  if (recv.op == Op::RECV_F) return Action{Op::SEND_F, StageId{recv.stage.value - 1}, recv.microbatch};
+  return Action{Op::SEND_B, StageId{recv.stage.value + 1}, recv.microbatch};
+}
+
+Action matching_recv(const Action& send) {
+  if (send.op == Op::SEND_F) return Action{Op::RECV_F, StageId{send.stage.value + 1}, send.microbatch};
+  return Action{Op::RECV_B, StageId{send.stage.value - 1}, send.microbatch};
+}
+
+// --- StashTracker -------------------------------------------------------------
+
+StashTracker::StashTracker(const Program& program)
+    : program_(program),
+      stages_(program.num_stages()),
+      version_of_(program.num_stages(), std::vector<int>(program.num_microbatches, -1)) {}
+
+void StashTracker::apply(const Action& a) {
+  if (a.stage.value < 0 || a.stage.value >= program_.num_stages()) return;
+  Stage& st = stages_[a.stage.value];
+  const int m = a.microbatch ? a.microbatch->value : -1;
+  const bool known_mb = m >= 0 && m < program_.num_microbatches;
+  switch (a.op) {
+    case Op::F:
+      if (program_.recomputes(a.stage, MicrobatchId{m})) ++st.inputs; else ++st.full;
+      if (known_mb) version_of_[a.stage.value][m] = st.version;
+      break;
+    case Op::R:
+      --st.inputs;
+      ++st.full;
+      break;
+    case Op::B:
+    case Op::W:
+      --st.full;
+      if (known_mb) version_of_[a.stage.value][m] = -1;
+      break;
+    case Op::STEP: ++st.version; break;
+    default: break;
+  }
+  st.peak_full = std::max(st.peak_full, st.full);
+  st.peak_inputs = std::max(st.peak_inputs, st.inputs);
+  st.peak_total = std::max(st.peak_total, st.full + st.inputs);
+  std::set<int> alive{st.version};
+  for (const int v : version_of_[a.stage.value]) {
+    if (v >= 0) alive.insert(v);
+  }
+  st.peak_versions = std::max(st.peak_versions, static_cast<int>(alive.size()));
+}
+
+// --- RankInterpreter ------------------------------------------------------------
+
+RankInterpreter::RankInterpreter(const Program& program, RankId rank)
+    : program_(program), rank_(rank), actions_(program.ranks.at(rank.value)) {}
+
+RankInterpreter::Status RankInterpreter::step(Backend& backend) {
+  if (done()) return Status::Done;
+  const Action& a = actions_[position_];
+  if (is_send(a.op)) {
+    backend.send(rank_, a, peer_of(program_, a));
+  } else if (is_recv(a.op)) {
+    if (!backend.recv(rank_, a, peer_of(program_, a))) return Status::Blocked;
+  } else {
+    backend.compute(rank_, a);
+  }
+  ++position_;
+  return Status::Progressed;
+}
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,34 @@
+// Reading and writing Programs: pipetwin's text form (one rank per line, with
+// a header), torch.distributed.pipelining's CSV (one row per rank, compute-only
+// or with communication) and JSON. Readers name the file and line or field of
+// any error; writers go through a temporary file and a rename.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "schedule/program.hpp"
+
+namespace pipetwin::schedule {
+
+enum class Format { Text, Csv, Json };
+Format parse_format(std::string_view name);  // "text", "csv", "json"
+
+std::string to_text(const Program& program);
+std::string to_csv(const Program& program);
+std::string to_json(const Program& program, int indent = 1);
+
+Program parse_text(std::string_view text, const std::string& source);
+Program parse_csv(std::string_view text, const std::string& source);
+Program parse_json(std::string_view text, const std::string& source);
+
+std::string format_program(const Program& program, Format format);
+// Reads a file in any of the three formats (JSON if it starts with '{', text
+// if it holds a "rank N:" line, CSV otherwise).
+Program read_program(const std::string& path);
+
+std::string read_file(const std::string& path);
+// Writes `content` to `path` through `path.tmp.<pid>` and rename(2).
+void write_file_atomic(const std::string& path, std::string_view content);
+
+}  // namespace pipetwin::schedule

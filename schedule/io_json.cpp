@@ -1,0 +1,169 @@
+// JSON form of a Program, file reading with format detection, atomic writes.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+
+namespace pipetwin::schedule {
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& j, const char* name, const std::string& source) {
+  if (!j.contains(name)) throw Error(source + ": missing field '" + name + "'");
+  return j.at(name);
+}
+
+int int_field(const json& j, const char* name, const std::string& source) {
+  const json& v = field(j, name, source);
+  if (!v.is_number_integer()) throw Error(source + ": field '" + std::string(name) + "' must be an integer");
+  return v.get<int>();
+}
+
+std::vector<int> int_list(const json& j, const char* name, const std::string& source) {
+  const json& v = field(j, name, source);
+  std::vector<int> out;
+  if (!v.is_array()) throw Error(source + ": field '" + std::string(name) + "' must be a list of integers");
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) throw Error(source + ": field '" + std::string(name) + "' must be a list of integers");
+    out.push_back(x.get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string to_json(const Program& p, int indent) {
+  json j;
+  j["format"] = "pipetwin-schedule";
+  j["version"] = 1;
+  j["schedule"] = p.schedule;
+  j["ranks"] = p.num_ranks;
+  j["stages_per_rank"] = p.stages_per_rank;
+  j["microbatches"] = p.num_microbatches;
+  j["recompute"] = std::string(recompute_name(p.recompute));
+  j["stage_to_rank"] = json::array();
+  for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
+  j["weight_versions"] = p.weight_versions;
+  j["partition"] = json::array();
+  for (const auto& range : p.partition) j["partition"].push_back({range.begin, range.end});
+  j["actions"] = json::array();
+  for (const auto& actions : p.ranks) {
+    json row = json::array();
+    for (const auto& a : actions) row.push_back(to_string(a));
+    j["actions"].push_back(row);
+  }
+  return j.dump(indent) + "\n";
+}
+
+Program parse_json(std::string_view text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(source + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(source + ": expected a JSON object");
+  if (j.value("format", "") != "pipetwin-schedule") {
+    throw Error(source + ": field 'format' must be \"pipetwin-schedule\"");
+  }
+  Program p;
+  const json& name = field(j, "schedule", source);
+  if (!name.is_string()) throw Error(source + ": field 'schedule' must be a string");
+  p.schedule = name.get<std::string>();
+  p.num_ranks = int_field(j, "ranks", source);
+  p.stages_per_rank = int_field(j, "stages_per_rank", source);
+  p.num_microbatches = int_field(j, "microbatches", source);
+  const json& recompute = field(j, "recompute", source);
+  if (!recompute.is_string()) throw Error(source + ": field 'recompute' must be a string");
+  try {
+    p.recompute = parse_recompute(recompute.get<std::string>());
+  } catch (const Error& e) {
+    throw Error(source + ": field 'recompute': " + e.what());
+  }
+  for (const int r : int_list(j, "stage_to_rank", source)) p.stage_to_rank.push_back(RankId{r});
+  p.weight_versions = int_list(j, "weight_versions", source);
+  if (j.contains("partition")) {
+    for (const auto& range : j.at("partition")) {
+      if (!range.is_array() || range.size() != 2 || !range[0].is_number_integer() || !range[1].is_number_integer()) {
+        throw Error(source + ": field 'partition' must be a list of [begin, end] pairs");
+      }
+      p.partition.push_back({range[0].get<int>(), range[1].get<int>()});
+    }
+  }
+  const json& actions = field(j, "actions", source);
+  if (!actions.is_array()) throw Error(source + ": field 'actions' must be a list of lists");
+  for (std::size_t r = 0; r < actions.size(); ++r) {
+    if (!actions[r].is_array()) throw Error(source + ": field 'actions[" + std::to_string(r) + "]' must be a list");
+    p.ranks.emplace_back();
+    for (std::size_t i = 0; i < actions[r].size(); ++i) {
+      const std::string where = source + ": field 'actions[" + std::to_string(r) + "][" + std::to_string(i) + "]'";
+      if (!actions[r][i].is_string()) throw Error(where + " must be a string");
+      try {
+        p.ranks.back().push_back(parse_action(actions[r][i].get<std::string>()));
+      } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+      }
+    }
+  }
+  return p;
+}
+
+Format parse_format(std::string_view name) {
+  if (name == "text") return Format::Text;
+  if (name == "csv") return Format::Csv;
+  if (name == "json") return Format::Json;
+  throw Error("unknown format '" + std::string(name) + "' (valid: text, csv, json)");
+}
+
+std::string format_program(const Program& p, Format format) {
+  switch (format) {
+    case Format::Text: return to_text(p);
+    case Format::Csv: return to_csv(p);
+    case Format::Json: return to_json(p);
+  }
+  return "";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open for reading");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return buffer.str();
+}
+
+Program read_program(const std::string& path) {
+  const std::string text = read_file(path);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw Error(path + ": empty file, expected a schedule");
+  if (text[first] == '{') return parse_json(text, path);
+  const bool has_rank_line = text.rfind("rank ", 0) == 0 || text.find("\nrank ") != std::string::npos;
+  return has_rank_line ? parse_text(text, path) : parse_csv(text, path);
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(path + ": cannot open " + tmp + " for writing");
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error(path + ": write failed");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot rename " + tmp + " into place");
+  }
+}
+
+}  // namespace pipetwin::schedule

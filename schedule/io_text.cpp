@@ -1,0 +1,269 @@
+// The text form and the CSV form, which share the inference of a Program's
+// shape from bare action lists.
+//
+//   # pipetwin schedule            <- optional header lines, "key value..."
+//   schedule 1f1b
+//   ranks 2
+//   ...
+//   rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0STEP
+//   rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1STEP
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+
+namespace pipetwin::schedule {
+namespace {
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::vector<std::string> words(std::string_view s) {
+  std::istringstream in{std::string(s)};
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+int to_int(const std::string& word, const std::string& where) {
+  try {
+    std::size_t used = 0;
+    const int v = std::stoi(word, &used);
+    if (used == word.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(where + ": '" + word + "' is not an integer");
+}
+
+Action parse_at(const std::string& text, const std::string& where) {
+  try {
+    return parse_action(text);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
+// Fills the shape of a Program from its action lists where no header gave it.
+struct Header {
+  std::string schedule = "imported";
+  std::optional<int> ranks, stages_per_rank, microbatches;
+  std::optional<RecomputePolicy> recompute;
+  std::vector<int> stage_to_rank, weight_versions;
+  std::vector<LayerRange> partition;
+};
+
+RecomputePolicy infer_recompute(const std::vector<std::vector<Action>>& ranks, int stages, int M,
+                                const std::string& source) {
+  std::set<std::pair<int, int>> recomputed;
+  for (const auto& actions : ranks) {
+    for (const auto& a : actions) {
+      if (a.op == Op::R && a.microbatch) recomputed.insert({a.stage.value, a.microbatch->value});
+    }
+  }
+  if (recomputed.empty()) return RecomputePolicy::None;
+  const auto all_but = [&](int last) {
+    for (int s = 0; s < stages; ++s) {
+      for (int m = 0; m < M; ++m) {
+        if (recomputed.count({s, m}) != (m < last ? 1u : 0u)) return false;
+      }
+    }
+    return true;
+  };
+  if (all_but(M)) return RecomputePolicy::Full;
+  if (all_but(M - 1)) return RecomputePolicy::ExceptLast;
+  throw Error(source + ": the R actions match no recompute policy (none, full, except-last)");
+}
+
+Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::string& source) {
+  const int K = h.ranks.value_or(static_cast<int>(ranks.size()));
+  if (K < 1) throw Error(source + ": no ranks (expected lines 'rank N: ...' or CSV rows)");
+  if (static_cast<int>(ranks.size()) != K) {
+    throw Error(source + ": header says ranks " + std::to_string(K) + " but " + std::to_string(ranks.size()) +
+                " rank lines follow");
+  }
+  int max_stage = -1, max_mb = -1;
+  std::map<int, int> first_rank_of_stage;
+  for (int r = 0; r < K; ++r) {
+    for (const auto& a : ranks[r]) {
+      max_stage = std::max(max_stage, a.stage.value);
+      if (a.microbatch) max_mb = std::max(max_mb, a.microbatch->value);
+      first_rank_of_stage.emplace(a.stage.value, r);
+    }
+  }
+  int V = h.stages_per_rank.value_or(0);
+  if (!h.stages_per_rank) {
+    const int S = max_stage + 1;
+    if (S % K != 0) {
+      throw Error(source + ": " + std::to_string(S) + " stages do not divide evenly over " + std::to_string(K) +
+                  " ranks");
+    }
+    V = std::max(1, S / K);
+  }
+  const int M = h.microbatches.value_or(std::max(1, max_mb + 1));
+  Program p = make_program(h.schedule, K, V, M, RecomputePolicy::None);
+  if (!h.stage_to_rank.empty()) {
+    p.stage_to_rank.clear();
+    for (const int r : h.stage_to_rank) p.stage_to_rank.push_back(RankId{r});
+  } else {
+    for (int s = 0; s < p.num_stages(); ++s) {
+      const auto it = first_rank_of_stage.find(s);
+      if (it == first_rank_of_stage.end()) {
+        throw Error(source + ": stage " + std::to_string(s) + " appears on no rank, so its rank is unknown");
+      }
+      p.stage_to_rank[s] = RankId{it->second};
+    }
+  }
+  if (!h.weight_versions.empty()) p.weight_versions = h.weight_versions;
+  p.partition = h.partition;
+  p.ranks = std::move(ranks);
+  p.recompute = h.recompute ? *h.recompute : infer_recompute(p.ranks, p.num_stages(), M, source);
+  return p;
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string out;
+  for (const int x : v) out += " " + std::to_string(x);
+  return out;
+}
+
+}  // namespace
+
+std::string to_text(const Program& p) {
+  std::ostringstream out;
+  out << "# pipetwin schedule\n";
+  out << "schedule " << p.schedule << "\n";
+  out << "ranks " << p.num_ranks << "\n";
+  out << "stages_per_rank " << p.stages_per_rank << "\n";
+  out << "microbatches " << p.num_microbatches << "\n";
+  out << "recompute " << recompute_name(p.recompute) << "\n";
+  std::vector<int> map;
+  for (const auto r : p.stage_to_rank) map.push_back(r.value);
+  out << "stage_to_rank" << join_ints(map) << "\n";
+  out << "weight_versions" << join_ints(p.weight_versions) << "\n";
+  if (!p.partition.empty()) {
+    out << "partition";
+    for (const auto& range : p.partition) out << " " << range.begin << ":" << range.end;
+    out << "\n";
+  }
+  for (int r = 0; r < p.num_ranks; ++r) {
+    out << "rank " << r << ":";
+    for (const auto& a : p.ranks[r]) out << " " << to_string(a);
+    out << "\n";
+  }
+  return out.str();
+}
+
+Program parse_text(std::string_view text, const std::string& source) {
+  Header h;
+  std::vector<std::vector<Action>> ranks;
+  int line_no = 0;
+  for (const auto& raw : split(text, '\n')) {
+    ++line_no;
+    const std::string line = trim(raw);
+    const std::string where = source + ":" + std::to_string(line_no);
+    if (line.empty() || line[0] == '#') continue;
+    const auto w = words(line);
+    const std::string& k = w[0];
+    const auto one = [&]() -> const std::string& {
+      if (w.size() != 2) throw Error(where + ": '" + k + "' takes exactly one value");
+      return w[1];
+    };
+    const auto ints = [&] {
+      std::vector<int> v;
+      for (std::size_t i = 1; i < w.size(); ++i) v.push_back(to_int(w[i], where));
+      return v;
+    };
+    if (k == "rank") {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) throw Error(where + ": expected 'rank N: actions...'");
+      const int r = to_int(trim(line.substr(4, colon - 4)), where);
+      if (r != static_cast<int>(ranks.size())) {
+        throw Error(where + ": expected rank " + std::to_string(ranks.size()) + ", found rank " + std::to_string(r));
+      }
+      ranks.emplace_back();
+      for (const auto& word : words(line.substr(colon + 1))) ranks.back().push_back(parse_at(word, where));
+    } else if (k == "schedule") {
+      h.schedule = one();
+    } else if (k == "ranks") {
+      h.ranks = to_int(one(), where);
+    } else if (k == "stages_per_rank") {
+      h.stages_per_rank = to_int(one(), where);
+    } else if (k == "microbatches") {
+      h.microbatches = to_int(one(), where);
+    } else if (k == "recompute") {
+      try {
+        h.recompute = parse_recompute(one());
+      } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+      }
+    } else if (k == "stage_to_rank") {
+      h.stage_to_rank = ints();
+    } else if (k == "weight_versions") {
+      h.weight_versions = ints();
+    } else if (k == "partition") {
+      for (std::size_t i = 1; i < w.size(); ++i) {
+        const auto parts = split(w[i], ':');
+        if (parts.size() != 2) throw Error(where + ": partition range '" + w[i] + "' is not begin:end");
+        h.partition.push_back({to_int(parts[0], where), to_int(parts[1], where)});
+      }
+    } else {
+      throw Error(where + ": unknown line '" + k + "' (expected a header key or 'rank N: actions...')");
+    }
+  }
+  return assemble(std::move(h), std::move(ranks), source);
+}
+
+std::string to_csv(const Program& p) {
+  std::string out;
+  for (const auto& actions : p.ranks) {
+    for (std::size_t i = 0; i < actions.size(); ++i) out += (i ? "," : "") + to_string(actions[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+Program parse_csv(std::string_view text, const std::string& source) {
+  std::vector<std::vector<Action>> ranks;
+  int line_no = 0;
+  auto lines = split(text, '\n');
+  while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
+  for (const auto& raw : lines) {
+    ++line_no;
+    ranks.emplace_back();
+    int column = 0;
+    for (const auto& cell : split(raw, ',')) {
+      ++column;
+      const std::string c = trim(cell);
+      // Empty cells are bubbles in torch's compute-only CSVs; UNSHARD/RESHARD
+      // (FSDP) do not change the pipeline's data flow.
+      if (c.empty() || c.find("UNSHARD") != std::string::npos || c.find("RESHARD") != std::string::npos) continue;
+      ranks.back().push_back(parse_at(c, source + ":" + std::to_string(line_no) + ": column " + std::to_string(column)));
+    }
+  }
+  return assemble(Header{}, std::move(ranks), source);
+}
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,21 @@
+// account_memory: replays each rank's list through the StashTracker.
+#include "schedule/memory.hpp"
+
+#include "schedule/interpreter.hpp"
+
+namespace pipetwin::schedule {
+
+std::vector<StageMemory> account_memory(const Program& program) {
+  StashTracker tracker(program);
+  for (const auto& actions : program.ranks) {
+    for (const auto& action : actions) tracker.apply(action);
+  }
+  std::vector<StageMemory> out;
+  for (int s = 0; s < program.num_stages(); ++s) {
+    const auto& st = tracker.stage(StageId{s});
+    out.push_back({StageId{s}, st.peak_full, st.peak_inputs, st.peak_total, st.peak_versions});
+  }
+  return out;
+}
+
+}  // namespace pipetwin::schedule

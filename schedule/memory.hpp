@@ -1,0 +1,22 @@
+// Memory accounting in micro-batches, along each rank's order (no timing
+// needed): how many micro-batches each stage stashes at its peak, and how many
+// weight versions it must keep. models/ turns these counts into bytes.
+#pragma once
+
+#include <vector>
+
+#include "schedule/program.hpp"
+
+namespace pipetwin::schedule {
+
+struct StageMemory {
+  StageId stage;
+  int peak_activations = 0;  // micro-batches with all activations stashed
+  int peak_inputs = 0;       // checkpointed micro-batches: only the stage input kept
+  int peak_in_flight = 0;    // peak of both together
+  int weight_versions = 1;   // distinct weight versions alive at the peak
+};
+
+std::vector<StageMemory> account_memory(const Program& program);
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,30 @@
+// Lowering passes, each a pure function Program -> Program:
+//
+//   generator (F/B/I/W) --insert_recomputes--> +R --insert_transfers--> +SEND/RECV
+//                       --insert_optimizer_step--> +STEP  == a complete program
+//
+// Transfers are asynchronous sends and blocking receives: a SEND is posted right
+// after the compute that produced its tensor, a RECV right before the compute
+// that consumes it.
+#pragma once
+
+#include "schedule/program.hpp"
+
+namespace pipetwin::schedule {
+
+// Adds R(s, m) right before the backward (B or I) of every micro-batch that the
+// recompute policy checkpoints, unless the program already holds R actions.
+Program insert_recomputes(Program program);
+
+// Adds SEND_F/RECV_F and SEND_B/RECV_B wherever adjacent stages live on
+// different ranks, unless the program already holds transfers.
+Program insert_transfers(Program program);
+
+// Appends one STEP per stage at the end of each rank's list, unless the program
+// already holds STEP actions (pipedream steps after every backward).
+Program insert_optimizer_step(Program program);
+
+// All three, in order.
+Program lower(Program program);
+
+}  // namespace pipetwin::schedule

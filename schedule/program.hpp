@@ -1,0 +1,62 @@
+// The schedule IR: per-rank ordered action lists plus everything needed to
+// interpret them (shape, stage -> rank map, partition, recompute policy).
+//
+//   rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 ... 0RECV_B0 0B0 ... 0STEP
+//   rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 ...
+//
+// The order carries no timing and no bubbles: time belongs to a Timeline.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedule/action.hpp"
+
+namespace pipetwin::schedule {
+
+// torchgpipe's checkpoint modes: `full` recomputes every micro-batch of every
+// stage, `except-last` every micro-batch but the last (whose backward follows
+// its forward closely), `none` stashes all activations.
+enum class RecomputePolicy { None, Full, ExceptLast };
+
+std::string_view recompute_name(RecomputePolicy policy);
+RecomputePolicy parse_recompute(std::string_view name);  // throws pipetwin::Error
+
+// Layers [begin, end) of the model's layer sequence held by one stage.
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  friend bool operator==(const LayerRange&, const LayerRange&) = default;
+};
+
+struct Program {
+  std::string schedule;         // generator name, or "imported"
+  int num_ranks = 1;            // K
+  int stages_per_rank = 1;      // V
+  int num_microbatches = 1;     // M (for `pipedream`: mini-batches in the window)
+  std::vector<RankId> stage_to_rank;      // size S
+  std::vector<LayerRange> partition;      // size S, or empty when not yet partitioned
+  RecomputePolicy recompute = RecomputePolicy::None;
+  std::vector<int> weight_versions;       // size S; > 1 only for weight stashing
+  std::vector<std::vector<Action>> ranks; // size K, the per-rank action lists
+
+  int num_stages() const { return num_ranks * stages_per_rank; }
+  RankId rank_of(StageId stage) const { return stage_to_rank.at(stage.value); }
+  std::vector<StageId> stages_of(RankId rank) const;
+  bool is_last_stage(StageId stage) const { return stage.value == num_stages() - 1; }
+  // True when micro-batch `mb` of `stage` is recomputed before its backward.
+  bool recomputes(StageId stage, MicrobatchId mb) const;
+  // True when some rank holds a SEND_* or RECV_* action.
+  bool has_transfers() const;
+  std::size_t num_actions() const;
+
+  friend bool operator==(const Program&, const Program&) = default;
+};
+
+// A Program with the given shape, the loop stage -> rank map (stage s on rank
+// s mod K), no partition, one weight version per stage and empty action lists.
+Program make_program(std::string schedule, int ranks, int stages_per_rank, int microbatches,
+                     RecomputePolicy recompute);
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,290 @@
+// The checks of validate.hpp, in the order they run. Each failure points at the
+// action that is wrong (or, for a missing action, at the action that needs it).
+#include "schedule/validate.hpp"
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "schedule/grid.hpp"
+#include "schedule/interpreter.hpp"
+#include "schedule/passes.hpp"
+
+namespace pipetwin::schedule {
+
+ScheduleError::ScheduleError(RankId r, std::size_t s, std::string w, const std::string& grid)
+    : Error("invalid schedule: rank " + std::to_string(r.value) + ", step " + std::to_string(s) + ": " +
+            w + "\n\n" + grid),
+      rank(r),
+      step(s),
+      what(std::move(w)) {}
+
+namespace {
+
+struct Loc {
+  RankId rank;
+  std::size_t step = 0;
+};
+
+using Key = std::tuple<Op, int, int>;  // op, stage, micro-batch (-1 for stage-level ops)
+
+Key key_of(const Action& a) { return {a.op, a.stage.value, a.microbatch ? a.microbatch->value : -1}; }
+Key key(Op op, int stage, int mb) { return {op, stage, mb}; }
+std::string name(const Key& k) {
+  const auto [op, s, m] = k;
+  return m < 0 ? to_string(make_stage_action(op, s)) : to_string(make_action(op, s, m));
+}
+
+class Checker {
+ public:
+  explicit Checker(const Program& p) : p_(p) {}
+
+  [[noreturn]] void fail(Loc at, const std::string& what) const {
+    throw ScheduleError(at.rank, at.step, what, format_order_grid(p_, {{at.rank, at.step}}));
+  }
+  Loc end_of(int stage) const {
+    const RankId r = p_.rank_of(StageId{stage});
+    return {r, p_.ranks[r.value].size()};
+  }
+  std::optional<Loc> find(const Key& k) const {
+    const auto it = index_.find(k);
+    return it == index_.end() ? std::nullopt : std::optional<Loc>(it->second);
+  }
+  std::string where(Loc l) const {
+    return "rank " + std::to_string(l.rank.value) + " step " + std::to_string(l.step);
+  }
+
+  void index_actions() {
+    const int S = p_.num_stages(), M = p_.num_microbatches;
+    for (int r = 0; r < p_.num_ranks; ++r) {
+      for (std::size_t i = 0; i < p_.ranks[r].size(); ++i) {
+        const Action& a = p_.ranks[r][i];
+        const Loc at{RankId{r}, i};
+        const std::string text = to_string(a);
+        if (a.stage.value < 0 || a.stage.value >= S) {
+          fail(at, text + ": stage " + std::to_string(a.stage.value) + " does not exist (stages 0.." +
+                       std::to_string(S - 1) + ")");
+        }
+        if (!a.microbatch && !is_stage_level(a.op)) fail(at, text + ": needs a micro-batch");
+        if (a.microbatch && (a.microbatch->value < 0 || a.microbatch->value >= M)) {
+          fail(at, text + ": micro-batch " + std::to_string(a.microbatch->value) +
+                       " does not exist (micro-batches 0.." + std::to_string(M - 1) + ")");
+        }
+        const RankId owner = p_.rank_of(a.stage);
+        if (owner.value != r) {
+          fail(at, text + ": stage " + std::to_string(a.stage.value) + " lives on rank " +
+                       std::to_string(owner.value) + ", not on rank " + std::to_string(r) +
+                       " (a stage cannot be on two ranks)");
+        }
+        if (const auto [it, fresh] = index_.emplace(key_of(a), at); !fresh) {
+          fail(at, text + ": duplicate; the same action is already at " + where(it->second));
+        }
+      }
+    }
+  }
+
+  // Every (stage, micro-batch): one F; one B, or one I and one W; R as the policy says.
+  void check_completeness() const {
+    for (int s = 0; s < p_.num_stages(); ++s) {
+      for (int m = 0; m < p_.num_microbatches; ++m) {
+        const auto f = find(key(Op::F, s, m)), b = find(key(Op::B, s, m));
+        const auto i = find(key(Op::I, s, m)), w = find(key(Op::W, s, m)), r = find(key(Op::R, s, m));
+        const std::string F = name(key(Op::F, s, m));
+        if (!f) {
+          const auto needer = b ? b : i ? i : w ? w : r;
+          fail(needer ? *needer : end_of(s), "missing forward " + F);
+        }
+        if (b && (i || w)) fail(i ? *i : *w, name(key(i ? Op::I : Op::W, s, m)) + ": stage " +
+                                                  std::to_string(s) + " micro-batch " + std::to_string(m) +
+                                                  " already has a full backward " + name(key(Op::B, s, m)));
+        if (!b && !i && !w) {
+          fail(*f, F + " has no backward: expected " + name(key(Op::B, s, m)) + ", or " +
+                       name(key(Op::I, s, m)) + " and " + name(key(Op::W, s, m)));
+        }
+        if (i && !w) fail(*i, name(key(Op::I, s, m)) + " has no weight gradient: expected " + name(key(Op::W, s, m)));
+        if (w && !i) fail(*w, name(key(Op::W, s, m)) + " has no input gradient: expected " + name(key(Op::I, s, m)));
+        const bool policy = p_.recomputes(StageId{s}, MicrobatchId{m});
+        if (r && !policy) {
+          fail(*r, name(key(Op::R, s, m)) + ": recompute policy '" + std::string(recompute_name(p_.recompute)) +
+                       "' does not checkpoint this micro-batch");
+        }
+        if (!r && policy) {
+          const auto back = b ? b : i;
+          fail(*back, "expected " + name(key(Op::R, s, m)) + " before " + to_string(p_.ranks[back->rank.value][back->step]) +
+                          " (recompute policy '" + std::string(recompute_name(p_.recompute)) + "')");
+        }
+      }
+    }
+  }
+
+  // `first` must come before `second` on their (common) rank.
+  void require_before(const Key& first, const Key& second, const std::string& why) const {
+    const auto a = find(first), b = find(second);
+    if (a && b && a->step > b->step) {
+      fail(*b, name(second) + " comes before " + name(first) + " (" + where(*a) + "), but " + why);
+    }
+  }
+
+  void check_order() const {
+    const int S = p_.num_stages();
+    for (int s = 0; s < S; ++s) {
+      const bool same_prev = s > 0 && p_.stage_to_rank[s - 1] == p_.stage_to_rank[s];
+      const bool same_next = s + 1 < S && p_.stage_to_rank[s + 1] == p_.stage_to_rank[s];
+      for (int m = 0; m < p_.num_microbatches; ++m) {
+        const Key F = key(Op::F, s, m), R = key(Op::R, s, m), W = key(Op::W, s, m);
+        const Key back = find(key(Op::B, s, m)) ? key(Op::B, s, m) : key(Op::I, s, m);
+        require_before(F, back, "a backward needs its forward");
+        require_before(F, R, "a recompute re-runs a forward that already ran");
+        require_before(R, back, "the backward needs the recomputed activations");
+        require_before(key(Op::I, s, m), W, "the weight gradient follows the input gradient");
+        require_before(key(Op::RECV_F, s, m), F, "the forward needs the received activations");
+        require_before(F, key(Op::SEND_F, s, m), "the activations are sent after the forward made them");
+        require_before(key(Op::RECV_B, s, m), back, "the backward needs the received gradient");
+        require_before(back, key(Op::SEND_B, s, m), "the gradient is sent after the backward made it");
+        if (same_prev) require_before(key(Op::F, s - 1, m), F, "stage " + std::to_string(s) + " consumes its output");
+        if (same_next) {
+          const Key next_back = find(key(Op::B, s + 1, m)) ? key(Op::B, s + 1, m) : key(Op::I, s + 1, m);
+          require_before(next_back, back, "its gradient comes from stage " + std::to_string(s + 1));
+        }
+        const Key last_back = find(W) ? W : back;
+        require_before(last_back, key(Op::STEP, s, m), "the step applies this micro-batch's gradient");
+        require_before(last_back, key(Op::STEP, s, -1), "the step applies every micro-batch's gradient");
+      }
+    }
+  }
+
+  // Every transfer crosses ranks along an existing edge and has its peer; every
+  // cross-rank edge has its transfer.
+  void check_transfers() const {
+    const int S = p_.num_stages();
+    for (int r = 0; r < p_.num_ranks; ++r) {
+      for (std::size_t i = 0; i < p_.ranks[r].size(); ++i) {
+        const Action& a = p_.ranks[r][i];
+        if (!is_transfer(a.op)) continue;
+        const Loc at{RankId{r}, i};
+        const bool up = a.op == Op::SEND_F || a.op == Op::RECV_B;
+        const int peer_stage = a.stage.value + (up ? 1 : -1);
+        if (peer_stage < 0 || peer_stage >= S) {
+          fail(at, to_string(a) + ": stage " + std::to_string(a.stage.value) + " is the " +
+                       (up ? "last" : "first") + " stage; there is no stage " + std::to_string(peer_stage));
+        }
+        const RankId peer = p_.rank_of(StageId{peer_stage});
+        if (peer.value == r) {
+          fail(at, to_string(a) + ": stages " + std::to_string(a.stage.value) + " and " +
+                       std::to_string(peer_stage) + " are both on rank " + std::to_string(r) +
+                       "; no transfer between them");
+        }
+        const Action other = is_send(a.op) ? matching_recv(a) : matching_send(a);
+        if (!find(key_of(other))) {
+          fail(at, to_string(a) + " has no matching " + (is_send(a.op) ? "receive" : "send") + ": expected " +
+                       to_string(other) + " on rank " + std::to_string(peer.value));
+        }
+      }
+    }
+    for (int s = 0; s + 1 < S; ++s) {
+      if (p_.stage_to_rank[s] == p_.stage_to_rank[s + 1]) continue;
+      for (int m = 0; m < p_.num_microbatches; ++m) {
+        if (!find(key(Op::RECV_F, s + 1, m))) {
+          fail(*find(key(Op::F, s + 1, m)), name(key(Op::F, s + 1, m)) + " never receives its input: expected " +
+                                                 name(key(Op::RECV_F, s + 1, m)) + " (from " +
+                                                 name(key(Op::SEND_F, s, m)) + ") before it");
+        }
+        const Key back = find(key(Op::B, s, m)) ? key(Op::B, s, m) : key(Op::I, s, m);
+        if (!find(key(Op::RECV_B, s, m))) {
+          fail(*find(back), name(back) + " never receives its gradient: expected " + name(key(Op::RECV_B, s, m)) +
+                                " (from " + name(key(Op::SEND_B, s + 1, m)) + ") before it");
+        }
+      }
+    }
+  }
+
+  void check_progress(const DryRun& run) const {
+    if (!run.deadlocked()) return;
+    std::string what = "deadlock: no rank can make progress";
+    std::vector<GridMark> marks;
+    for (const auto& b : run.blocked) {
+      const RankId peer = p_.rank_of(b.waiting_for.stage);
+      const auto& peer_actions = p_.ranks[peer.value];
+      std::string peer_state = "which has finished without sending it";
+      for (const auto& other : run.blocked) {
+        if (other.rank == peer) {
+          peer_state = "which is itself blocked at step " + std::to_string(other.step) + " (" +
+                       to_string(peer_actions[other.step]) + ")";
+        }
+      }
+      what += "\n  rank " + std::to_string(b.rank.value) + ", step " + std::to_string(b.step) + " (" +
+              to_string(b.action) + ") waits for " + to_string(b.waiting_for) + " from rank " +
+              std::to_string(peer.value) + ", " + peer_state;
+      marks.push_back({b.rank, b.step});
+    }
+    const auto& first = run.blocked.front();
+    throw ScheduleError(first.rank, first.step, what, format_order_grid(p_, marks));
+  }
+
+ private:
+  const Program& p_;
+  std::map<Key, Loc> index_;
+};
+
+void check_shape(const Program& p) {
+  const auto bad = [](const std::string& what) { throw Error("invalid schedule: " + what); };
+  if (p.num_ranks < 1) bad("ranks must be at least 1, got " + std::to_string(p.num_ranks));
+  if (p.stages_per_rank < 1) bad("stages per rank must be at least 1, got " + std::to_string(p.stages_per_rank));
+  if (p.num_microbatches < 1) bad("micro-batches must be at least 1, got " + std::to_string(p.num_microbatches));
+  if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
+    bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
+        std::to_string(p.num_ranks));
+  }
+  if (static_cast<int>(p.stage_to_rank.size()) != p.num_stages()) {
+    bad("stage_to_rank maps " + std::to_string(p.stage_to_rank.size()) + " stages, expected " +
+        std::to_string(p.num_stages()));
+  }
+  for (int s = 0; s < p.num_stages(); ++s) {
+    const int r = p.stage_to_rank[s].value;
+    if (r < 0 || r >= p.num_ranks) bad("stage " + std::to_string(s) + " is mapped to rank " + std::to_string(r) + ", which does not exist");
+  }
+  if (!p.partition.empty() && static_cast<int>(p.partition.size()) != p.num_stages()) {
+    bad("partition has " + std::to_string(p.partition.size()) + " ranges, expected one per stage (" +
+        std::to_string(p.num_stages()) + ")");
+  }
+  if (static_cast<int>(p.weight_versions.size()) != p.num_stages()) {
+    bad("weight_versions has " + std::to_string(p.weight_versions.size()) + " entries, expected " +
+        std::to_string(p.num_stages()));
+  }
+}
+
+}  // namespace
+
+ValidationReport validate(const Program& input) {
+  check_shape(input);
+  ValidationReport report;
+  report.lowered = !input.has_transfers();
+  report.program = report.lowered ? lower(input) : input;
+  Checker checker(report.program);
+  checker.index_actions();
+  checker.check_completeness();
+  checker.check_order();
+  checker.check_transfers();
+  report.dry_run = dry_run(report.program);
+  checker.check_progress(report.dry_run);
+  report.memory = account_memory(report.program);
+  return report;
+}
+
+std::string ValidationReport::summary() const {
+  const Program& p = program;
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, "%.2f%%", 100.0 * dry_run.timeline.bubble_fraction());
+  char steps[32];
+  std::snprintf(steps, sizeof steps, "%g", dry_run.timeline.makespan());
+  int peak = 0;
+  for (const auto& m : memory) peak = std::max(peak, m.peak_in_flight);
+  return "valid: " + p.schedule + ", K=" + std::to_string(p.num_ranks) + " V=" + std::to_string(p.stages_per_rank) +
+         " M=" + std::to_string(p.num_microbatches) + ", recompute " + std::string(recompute_name(p.recompute)) +
+         ", " + std::to_string(p.num_actions()) + " actions" + (lowered ? " (transfers inserted)" : "") +
+         ", unit-time dry run " + steps + " steps, bubble " + bubble + ", peak stash " + std::to_string(peak) +
+         " micro-batches";
+}
+
+}  // namespace pipetwin::schedule

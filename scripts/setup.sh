@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what pipetwin needs and is missing: Debian packages and a Python
+# virtualenv (LibTorch from the PyPI torch wheel, matplotlib) kept outside the
+# source tree. Idempotent; prints nothing when everything is already there.
+set -euo pipefail
+
+TORCH_VERSION="2.13.0"
+PIPETWIN_VENV="${PIPETWIN_VENV:-$HOME/.cache/pipetwin/venv}"
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libsimgrid-dev libboost-graph-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev
+  libspdlog-dev libfmt-dev libgloo-dev
+)
+
+log() { echo "[setup] $*" >&2; }
+
+missing_apt() {
+  local pkg
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || echo "$pkg"
+  done
+}
+
+install_apt() {
+  local missing
+  missing=$(missing_apt)
+  [ -z "$missing" ] && return 0
+  log "installing Debian packages: $(echo $missing | tr '\n' ' ')"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+venv_ok() {
+  [ -x "$PIPETWIN_VENV/bin/python" ] &&
+    "$PIPETWIN_VENV/bin/python" - "$TORCH_VERSION" <<'PY' 2>/dev/null
+import sys
+import torch, matplotlib  # noqa: F401
+sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
+PY
+}
+
+install_venv() {
+  venv_ok && return 0
+  log "preparing the Python virtualenv at $PIPETWIN_VENV (torch==$TORCH_VERSION, matplotlib)"
+  local python="${PYTHON:-python3}"
+  if [ ! -x "$PIPETWIN_VENV/bin/python" ]; then
+    mkdir -p "$(dirname "$PIPETWIN_VENV")"
+    "$python" -m venv "$PIPETWIN_VENV"
+  fi
+  "$PIPETWIN_VENV/bin/pip" install --quiet --disable-pip-version-check --progress-bar off \
+    "torch==$TORCH_VERSION" matplotlib numpy
+  venv_ok || { log "error: torch $TORCH_VERSION is not importable from $PIPETWIN_VENV"; exit 1; }
+}
+
+install_apt
+install_venv
