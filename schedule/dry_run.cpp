@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "schedule/interpreter.hpp"
+#include "schedule/passes.hpp"
 
 namespace pipetwin::schedule {
 
@@ -75,7 +76,9 @@ class DryRunBackend final : public Backend {
 
 }  // namespace
 
-DryRun dry_run(const Program& program, const OpDurations& durations) {
+DryRun dry_run(const Program& input, const OpDurations& durations) {
+  const Program lowered = input.has_transfers() ? Program{} : lower(input);
+  const Program& program = input.has_transfers() ? input : lowered;
   DryRunBackend backend(program.num_ranks, durations);
   std::vector<RankInterpreter> ranks;
   std::deque<int> ready;

@@ -31,6 +31,8 @@ struct DryRun {
   bool deadlocked() const { return !blocked.empty(); }
 };
 
+// A program without transfers is lowered first (passes.hpp), so that data
+// crossing ranks is waited for; the Timeline then holds the lowered actions.
 DryRun dry_run(const Program& program, const OpDurations& durations = {});
 
 }  // namespace pipetwin::schedule

@@ -18,7 +18,7 @@ ScheduleError::ScheduleError(RankId r, std::size_t s, std::string w, const std::
             w + "\n\n" + grid),
       rank(r),
       step(s),
-      what(std::move(w)) {}
+      reason(std::move(w)) {}
 
 namespace {
 
@@ -259,8 +259,8 @@ void check_shape(const Program& p) {
 ValidationReport validate(const Program& input) {
   check_shape(input);
   ValidationReport report;
-  report.lowered = !input.has_transfers();
-  report.program = report.lowered ? lower(input) : input;
+  report.program = input.has_transfers() ? input : lower(input);
+  report.lowered = !(report.program == input);
   Checker checker(report.program);
   checker.index_actions();
   checker.check_completeness();

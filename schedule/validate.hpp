@@ -20,12 +20,12 @@ class ScheduleError : public Error {
   ScheduleError(RankId rank, std::size_t step, std::string what, const std::string& grid);
   RankId rank;
   std::size_t step;
-  std::string what;  // the one-line reason, without the grid
+  std::string reason;  // the one-line reason, without the grid
 };
 
 struct ValidationReport {
   Program program;      // as validated: lowered first when the input was compute-only
-  bool lowered = false; // the input held no transfers, so the passes were applied
+  bool lowered = false; // the input held no transfers and the passes changed it
   DryRun dry_run;       // unit-time dry run
   std::vector<StageMemory> memory;
   std::string summary() const;  // one line

@@ -6,10 +6,14 @@
 //
 //   rank 0: F0 F1 F2 F3 B0 STEP F4 B1 STEP F5 ...
 //
-// weight_versions[s] = min(K - s, M): the stash depth of stage s.
+// weight_versions[s] is counted along the order (memory.hpp): the current
+// weights plus the older versions that in-flight mini-batches still hold. Once
+// the window reaches steady state (M >= 2K - 2) it is K - s, PipeDream's
+// "one version per in-flight mini-batch".
 #include <algorithm>
 
 #include "schedule/generators.hpp"
+#include "schedule/memory.hpp"
 
 namespace pipetwin::schedule {
 
@@ -32,8 +36,8 @@ Program generate_pipedream(const GeneratorOptions& o) {
     }
     // 3. Cool-down: the remaining backwards, each followed by its step.
     for (int m = M - warmup; m < M; ++m) backward_and_step(m);
-    p.weight_versions[s] = std::min(K - s, M);
   }
+  for (const auto& stage : account_memory(p)) p.weight_versions[stage.stage.value] = stage.weight_versions;
   return p;
 }
 

@@ -1,0 +1,173 @@
+// Every generator x K in 1..8 x M in 1..16 (x V in {2,3} for interleaved):
+// valid, the dry run takes the analytic number of steps, the stash peaks are
+// the analytic ones, and every file format round-trips.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "schedule/dry_run.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "schedule/memory.hpp"
+#include "schedule/validate.hpp"
+
+namespace ps = pipetwin::schedule;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int K, M, V;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.name << " K=" << s.K << " M=" << s.M << " V=" << s.V;
+}
+
+std::vector<Shape> all_shapes() {
+  std::vector<Shape> shapes;
+  for (const auto& g : ps::generators()) {
+    for (int K = 1; K <= 8; ++K) {
+      for (int M = 1; M <= 16; ++M) {
+        if (!g.virtual_stages) {
+          shapes.push_back({std::string(g.name), K, M, 1});
+          continue;
+        }
+        if (M % K != 0) continue;  // Megatron's order needs M to be a multiple of K
+        for (int V : {2, 3}) shapes.push_back({std::string(g.name), K, M, V});
+      }
+    }
+  }
+  return shapes;
+}
+
+class EveryShape : public ::testing::TestWithParam<Shape> {
+ protected:
+  ps::Program program() const {
+    const auto& s = GetParam();
+    return ps::build_schedule(s.name, {s.K, s.M, s.V, ps::RecomputePolicy::None});
+  }
+};
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  std::string n = info.param.name + "_K" + std::to_string(info.param.K) + "_M" + std::to_string(info.param.M) +
+                  "_V" + std::to_string(info.param.V);
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+}  // namespace
+
+TEST_P(EveryShape, IsValidAndMakesProgress) {
+  const auto report = ps::validate(program());
+  EXPECT_FALSE(report.dry_run.deadlocked());
+  EXPECT_FALSE(report.lowered);  // build_schedule already lowered it
+  EXPECT_EQ(report.program, program());
+}
+
+TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
+  const auto& s = GetParam();
+  const auto run = ps::dry_run(program());
+  const double steps = run.timeline.makespan();
+  const int K = s.K, M = s.M, V = s.V;
+  if (s.name == "gpipe" || s.name == "1f1b" || s.name == "pipedream") {
+    EXPECT_DOUBLE_EQ(steps, 2.0 * (M + K - 1));
+    // Idle share of every rank, and so the bubble: (K-1)/(M+K-1) with F = B.
+    const double analytic = static_cast<double>(K - 1) / (M + K - 1);
+    for (int r = 0; r < K; ++r) EXPECT_NEAR(run.timeline.idle_fraction(ps::RankId{r}), analytic, 1e-12);
+    EXPECT_NEAR(run.timeline.bubble_fraction(), analytic, 1e-12);
+  } else if (s.name == "zb-h1") {
+    // F = I = W = 1: 3M + K - 1 once M >= K (bubble (K-1)(F+I-W)); never worse than 1F1B's 3(M+K-1).
+    if (M >= K) EXPECT_DOUBLE_EQ(steps, 3.0 * M + K - 1);
+    EXPECT_LE(steps, 3.0 * (M + K - 1));
+  } else if (s.name == "interleaved-1f1b") {
+    // Megatron: the bubble shrinks by V; with every chunk op 1 step: 2(VM + K - 1).
+    EXPECT_DOUBLE_EQ(steps, 2.0 * (V * M + K - 1));
+  }
+}
+
+TEST_P(EveryShape, PeakStashIsAnalytic) {
+  const auto& s = GetParam();
+  const auto memory = ps::account_memory(program());
+  int overall = 0;
+  for (const auto& m : memory) {
+    const int stage = m.stage.value;
+    overall = std::max(overall, m.peak_activations);
+    EXPECT_EQ(m.peak_inputs, 0);
+    if (s.name == "gpipe") EXPECT_EQ(m.peak_activations, s.M) << "stage " << stage;
+    if (s.name == "1f1b" || s.name == "pipedream") {
+      EXPECT_EQ(m.peak_activations, std::min(s.K - stage, s.M)) << "stage " << stage;
+    }
+    if (s.name == "pipedream") {
+      // One version per in-flight mini-batch once the window is in steady state.
+      EXPECT_LE(m.weight_versions, s.K - stage) << "stage " << stage;
+      if (s.M >= 2 * s.K - 2) EXPECT_EQ(m.weight_versions, s.K - stage) << "stage " << stage;
+    }
+    if (s.name != "pipedream") EXPECT_EQ(m.weight_versions, 1);
+  }
+  // ZB-H1 keeps 1F1B's largest stash over the pipeline.
+  if (s.name == "zb-h1") EXPECT_EQ(overall, std::min(s.K, s.M));
+}
+
+TEST_P(EveryShape, GeneratorWeightVersionsMatchTheAccounting) {
+  const auto p = program();
+  const auto memory = ps::account_memory(p);
+  for (const auto& m : memory) EXPECT_EQ(p.weight_versions[m.stage.value], m.weight_versions);
+}
+
+TEST_P(EveryShape, EveryFormatRoundTrips) {
+  const auto p = program();
+  EXPECT_EQ(ps::parse_text(ps::to_text(p), "mem.txt"), p);
+  EXPECT_EQ(ps::parse_json(ps::to_json(p), "mem.json"), p);
+  // CSV carries no header: shape, map and policy are inferred; the name is not kept.
+  auto from_csv = ps::parse_csv(ps::to_csv(p), "mem.csv");
+  from_csv.schedule = p.schedule;
+  from_csv.weight_versions = p.weight_versions;
+  EXPECT_EQ(from_csv, p);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGenerators, EveryShape, ::testing::ValuesIn(all_shapes()), shape_name);
+
+// The whole of GPipe for K=3, M=4, as the literal fill-drain diagonal.
+TEST(GPipe, LiteralSchedule) {
+  const auto run = ps::dry_run(ps::generate("gpipe", {3, 4}));
+  std::vector<std::string> cells;
+  for (int r = 0; r < 3; ++r) {
+    std::string row;
+    for (const auto& t : run.timeline.ranks[r]) {
+      if (ps::is_compute(t.action.op)) row += std::to_string(static_cast<int>(t.start)) + ":" + ps::to_string(t.action) + " ";
+    }
+    cells.push_back(row);
+  }
+  EXPECT_EQ(cells[0], "0:0F0 1:0F1 2:0F2 3:0F3 8:0B0 9:0B1 10:0B2 11:0B3 ");
+  EXPECT_EQ(cells[1], "1:1F0 2:1F1 3:1F2 4:1F3 7:1B0 8:1B1 9:1B2 10:1B3 ");
+  EXPECT_EQ(cells[2], "2:2F0 3:2F1 4:2F2 5:2F3 6:2B0 7:2B1 8:2B2 9:2B3 ");
+}
+
+TEST(Generators, UnknownNameListsTheValidOnes) {
+  try {
+    ps::generate("chimera", {2, 4});
+    FAIL() << "accepted an unknown schedule";
+  } catch (const pipetwin::Error& e) {
+    const std::string msg = e.what();
+    for (const auto& g : ps::generators()) EXPECT_NE(msg.find(std::string(g.name)), std::string::npos) << msg;
+  }
+}
+
+TEST(Generators, ImpossibleShapesAreRefused) {
+  EXPECT_THROW(ps::generate("1f1b", {0, 4}), pipetwin::Error);
+  EXPECT_THROW(ps::generate("1f1b", {2, 0}), pipetwin::Error);
+  EXPECT_THROW(ps::generate("gpipe", {2, 4, 2}), pipetwin::Error);            // V=2 needs interleaved
+  EXPECT_THROW(ps::generate("interleaved-1f1b", {2, 4, 1}), pipetwin::Error);  // needs V >= 2
+  EXPECT_THROW(ps::generate("interleaved-1f1b", {3, 4, 2}), pipetwin::Error);  // M not a multiple of K
+}
+
+TEST(Generators, InterleavedPlacesChunksRoundRobin) {
+  const auto p = ps::generate("interleaved-1f1b", {2, 4, 2});
+  ASSERT_EQ(p.num_stages(), 4);
+  EXPECT_EQ(p.rank_of(ps::StageId{0}), ps::RankId{0});
+  EXPECT_EQ(p.rank_of(ps::StageId{1}), ps::RankId{1});
+  EXPECT_EQ(p.rank_of(ps::StageId{2}), ps::RankId{0});
+  EXPECT_EQ(p.rank_of(ps::StageId{3}), ps::RankId{1});
+}

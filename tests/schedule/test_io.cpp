@@ -1,0 +1,111 @@
+// File formats: PyTorch CSV import (compute-only with bubbles, and with
+// communication), errors that name file and line or field, atomic writes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "schedule/validate.hpp"
+
+namespace ps = pipetwin::schedule;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pipetwin::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Csv, ImportsATorchComputeOnlyScheduleWithBubbles) {
+  // As torch.distributed.pipelining's _dump_csv writes a compute-only 1F1B
+  // order: empty cells are bubbles.
+  const std::string csv =
+      "0F0,0F1,,0B0,,0B1\n"
+      ",1F0,1B0,1F1,1B1,\n";
+  const auto p = ps::parse_csv(csv, "torch.csv");
+  EXPECT_EQ(p.num_ranks, 2);
+  EXPECT_EQ(p.num_microbatches, 2);
+  EXPECT_EQ(p.ranks[0].size(), 4u);
+  const auto report = ps::validate(p);
+  EXPECT_TRUE(report.lowered);
+  EXPECT_DOUBLE_EQ(report.dry_run.timeline.makespan(), 6);
+}
+
+TEST(Csv, ImportsAScheduleWithCommunicationAndSkipsFsdpActions) {
+  const auto p = ps::build_schedule("1f1b", {2, 3});
+  std::string csv = ps::to_csv(p);
+  csv.insert(0, "0UNSHARD,");
+  const auto q = ps::parse_csv(csv, "comms.csv");
+  EXPECT_EQ(q.ranks, p.ranks);
+  EXPECT_FALSE(ps::validate(q).lowered);
+}
+
+TEST(Csv, InfersTheInterleavedStageMap) {
+  const auto p = ps::build_schedule("interleaved-1f1b", {2, 4, 2});
+  const auto q = ps::parse_csv(ps::to_csv(p), "il.csv");
+  EXPECT_EQ(q.stages_per_rank, 2);
+  EXPECT_EQ(q.stage_to_rank, p.stage_to_rank);
+}
+
+TEST(Csv, InfersTheRecomputePolicy) {
+  for (auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full, ps::RecomputePolicy::ExceptLast}) {
+    const auto p = ps::build_schedule("gpipe", {2, 4, 1, policy});
+    EXPECT_EQ(ps::parse_csv(ps::to_csv(p), "r.csv").recompute, policy);
+  }
+}
+
+TEST(Csv, BadCellNamesFileLineAndColumn) {
+  const std::string msg = error_of([] { ps::parse_csv("0F0,0B0\n1F0,1Q0\n", "bad.csv"); });
+  EXPECT_NE(msg.find("bad.csv:2: column 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'1Q0'"), std::string::npos) << msg;
+}
+
+TEST(Text, ErrorsNameFileAndLine) {
+  EXPECT_NE(error_of([] { ps::parse_text("ranks 2\nranks two\n", "s.txt"); }).find("s.txt:2: 'two' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_text("ranks 1\nrank 0: 0F0 0X0\n", "s.txt"); }).find("s.txt:2:"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_text("bogus 3\n", "s.txt"); }).find("s.txt:1: unknown line 'bogus'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_text("rank 1: 1F0\n", "s.txt"); }).find("expected rank 0"), std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_text("recompute sometimes\nrank 0: 0F0 0B0\n", "s.txt"); }).find("s.txt:1:"),
+            std::string::npos);
+}
+
+TEST(Json, ErrorsNameTheField) {
+  EXPECT_NE(error_of([] { ps::parse_json("{", "p.json"); }).find("p.json: not valid JSON"), std::string::npos);
+  auto j = ps::to_json(ps::build_schedule("gpipe", {2, 2}));
+  const auto bad_ranks = std::string(j).replace(j.find("\"ranks\": 2"), 10, "\"ranks\": \"2\"");
+  EXPECT_NE(error_of([&] { ps::parse_json(bad_ranks, "p.json"); }).find("field 'ranks' must be an integer"),
+            std::string::npos);
+  const auto bad_action = std::string(j).replace(j.find("\"0F0\""), 5, "\"0Z0\"");
+  EXPECT_NE(error_of([&] { ps::parse_json(bad_action, "p.json"); }).find("field 'actions[0][0]'"), std::string::npos);
+}
+
+TEST(Files, ReadProgramDetectsTheFormatAndWritesAreAtomic) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pipetwin_io_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto p = ps::build_schedule("zb-h1", {3, 5});
+  for (auto format : {ps::Format::Text, ps::Format::Csv, ps::Format::Json}) {
+    const auto path = (dir / "s").string();
+    ps::write_file_atomic(path, ps::format_program(p, format));
+    auto q = ps::read_program(path);
+    EXPECT_EQ(q.ranks, p.ranks);
+  }
+  // No temporary is left behind.
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1);
+  EXPECT_NE(error_of([&] { ps::read_program((dir / "missing").string()); }).find("cannot open"), std::string::npos);
+  ps::write_file_atomic((dir / "empty").string(), "\n");
+  EXPECT_NE(error_of([&] { ps::read_program((dir / "empty").string()); }).find("empty file"), std::string::npos);
+  EXPECT_THROW(ps::write_file_atomic((dir / "no/such/dir/f").string(), "x"), pipetwin::Error);
+  std::filesystem::remove_all(dir);
+}
