@@ -1,0 +1,123 @@
+// The `pipetwin` command line, as a user runs it: outputs, exit codes, and one
+// clear error line for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "schedule/io.hpp"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(PIPETWIN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("pipetwin_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Cli, ScheduleGridShowsTheDryRunAndTheAnalyticBubble) {
+  const auto r = run("schedule --schedule 1f1b --ranks 4 --microbatches 8 --format grid");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "t=21  0B7")) << r.out;
+  EXPECT_TRUE(has(r.out, "steps: 22")) << r.out;
+  EXPECT_TRUE(has(r.out, "bubble: 27.27% overall (analytic (K-1)/(M+K-1) = 27.27%)")) << r.out;
+  EXPECT_TRUE(has(r.out, "peak stashed micro-batches per stage: 4 3 2 1")) << r.out;
+}
+
+TEST_F(Cli, EveryFormatWrittenWithOutValidates) {
+  for (const std::string format : {"text", "csv", "json"}) {
+    const auto file = path("s." + format);
+    const auto w = run("schedule -s zb-h1 -k 3 -m 6 --recompute full --format " + format + " --out " + file);
+    ASSERT_EQ(w.code, 0) << w.out;
+    const auto v = run("validate " + file);
+    EXPECT_EQ(v.code, 0) << v.out;
+    EXPECT_TRUE(has(v.out, "valid: ")) << v.out;
+    EXPECT_TRUE(has(v.out, "K=3 V=1 M=6, recompute full")) << v.out;
+  }
+  const auto j = run("validate --json " + path("s.json"));
+  EXPECT_EQ(j.code, 0);
+  EXPECT_TRUE(has(j.out, "\"valid\": true")) << j.out;
+}
+
+TEST_F(Cli, BrokenScheduleGivesTheGridAndExitCode1) {
+  const auto file = path("broken.txt");
+  pipetwin::schedule::write_file_atomic(file,
+                                        "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0F1 0SEND_F1 0RECV_B1 0B1\n"
+                                        "rank 1: 1RECV_F1 1F1 1RECV_F0 1F0 1B0 1SEND_B0 1B1 1SEND_B1\n");
+  const auto r = run("validate " + file);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "pipetwin: error: invalid schedule: rank 0, step 2: deadlock")) << r.out;
+  EXPECT_TRUE(has(r.out, "<-- ERROR HERE")) << r.out;
+}
+
+TEST_F(Cli, BadInputIsOneClearErrorAndNonZeroExit) {
+  const auto missing = run("validate " + path("nope.txt"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_TRUE(has(missing.out, "nope.txt: cannot open")) << missing.out;
+
+  pipetwin::schedule::write_file_atomic(path("bad.csv"), "0F0,0B0\n1F0,1Q0\n");
+  const auto bad = run("validate " + path("bad.csv"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_TRUE(has(bad.out, "bad.csv:2: column 2")) << bad.out;
+
+  const auto unknown = run("schedule --schedule chimera --ranks 2 --microbatches 4");
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_TRUE(has(unknown.out, "gpipe") && has(unknown.out, "zb-h1")) << unknown.out;
+
+  const auto shape = run("schedule -s interleaved-1f1b -k 3 -m 4 -v 2");
+  EXPECT_EQ(shape.code, 1);
+  EXPECT_TRUE(has(shape.out, "multiple of K")) << shape.out;
+
+  const auto zero = run("schedule -s gpipe -k 0 -m 4");
+  EXPECT_NE(zero.code, 0);
+  EXPECT_TRUE(has(zero.out, "--ranks")) << zero.out;
+
+  const auto no_dir = run("schedule -s gpipe -k 2 -m 2 --out " + path("no/such/dir/s.txt"));
+  EXPECT_EQ(no_dir.code, 1);
+  EXPECT_FALSE(std::filesystem::exists(path("no/such/dir/s.txt")));
+}
+
+TEST_F(Cli, HelpOnEverySubcommand) {
+  for (const std::string sub : {"schedule", "validate", "info"}) {
+    const auto r = run(sub + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_TRUE(has(r.out, "--json")) << r.out;
+  }
+}
+
+TEST_F(Cli, InfoNamesTheDependencies) {
+  const auto r = run("info --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* key : {"\"simgrid\"", "\"libtorch\"", "\"nccl\"", "\"c10d_gloo\": true"}) {
+    EXPECT_TRUE(has(r.out, key)) << key << "\n" << r.out;
+  }
+}
