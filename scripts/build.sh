@@ -8,9 +8,10 @@ bash scripts/setup.sh
 
 BUILD_DIR="${PIPETWIN_BUILD_DIR:-build}"
 JOBS="${PIPETWIN_JOBS:-$(nproc)}"
+mkdir -p "$BUILD_DIR"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BUILD_DIR.configure.log" 2>&1 || {
-    cat "$BUILD_DIR.configure.log" >&2
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$BUILD_DIR/configure.log" 2>&1 || {
+    cat "$BUILD_DIR/configure.log" >&2
     echo "[build] configure failed (log above)" >&2
     exit 1
   }
@@ -20,10 +21,10 @@ fi
 if [ -t 1 ]; then
   cmake --build "$BUILD_DIR" -j "$JOBS"
 else
-  cmake --build "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR.build.log" 2>&1 || {
-    cat "$BUILD_DIR.build.log" >&2
+  cmake --build "$BUILD_DIR" -j "$JOBS" >"$BUILD_DIR/build.log" 2>&1 || {
+    cat "$BUILD_DIR/build.log" >&2
     echo "[build] build failed (log above)" >&2
     exit 1
   }
-  echo "[build] $(tail -n 1 "$BUILD_DIR.build.log")"
+  echo "[build] $(tail -n 1 "$BUILD_DIR/build.log")"
 fi
