@@ -26,9 +26,11 @@ std::string render(const std::vector<std::string>& header, const std::vector<std
   std::size_t label_width = 4;
   for (const auto& l : row_labels) label_width = std::max(label_width, l.size());
   std::ostringstream out;
-  out << pad("", label_width);
-  for (std::size_t c = 0; c < header.size(); ++c) out << "  " << pad(header[c], width[c]);
-  out << '\n';
+  std::string head = pad("", label_width);
+  for (std::size_t c = 0; c < header.size(); ++c) head += "  " + pad(header[c], width[c]);
+  const std::size_t full = head.size();
+  while (!head.empty() && head.back() == ' ') head.pop_back();
+  out << head << '\n';
   bool skipping = false;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (!shown[r]) {
@@ -39,8 +41,12 @@ std::string render(const std::vector<std::string>& header, const std::vector<std
     skipping = false;
     std::string line = pad(row_labels[r], label_width);
     for (std::size_t c = 0; c < header.size(); ++c) line += "  " + pad(rows[r][c], width[c]);
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << (row_marked[r] ? "   <-- ERROR HERE" : "") << '\n';
+    if (row_marked[r]) {
+      line = pad(line, full) + "  <-- ERROR HERE";
+    } else {
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+    }
+    out << line << '\n';
   }
   return out.str();
 }
