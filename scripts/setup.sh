@@ -40,8 +40,8 @@ venv_ok() {
   [ -x "$PIPETWIN_VENV/bin/python" ] &&
     "$PIPETWIN_VENV/bin/python" - "$TORCH_VERSION" <<'PY' 2>/dev/null
 import sys
-import torch, matplotlib  # noqa: F401
-sys.exit(0 if torch.__version__.split("+")[0] == sys.argv[1] else 1)
+from importlib import metadata  # reads the installed metadata: no torch import, fast
+sys.exit(0 if metadata.version("torch") == sys.argv[1] and metadata.version("matplotlib") else 1)
 PY
 }
 
