@@ -12,5 +12,6 @@ using Run = std::function<int()>;
 Run add_schedule_command(CLI::App& app);
 Run add_validate_command(CLI::App& app);
 Run add_info_command(CLI::App& app);
+Run add_partition_command(CLI::App& app);
 
 }  // namespace pipetwin::cli

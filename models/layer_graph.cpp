@@ -32,3 +32,23 @@ std::vector<int> topological_order(int layers, const std::vector<std::pair<int, 
 }
 
 }  // namespace pipetwin::models
+
+namespace pipetwin::models {
+
+Model in_topological_order(const Model& model) {
+  const int n = static_cast<int>(model.layers.size());
+  const auto order = topological_order(n, model.edges());
+  std::vector<int> position(n);
+  for (int i = 0; i < n; ++i) position[order[i]] = i;
+  bool forward = true;
+  for (const auto& [u, v] : model.edges()) forward = forward && u < v;
+  if (forward) return model;
+  Model out = model;
+  for (int i = 0; i < n; ++i) {
+    out.layers[i] = model.layers[order[i]];
+    for (int& input : out.layers[i].inputs) input = position[input];
+  }
+  return out;
+}
+
+}  // namespace pipetwin::models

@@ -12,3 +12,13 @@ namespace pipetwin::models {
 std::vector<int> topological_order(int layers, const std::vector<std::pair<int, int>>& edges);
 
 }  // namespace pipetwin::models
+
+#include "models/model.hpp"
+
+namespace pipetwin::models {
+
+// The model with its layers in a topological order of its layer graph (Boost),
+// inputs renumbered; unchanged when every edge already points forward.
+Model in_topological_order(const Model& model);
+
+}  // namespace pipetwin::models

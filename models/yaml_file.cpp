@@ -1,17 +1,125 @@
-// load_yaml_file: yaml-cpp with pipetwin's error messages.
+// load_yaml_file and YamlFields: yaml-cpp with pipetwin's error messages.
 #include "models/yaml_file.hpp"
+
+#include <algorithm>
+#include <cmath>
 
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 
 namespace pipetwin::models {
 
-YAML::Node load_yaml_file(const std::string& path) {
-  const std::string text = schedule::read_file(path);
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+    throw Error(source + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+  }
+}
+
+YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(schedule::read_file(path), path); }
+
+YamlFields::YamlFields(YAML::Node node, std::string source, std::string context)
+    : node_(std::move(node)), source_(std::move(source)), context_(std::move(context)) {
+  if (!node_.IsMap()) {
+    throw Error(where(node_) + (context_.empty() ? "expected a mapping of fields"
+                                                 : "field '" + context_.substr(0, context_.size() - 1) +
+                                                       "': expected a mapping of fields"));
+  }
+}
+
+std::string YamlFields::where(const YAML::Node& at) const {
+  const auto mark = at.Mark();
+  return source_ + (mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "") + ": ";
+}
+
+void YamlFields::fail(const std::string& key, const std::string& what) const {
+  const YAML::Node at = node_[key] ? node_[key] : node_;
+  throw Error(where(at) + "field '" + context_ + key + "': " + what);
+}
+
+bool YamlFields::has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+
+YAML::Node YamlFields::get(const std::string& key) const {
+  const YAML::Node v = node_[key];
+  if (!v) fail(key, "missing");
+  return v;
+}
+
+std::string YamlFields::text(const std::string& key) const {
+  const YAML::Node v = get(key);
+  if (!v.IsScalar()) fail(key, "expected a string");
+  return v.Scalar();
+}
+
+std::string YamlFields::text_or(const std::string& key, const std::string& fallback) const {
+  return has(key) ? text(key) : fallback;
+}
+
+double YamlFields::number(const std::string& key) const {
+  const YAML::Node v = get(key);
+  if (!v.IsScalar()) fail(key, "expected a number");
+  double x = 0;
+  if (!YAML::convert<double>::decode(v, x) || !std::isfinite(x)) fail(key, "expected a number, got '" + v.Scalar() + "'");
+  return x;
+}
+
+double YamlFields::positive_number(const std::string& key) const {
+  const double x = number(key);
+  if (!(x > 0)) fail(key, "must be positive, got " + node_[key].Scalar());
+  return x;
+}
+
+double YamlFields::non_negative_number(const std::string& key) const {
+  const double x = number(key);
+  if (x < 0) fail(key, "must not be negative, got " + node_[key].Scalar());
+  return x;
+}
+
+double YamlFields::number_or(const std::string& key, double fallback) const {
+  return has(key) ? non_negative_number(key) : fallback;
+}
+
+std::int64_t YamlFields::positive_int(const std::string& key) const {
+  const YAML::Node v = get(key);
+  std::int64_t x = 0;
+  if (!v.IsScalar() || !YAML::convert<std::int64_t>::decode(v, x)) {
+    fail(key, "expected an integer, got '" + (v.IsScalar() ? v.Scalar() : std::string("a list or mapping")) + "'");
+  }
+  if (x <= 0) fail(key, "must be positive, got " + std::to_string(x));
+  return x;
+}
+
+std::int64_t YamlFields::positive_int_or(const std::string& key, std::int64_t fallback) const {
+  return has(key) ? positive_int(key) : fallback;
+}
+
+std::vector<std::int64_t> YamlFields::positive_int_list(const std::string& key) const {
+  const YAML::Node v = get(key);
+  if (!v.IsSequence() || v.size() == 0) fail(key, "expected a non-empty list of positive integers");
+  std::vector<std::int64_t> out;
+  for (const auto& item : v) {
+    std::int64_t x = 0;
+    if (!item.IsScalar() || !YAML::convert<std::int64_t>::decode(item, x) || x <= 0) {
+      fail(key, "expected a non-empty list of positive integers");
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+YamlFields YamlFields::child(const std::string& key) const {
+  return YamlFields(get(key), source_, context_ + key + ".");
+}
+
+void YamlFields::reject_unknown(const std::vector<std::string>& known) const {
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.Scalar();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error(where(entry.first) + "field '" + context_ + key + "': unknown (valid: " + list + ")");
+    }
   }
 }
 

@@ -1,0 +1,141 @@
+// `pipetwin partition`: split a model over K ranks (optimal, uniform or by
+// parameters) and compare the bottleneck with the other methods.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "models/families.hpp"
+#include "models/partition.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+namespace pm = pipetwin::models;
+
+struct Options {
+  std::string model, hardware, schedule = "gpipe", recompute = "none", method = "optimal", optimizer = "adam";
+  int ranks = 0, microbatches = 1, virtual_stages = 1, microbatch_size = 1;
+  bool json = false;
+};
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+nlohmann::json to_json(const pm::Partition& p) {
+  nlohmann::json j{{"method", std::string(pm::method_name(p.method))},
+                   {"bottleneck_s", p.bottleneck_s},
+                   {"ideal_s", p.ideal_s},
+                   {"imbalance", p.imbalance()},
+                   {"fits", p.fits}};
+  for (const auto& s : p.stages) {
+    j["stages"].push_back({{"layers", {s.layers.begin, s.layers.end}},
+                           {"compute_s", s.compute_s},
+                           {"transfer_s", s.transfer_s},
+                           {"time_s", s.time_s},
+                           {"memory_bytes", s.memory_bytes},
+                           {"capacity_bytes", s.capacity_bytes},
+                           {"params", s.params},
+                           {"cut_in_bytes", s.cut_in_bytes},
+                           {"cut_out_bytes", s.cut_out_bytes}});
+  }
+  return j;
+}
+
+std::string table(const pm::Model& m, const pm::Partition& p) {
+  std::ostringstream out;
+  out << "stage  layers                                   params   time/mb (ms)  of which transfer  memory / capacity (GB)  cut out (MB)\n";
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& st = p.stages[s];
+    std::string layers = std::to_string(st.layers.begin) + ".." + std::to_string(st.layers.end - 1) + " (" +
+                         m.layers[st.layers.begin].name + " .. " + m.layers[st.layers.end - 1].name + ")";
+    char line[256];
+    std::snprintf(line, sizeof line, "%5zu  %-38s %7.1fM  %12.3f  %17.3f  %9.2f / %-9.2f%s  %12.2f\n", s, layers.c_str(),
+                  st.params / 1e6, st.time_s * 1e3, st.transfer_s * 1e3, st.memory_bytes / 1e9, st.capacity_bytes / 1e9,
+                  st.memory_bytes > st.capacity_bytes ? "!" : " ", st.cut_out_bytes / 1e6);
+    out << line;
+  }
+  out << "bottleneck " << fmt("%.3f", p.bottleneck_s * 1e3) << " ms per micro-batch, ideal "
+      << fmt("%.3f", p.ideal_s * 1e3) << " ms, imbalance " << fmt("%.1f%%", 100 * p.imbalance())
+      << (p.fits ? "" : ", DOES NOT FIT in memory (! above)") << "\n";
+  return out.str();
+}
+
+int run(const Options& o) {
+  const pm::Model model = pm::load_model(o.model);
+  const pm::Hardware hw = pm::load_hardware(o.hardware);
+  pm::PartitionRequest r;
+  r.ranks = o.ranks;
+  r.virtual_stages = o.virtual_stages;
+  r.schedule = o.schedule;
+  r.microbatches = o.microbatches;
+  r.microbatch_size = o.microbatch_size;
+  r.recompute = schedule::parse_recompute(o.recompute);
+  r.optimizer = pm::parse_optimizer(o.optimizer);
+  const auto method = pm::parse_method(o.method);
+  const auto chosen = pm::partition_model(model, hw, r, method);
+  std::vector<pm::Partition> others;
+  for (auto m : {pm::Method::Optimal, pm::Method::Uniform, pm::Method::Parameters}) {
+    if (m == method) continue;
+    try {
+      others.push_back(pm::partition_model(model, hw, r, m));
+    } catch (const pipetwin::Error&) {  // no other method fits either: nothing to compare with
+    }
+  }
+  if (o.json) {
+    nlohmann::json j{{"model", model.name},     {"hardware", hw.name},           {"ranks", r.ranks},
+                     {"stages", r.stages()},    {"schedule", r.schedule},        {"microbatches", r.microbatches},
+                     {"microbatch_size", r.microbatch_size}, {"partition", to_json(chosen)}};
+    for (const auto& p : others) j["compare"].push_back(to_json(p));
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("%s (%zu layers, %.1fM parameters, %s) on %d x %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
+              model.name.c_str(), model.layers.size(), model.params() / 1e6,
+              std::string(pm::precision_name(model.precision)).c_str(), r.stages(), hw.device.name.c_str(),
+              r.schedule.c_str(), r.microbatches, r.microbatch_size, o.recompute.c_str(),
+              std::string(pm::method_name(method)).c_str());
+  std::printf("%s", table(model, chosen).c_str());
+  for (const auto& p : others) {
+    std::printf("vs %-10s bottleneck %.3f ms (%s): %s is %.1f%% faster at the bottleneck\n",
+                std::string(pm::method_name(p.method)).c_str(), p.bottleneck_s * 1e3, p.fits ? "fits" : "does not fit",
+                std::string(pm::method_name(method)).c_str(), 100 * (p.bottleneck_s / chosen.bottleneck_s - 1));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_partition_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("partition", "Split a model's layers over K ranks, balancing stage time within memory");
+  cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
+  cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
+  cmd->add_option("--ranks,-k", o->ranks, "Ranks K")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
+  std::vector<std::string> names;
+  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
+  cmd->add_option("--schedule,-s", o->schedule, "Schedule (decides the activations each stage stashes)")
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
+      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->capture_default_str();
+  cmd->add_option("--optimizer", o->optimizer, "Optimizer (its state counts in memory)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--method", o->method, "optimal (exact), uniform (by layers), parameters (DeepSpeed-like)")
+      ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  return [o] { return run(*o); };
+}
+
+}  // namespace pipetwin::cli

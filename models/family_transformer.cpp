@@ -1,0 +1,93 @@
+// Transformer T(L, H, A) of the GPipe paper, and the plain MLP.
+//
+//   embedding -> L x transformer_block -> lm_head
+//
+// Per sample, sequence s, model dimension d, feed-forward f, heads a, vocab V:
+//   block  F = 8sd² + 4sdf + 4s²d            (QKV+O, FFN, QKᵀ and AV)
+//          I = 8sd² + 4sdf + 8s²d            (QKᵀ and AV have two activation operands)
+//          W = 8sd² + 4sdf
+//          stashed s(8d + 2f) + 2as²          (norm/projection inputs, Q K V, FFN hidden
+//                                               before and after GELU, scores and probs)
+#include "models/families.hpp"
+
+namespace pipetwin::models {
+
+std::int64_t transformer_params_closed_form(const TransformerSpec& t) {
+  const std::int64_t d = t.d_model, f = t.d_ff, V = t.vocab, s = t.seq_len;
+  return V * d + s * d + t.layers * (4 * d * d + 2 * d * f + 9 * d + f) + 2 * d + d * V + V;
+}
+
+Model transformer_model(const TransformerSpec& t, Precision precision, std::string name) {
+  const double s = static_cast<double>(t.seq_len), d = static_cast<double>(t.d_model),
+               f = static_cast<double>(t.d_ff), a = static_cast<double>(t.heads), V = static_cast<double>(t.vocab);
+  Model m;
+  m.name = std::move(name);
+  m.family = "transformer";
+  m.precision = precision;
+  m.input_elems = t.seq_len;  // token ids
+  LayerShape shape;
+  shape.seq_len = t.seq_len;
+  shape.d_model = t.d_model;
+  shape.d_ff = t.d_ff;
+  shape.heads = t.heads;
+  shape.vocab = t.vocab;
+
+  Layer emb{"embedding", LayerKind::Embedding, shape, {}, {}};
+  emb.cost.forward_flops = s * d;  // adding the position embedding
+  emb.cost.weight_grad_flops = s * d;
+  emb.cost.params = t.vocab * t.d_model + t.seq_len * t.d_model;
+  emb.cost.output_elems = t.seq_len * t.d_model;
+  m.layers.push_back(emb);
+
+  for (std::int64_t i = 0; i < t.layers; ++i) {
+    Layer b{"block" + std::to_string(i), LayerKind::TransformerBlock, shape, {}, {static_cast<int>(m.layers.size()) - 1}};
+    const double matmul = 8 * s * d * d + 4 * s * d * f;
+    b.cost.forward_flops = matmul + 4 * s * s * d;
+    b.cost.input_grad_flops = matmul + 8 * s * s * d;
+    b.cost.weight_grad_flops = matmul;
+    b.cost.params = 4 * t.d_model * t.d_model + 2 * t.d_model * t.d_ff + 9 * t.d_model + t.d_ff;
+    b.cost.stashed_elems = static_cast<std::int64_t>(s * (8 * d + 2 * f) + 2 * a * s * s);
+    b.cost.output_elems = t.seq_len * t.d_model;
+    m.layers.push_back(b);
+  }
+
+  Layer head{"lm_head", LayerKind::LmHead, shape, {}, {static_cast<int>(m.layers.size()) - 1}};
+  head.cost.forward_flops = 2 * s * d * V + 5 * s * V;  // projection + softmax cross-entropy
+  head.cost.input_grad_flops = 2 * s * d * V + s * V;
+  head.cost.weight_grad_flops = 2 * s * d * V;
+  head.cost.params = 2 * t.d_model + t.d_model * t.vocab + t.vocab;
+  head.cost.stashed_elems = t.seq_len * t.d_model + t.seq_len * t.vocab;
+  head.cost.output_elems = 1;  // the loss
+  m.layers.push_back(head);
+  return m;
+}
+
+Model mlp_model(const MlpSpec& spec, Precision precision, std::string name) {
+  Model m;
+  m.name = std::move(name);
+  m.family = "mlp";
+  m.precision = precision;
+  m.input_elems = spec.input;
+  std::vector<std::int64_t> widths{spec.input};
+  widths.insert(widths.end(), spec.hidden.begin(), spec.hidden.end());
+  widths.push_back(spec.output);
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+    const bool last = i + 2 == widths.size();
+    Layer l{"linear" + std::to_string(i), LayerKind::Linear, {}, {}, {}};
+    if (i > 0) l.inputs = {static_cast<int>(i) - 1};
+    l.shape.in_features = widths[i];
+    l.shape.out_features = widths[i + 1];
+    l.shape.relu = !last;
+    const double macs = static_cast<double>(widths[i]) * static_cast<double>(widths[i + 1]);
+    l.cost.forward_flops = 2 * macs;
+    l.cost.input_grad_flops = i == 0 ? 0 : 2 * macs;  // no gradient for the data
+    l.cost.weight_grad_flops = 2 * macs;
+    l.cost.params = widths[i] * widths[i + 1] + widths[i + 1];
+    l.cost.stashed_elems = widths[i] + widths[i + 1];
+    l.cost.output_elems = last ? 1 : widths[i + 1];
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+}  // namespace pipetwin::models

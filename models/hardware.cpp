@@ -1,0 +1,152 @@
+// Device and link arithmetic, routes through a topology, YAML hardware specs.
+#include "models/hardware.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "schedule/error.hpp"
+
+namespace pipetwin::models {
+
+double Efficiency::at(double flops) const { return half_flops <= 0 ? max : max * flops / (flops + half_flops); }
+
+double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
+
+double Device::compute_seconds(double flops, Precision p) const {
+  if (flops <= 0) return 0;
+  return op_overhead_s + flops / (peak_flops(p) * efficiency.at(flops));
+}
+
+std::string_view topology_name(TopologyKind kind) {
+  switch (kind) {
+    case TopologyKind::AllToAll: return "all-to-all";
+    case TopologyKind::PcieTree: return "pcie-tree";
+    case TopologyKind::MultiHost: return "multi-host";
+  }
+  return "?";
+}
+
+std::vector<Hop> Topology::route(int a, int b) const {
+  const auto dev = [](int d) { return "dev" + std::to_string(d); };
+  if (a == b) return {};
+  switch (kind) {
+    case TopologyKind::AllToAll:
+      return {{dev(std::min(a, b)) + "-" + dev(std::max(a, b)), intra}};
+    case TopologyKind::PcieTree: {
+      const int sa = a / devices_per_switch, sb = b / devices_per_switch;
+      const auto up = [&](int d, int s) { return Hop{dev(d) + "-sw" + std::to_string(s), intra}; };
+      if (sa == sb) return {up(a, sa), up(b, sb)};
+      return {up(a, sa), {"sw" + std::to_string(sa) + "-host", bridge}, {"sw" + std::to_string(sb) + "-host", bridge},
+              up(b, sb)};
+    }
+    case TopologyKind::MultiHost: {
+      const int ha = a / devices_per_host, hb = b / devices_per_host;
+      if (ha == hb) return {{dev(std::min(a, b)) + "-" + dev(std::max(a, b)), intra}};
+      return {{"host" + std::to_string(ha) + "-net", inter}, {"host" + std::to_string(hb) + "-net", inter}};
+    }
+  }
+  return {};
+}
+
+Link Topology::path(int a, int b) const {
+  Link total{0, 0};
+  for (const auto& hop : route(a, b)) {
+    total.latency_s += hop.spec.latency_s;
+    total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
+  }
+  if (total.bandwidth == 0) total.bandwidth = 1e300;  // same device: no transfer cost
+  return total;
+}
+
+namespace {
+
+constexpr double kGB = 1e9, kUs = 1e-6;
+
+Link link_from_yaml(const YamlFields& y) {
+  y.reject_unknown({"latency_us", "bandwidth_gbps"});
+  return {y.non_negative_number("latency_us") * kUs, y.positive_number("bandwidth_gbps") * kGB};
+}
+
+void apply_device(Device& d, const YamlFields& y) {
+  y.reject_unknown({"name", "peak_flops_fp32", "peak_flops_half", "memory_gb", "memory_bandwidth_gbps", "efficiency",
+                    "op_overhead_us", "transfer_overhead_us"});
+  if (y.has("name")) d.name = y.text("name");
+  if (y.has("peak_flops_fp32")) d.peak_flops_fp32 = y.positive_number("peak_flops_fp32");
+  if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
+  if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
+  if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
+  if (y.has("op_overhead_us")) d.op_overhead_s = y.non_negative_number("op_overhead_us") * kUs;
+  if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;
+  if (y.has("efficiency")) {
+    const YamlFields e = y.child("efficiency");
+    e.reject_unknown({"max", "half_flops"});
+    if (e.has("max")) {
+      d.efficiency.max = e.positive_number("max");
+      if (d.efficiency.max > 1) e.fail("max", "is a share of peak and must be at most 1");
+    }
+    if (e.has("half_flops")) d.efficiency.half_flops = e.non_negative_number("half_flops");
+  }
+}
+
+void apply_topology(Topology& t, const YamlFields& y) {
+  y.reject_unknown({"kind", "devices_per_host", "devices_per_switch", "intra", "bridge", "inter"});
+  if (y.has("kind")) {
+    const std::string k = y.text("kind");
+    if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
+    else if (k == "pcie-tree") t.kind = TopologyKind::PcieTree;
+    else if (k == "multi-host") t.kind = TopologyKind::MultiHost;
+    else y.fail("kind", "unknown topology '" + k + "' (valid: all-to-all, pcie-tree, multi-host)");
+  }
+  if (y.has("devices_per_host")) t.devices_per_host = static_cast<int>(y.positive_int("devices_per_host"));
+  if (y.has("devices_per_switch")) t.devices_per_switch = static_cast<int>(y.positive_int("devices_per_switch"));
+  if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
+  if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
+  if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
+}
+
+void check_complete(const Hardware& h, const std::string& source) {
+  const auto missing = [&](const std::string& field) {
+    throw Error(source + ": field '" + field + "': missing (give it, or start from a preset with 'preset:')");
+  };
+  if (h.device.peak_flops_fp32 <= 0) missing("device.peak_flops_fp32");
+  if (h.device.peak_flops_half <= 0) missing("device.peak_flops_half");
+  if (h.device.memory_bytes <= 0) missing("device.memory_gb");
+  if (h.topology.intra.bandwidth <= 0) missing("topology.intra");
+  if (h.topology.kind == TopologyKind::PcieTree && h.topology.bridge.bandwidth <= 0) missing("topology.bridge");
+  if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology.inter");
+}
+
+}  // namespace
+
+Hardware hardware_from_yaml(const YamlFields& y) {
+  y.reject_unknown({"preset", "name", "source", "device", "topology"});
+  Hardware h;
+  if (y.has("preset")) {
+    try {
+      h = preset(y.text("preset"));
+    } catch (const Error& e) {
+      y.fail("preset", e.what());
+    }
+    h.source = "overrides of preset " + h.name + " in " + y.source() + "; " + h.source;
+  }
+  if (y.has("name")) h.name = y.text("name");
+  if (y.has("source")) h.source = y.text("source");
+  if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
+  if (y.has("device")) apply_device(h.device, y.child("device"));
+  if (y.has("topology")) apply_topology(h.topology, y.child("topology"));
+  check_complete(h, y.source());
+  return h;
+}
+
+Hardware load_hardware(const std::string& name_or_path) {
+  const auto& names = preset_names();
+  if (std::find(names.begin(), names.end(), name_or_path) != names.end()) return preset(name_or_path);
+  if (!std::filesystem::exists(name_or_path)) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw Error("hardware '" + name_or_path + "' is neither a preset (" + list + ") nor a file");
+  }
+  return hardware_from_yaml(YamlFields(load_yaml_file(name_or_path), name_or_path));
+}
+
+}  // namespace pipetwin::models

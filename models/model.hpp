@@ -1,0 +1,82 @@
+// A network as pipetwin sees it: an ordered list of layers (a topological
+// order of its layer graph), each with explicit kind and shape (so exec/ can
+// build the real LibTorch module) and its costs per sample.
+//
+//   Costs per sample, FLOPs counted as 2 per multiply-add:
+//     forward      F
+//     input grad   I   (backward to the layer's input: on the critical path)
+//     weight grad  W   (backward to its weights: deferrable, zero-bubble)
+//     B = I + W
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipetwin::models {
+
+enum class Precision { FP32, BF16, FP16 };
+std::string_view precision_name(Precision p);
+Precision parse_precision(std::string_view name);  // throws pipetwin::Error
+int bytes_per_element(Precision p);
+
+enum class LayerKind {
+  Embedding,         // token + position embedding: vocab x d_model, seq x d_model
+  TransformerBlock,  // pre-norm self-attention + feed-forward, with residuals
+  LmHead,            // final norm, linear to the vocabulary, softmax cross-entropy
+  Linear,            // in_features -> out_features (+ ReLU unless last)
+  Conv,              // conv k x k (+ batch norm + ReLU), stride
+  SepConv,           // depthwise k x k + pointwise 1 x 1 (+ batch norm + ReLU)
+  Pool,              // k x k average or max pool, stride
+  Add,               // element-wise sum of its inputs
+  Concat,            // channel concatenation of its inputs
+  ResidualBlock,     // two 3 x 3 convs with batch norm and a skip (1 x 1 conv when shapes change)
+  ClassifierHead,    // global average pool + linear to the classes, softmax cross-entropy
+};
+std::string_view kind_name(LayerKind kind);
+
+// Only the fields that a kind uses are non-zero.
+struct LayerShape {
+  std::int64_t seq_len = 0, d_model = 0, d_ff = 0, heads = 0, vocab = 0;  // transformer
+  std::int64_t in_features = 0, out_features = 0;                        // linear
+  std::int64_t in_channels = 0, out_channels = 0, kernel = 0, stride = 1;  // conv / pool
+  std::int64_t in_height = 0, in_width = 0;                              // spatial input size
+  bool relu = false;
+  bool max_pool = false;
+};
+
+struct LayerCost {
+  double forward_flops = 0;
+  double input_grad_flops = 0;
+  double weight_grad_flops = 0;
+  std::int64_t params = 0;
+  std::int64_t stashed_elems = 0;  // what backward needs, per sample
+  std::int64_t output_elems = 0;   // what crosses a cut after this layer, per sample
+  double backward_flops() const { return input_grad_flops + weight_grad_flops; }
+};
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::Linear;
+  LayerShape shape;
+  LayerCost cost;
+  std::vector<int> inputs;  // producers (indices of earlier layers); empty = the model input
+};
+
+struct Model {
+  std::string name;
+  std::string family;
+  Precision precision = Precision::FP32;
+  std::int64_t input_elems = 0;  // per sample, fed to layer 0
+  std::vector<Layer> layers;     // in a topological order
+
+  std::int64_t params() const;
+  double forward_flops() const;  // per sample
+  std::vector<std::pair<int, int>> edges() const;
+  // Bytes per sample crossing the cut before position p (0 < p < n): every
+  // tensor produced before p and consumed at or after p, counted once.
+  std::vector<std::int64_t> cut_elems() const;
+};
+
+}  // namespace pipetwin::models

@@ -1,0 +1,69 @@
+// The partitioner: contiguous ranges of the layer order, one per stage, that
+// minimise the slowest stage's time per micro-batch (forward + backward,
+// + recompute, + the transfers across its cuts) subject to every stage's
+// memory fitting its device. Exact: dynamic programming over cut positions,
+// O(S·n²). Uniform-by-layers and by-parameters are there to compare with.
+//
+//   layers  0 1 2 | 3 4 5 6 | 7 8 | 9        <- cuts carry every tensor that crosses them
+//   stage     0   |    1    |  2  | 3
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/hardware.hpp"
+#include "models/model.hpp"
+#include "schedule/program.hpp"
+
+namespace pipetwin::models {
+
+enum class Optimizer { SGD, Momentum, Adam };  // 0, 1, 2 fp32 states per parameter
+Optimizer parse_optimizer(std::string_view name);
+
+enum class Method { Optimal, Uniform, Parameters };
+std::string_view method_name(Method m);
+Method parse_method(std::string_view name);
+
+struct PartitionRequest {
+  int ranks = 1;                 // K
+  int virtual_stages = 1;        // V: S = K·V stages, stage s on rank s mod K
+  std::string schedule = "gpipe";  // decides how many micro-batches each stage stashes
+  int microbatches = 1;          // M
+  int microbatch_size = 1;       // samples per micro-batch
+  schedule::RecomputePolicy recompute = schedule::RecomputePolicy::None;
+  Optimizer optimizer = Optimizer::Adam;
+  std::vector<Device> devices;   // one per rank; empty: the hardware's device on every rank
+  int stages() const { return ranks * virtual_stages; }
+};
+
+struct StagePlan {
+  schedule::LayerRange layers;
+  double compute_s = 0;     // F + B (+ R) of one micro-batch
+  double transfer_s = 0;    // its cuts, activations forward and gradients backward
+  double time_s = 0;        // compute + transfer
+  double memory_bytes = 0;  // weights, gradients, optimizer state, stashed activations
+  double capacity_bytes = 0;
+  std::int64_t params = 0;
+  double cut_in_bytes = 0, cut_out_bytes = 0;  // per micro-batch
+};
+
+struct Partition {
+  Method method = Method::Optimal;
+  std::vector<StagePlan> stages;
+  double bottleneck_s = 0;
+  double ideal_s = 0;  // the total stage time spread evenly
+  bool fits = true;
+  double imbalance() const { return ideal_s > 0 ? bottleneck_s / ideal_s - 1 : 0; }
+  std::vector<schedule::LayerRange> ranges() const;
+};
+
+// Throws pipetwin::Error when there are more stages than layers, or (for
+// Method::Optimal) when no partition fits, naming the stage and the overflow.
+Partition partition_model(const Model& model, const Hardware& hardware, const PartitionRequest& request,
+                          Method method = Method::Optimal);
+
+// The cost of any given split (used by the methods above and by tests).
+Partition evaluate_partition(const Model& model, const Hardware& hardware, const PartitionRequest& request,
+                             const std::vector<schedule::LayerRange>& ranges, Method method);
+
+}  // namespace pipetwin::models
