@@ -3,6 +3,8 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "models/families.hpp"
+#include "models/partition.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/grid.hpp"
 #include "schedule/io.hpp"
@@ -22,6 +24,8 @@ struct Options {
   std::string out;
   bool compute_only = false;
   bool json = false;
+  std::string model, hardware, partition = "optimal";
+  int microbatch_size = 1;
 };
 
 std::string percent(double x) {
@@ -62,6 +66,20 @@ std::string grid_report(const ps::ValidationReport& report) {
 int run(const Options& o) {
   ps::GeneratorOptions g{o.ranks, o.microbatches, o.virtual_stages, ps::parse_recompute(o.recompute)};
   ps::Program program = ps::generate(o.name, g);
+  if (!o.model.empty()) {
+    // The partition flows into the Program: stage s holds these layers.
+    models::PartitionRequest r;
+    r.ranks = o.ranks;
+    r.virtual_stages = o.virtual_stages;
+    r.schedule = o.name;
+    r.microbatches = o.microbatches;
+    r.microbatch_size = o.microbatch_size;
+    r.recompute = program.recompute;
+    const auto model = models::load_model(o.model);
+    program.partition = models::partition_model(model, models::load_hardware(o.hardware), r,
+                                                models::parse_method(o.partition))
+                            .ranges();
+  }
   if (!o.compute_only) program = ps::lower(std::move(program));
   const auto report = ps::validate(program);
   const std::string format = o.json ? "json" : o.format;
@@ -100,6 +118,15 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
   cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");
   cmd->add_flag("--json", o->json, "Same as --format json");
+  auto* model = cmd->add_option("--model", o->model, "Model spec (YAML): fills the partition (layers per stage)");
+  cmd->add_option("--hardware", o->hardware, "Hardware preset or YAML, for --model")->needs(model);
+  model->needs(cmd->get_option("--hardware"));
+  cmd->add_option("--partition", o->partition, "Partition method, with --model")
+      ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
+      ->capture_default_str();
+  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch, with --model")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return [o] { return run(*o); };
 }
 

@@ -248,6 +248,14 @@ void check_shape(const Program& p) {
     bad("partition has " + std::to_string(p.partition.size()) + " ranges, expected one per stage (" +
         std::to_string(p.num_stages()) + ")");
   }
+  for (std::size_t s = 0; s < p.partition.size(); ++s) {
+    const int expected_begin = s == 0 ? 0 : p.partition[s - 1].end;
+    if (p.partition[s].begin != expected_begin || p.partition[s].end <= p.partition[s].begin) {
+      bad("partition of stage " + std::to_string(s) + " is " + std::to_string(p.partition[s].begin) + ":" +
+          std::to_string(p.partition[s].end) + "; stages hold non-empty contiguous layer ranges starting at " +
+          std::to_string(expected_begin));
+    }
+  }
   if (static_cast<int>(p.weight_versions.size()) != p.num_stages()) {
     bad("weight_versions has " + std::to_string(p.weight_versions.size()) + " entries, expected " +
         std::to_string(p.num_stages()));

@@ -106,8 +106,29 @@ TEST_F(Cli, BadInputIsOneClearErrorAndNonZeroExit) {
   EXPECT_FALSE(std::filesystem::exists(path("no/such/dir/s.txt")));
 }
 
+TEST_F(Cli, PartitionComparesWithUniformAndFlowsIntoTheSchedule) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/amoebanet-d-18-256.yaml";
+  const auto r = run("partition --model " + model + " --hardware v100 --ranks 8 --microbatches 8");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "optimal partition")) << r.out;
+  EXPECT_TRUE(has(r.out, "vs uniform")) << r.out;
+  const auto j = run("partition --json --model " + model + " --hardware v100 --ranks 8");
+  EXPECT_TRUE(has(j.out, "\"bottleneck_s\"")) << j.out;
+  const auto s = run("schedule -s 1f1b -k 4 -m 8 --format text --model " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                     "/transformer-24.yaml --hardware v100");
+  EXPECT_EQ(s.code, 0) << s.out;
+  EXPECT_TRUE(has(s.out, "partition 0:8 8:14 14:20 20:26")) << s.out;
+  const auto oom = run("partition --model " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                       "/transformer-24.yaml --hardware v100 -k 4 -m 32");
+  EXPECT_EQ(oom.code, 1);
+  EXPECT_TRUE(has(oom.out, "over by")) << oom.out;
+  const auto bad_hw = run("partition --model " + model + " --hardware tpu-v9 -k 2");
+  EXPECT_EQ(bad_hw.code, 1);
+  EXPECT_TRUE(has(bad_hw.out, "neither a preset")) << bad_hw.out;
+}
+
 TEST_F(Cli, HelpOnEverySubcommand) {
-  for (const std::string sub : {"schedule", "validate", "info"}) {
+  for (const std::string sub : {"schedule", "validate", "info", "partition"}) {
     const auto r = run(sub + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(has(r.out, "--json")) << r.out;

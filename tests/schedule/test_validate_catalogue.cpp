@@ -149,6 +149,21 @@ TEST(Validate, ShapeErrorsNameTheField) {
   }
 }
 
+TEST(Validate, PartitionRangesMustTileTheLayers) {
+  auto p = ps::build_schedule("1f1b", {2, 2});
+  p.partition = {{0, 3}, {3, 6}};
+  EXPECT_NO_THROW(ps::validate(p));
+  p.partition = {{0, 3}, {4, 6}};
+  try {
+    ps::validate(p);
+    FAIL();
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("partition of stage 1 is 4:6"), std::string::npos) << e.what();
+  }
+  p.partition = {{0, 3}, {3, 3}};
+  EXPECT_THROW(ps::validate(p), pipetwin::Error);
+}
+
 TEST(Validate, ComputeOnlyProgramsAreLoweredThenValidated) {
   const auto report = ps::validate(ps::generate("1f1b", {4, 8}));
   EXPECT_TRUE(report.lowered);
