@@ -1,0 +1,86 @@
+// StageCostModel: prefix sums over the layer order, per rank's device.
+#include "models/stage_costs.hpp"
+
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+
+namespace pipetwin::models {
+
+StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
+    : model_(m), hardware_(hw), request_(r) {
+  const int n = static_cast<int>(m.layers.size());
+  devices_ = r.devices.empty() ? std::vector<Device>(r.ranks, hw.device) : r.devices;
+  if (static_cast<int>(devices_.size()) != r.ranks) {
+    throw Error("partition: " + std::to_string(devices_.size()) + " devices given for " + std::to_string(r.ranks) +
+                " ranks");
+  }
+  const double b = r.microbatch_size;
+  for (auto* prefix : {&forward_, &input_grad_, &weight_grad_}) prefix->assign(r.ranks, std::vector<double>(n + 1, 0));
+  for (int k = 0; k < r.ranks; ++k) {
+    const Device& d = devices_[k];
+    for (int l = 0; l < n; ++l) {
+      const auto& c = m.layers[l].cost;
+      forward_[k][l + 1] = forward_[k][l] + d.compute_seconds(c.forward_flops * b, m.precision);
+      input_grad_[k][l + 1] = input_grad_[k][l] + d.compute_seconds(c.input_grad_flops * b, m.precision);
+      weight_grad_[k][l + 1] = weight_grad_[k][l] + d.compute_seconds(c.weight_grad_flops * b, m.precision);
+    }
+  }
+  params_.assign(n + 1, 0);
+  stashed_.assign(n + 1, 0);
+  for (int l = 0; l < n; ++l) {
+    params_[l + 1] = params_[l] + static_cast<double>(m.layers[l].cost.params);
+    stashed_[l + 1] = stashed_[l] + static_cast<double>(m.layers[l].cost.stashed_elems);
+  }
+  cut_ = m.cut_elems();
+  // How many micro-batches each stage stashes under this schedule: the IR's accounting.
+  const auto program = schedule::build_schedule(r.schedule, {r.ranks, r.microbatches, r.virtual_stages, r.recompute});
+  stash_counts_ = schedule::account_memory(program);
+}
+
+double StageCostModel::cut_bytes(int p) const {
+  return static_cast<double>(cut_[p]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+}
+
+namespace {
+double optimizer_states(Optimizer o) { return o == Optimizer::Adam ? 2 : o == Optimizer::Momentum ? 1 : 0; }
+double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
+}  // namespace
+
+double StageCostModel::step_s(int i, int j, int s) const {
+  const double p = params_[j] - params_[i];
+  const double bytes = bytes_per_element(model_.precision);
+  // Read gradients, read and write weights, master copy and each optimizer state.
+  const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(request_.optimizer));
+  const Device& d = device_of(s);
+  return d.memory_bandwidth > 0 ? d.op_overhead_s + traffic / d.memory_bandwidth : 0;
+}
+
+double StageCostModel::compute_s(int i, int j, int s) const {
+  double t = forward_s(i, j, s) + backward_s(i, j, s);
+  if (request_.recompute != schedule::RecomputePolicy::None) t += forward_s(i, j, s);
+  return t;
+}
+
+double StageCostModel::transfer_s(int i, int j, int s) const {
+  const int S = request_.stages(), n = static_cast<int>(model_.layers.size());
+  double t = 0;
+  const auto hop = [&](int a, int b, double bytes) {
+    const Link l = hardware_.topology.path(rank_of(a), rank_of(b));
+    return 2 * (device_of(a).transfer_overhead_s + l.seconds(bytes));  // activations forward, gradients backward
+  };
+  if (i > 0 && s > 0 && rank_of(s - 1) != rank_of(s)) t += hop(s - 1, s, cut_bytes(i));
+  if (j < n && s + 1 < S && rank_of(s + 1) != rank_of(s)) t += hop(s, s + 1, cut_bytes(j));
+  return t;
+}
+
+double StageCostModel::memory_bytes(int i, int j, int s) const {
+  const double p = params_[j] - params_[i];
+  const auto& st = stash_counts_.at(s);
+  const double bytes = bytes_per_element(model_.precision);
+  const double weights =
+      p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(request_.optimizer));
+  const double activations = (stashed_[j] - stashed_[i]) * bytes * request_.microbatch_size;
+  return weights + st.peak_activations * activations + st.peak_inputs * cut_bytes(i);
+}
+
+}  // namespace pipetwin::models

@@ -1,0 +1,62 @@
+// What stage s costs when it holds layers [i, j): the times of its actions on
+// its rank's device, the bytes crossing its cuts, and its memory. Prefix sums
+// make every query O(1); the partitioner and the simulator share this model.
+#pragma once
+
+#include <vector>
+
+#include "models/hardware.hpp"
+#include "models/model.hpp"
+#include "models/partition.hpp"
+#include "schedule/memory.hpp"
+
+namespace pipetwin::models {
+
+class StageCostModel {
+ public:
+  // `model` must be in a topological order and outlive this object.
+  StageCostModel(const Model& model, const Hardware& hardware, const PartitionRequest& request);
+
+  int rank_of(int stage) const { return stage % request_.ranks; }
+  const Device& device_of(int stage) const { return devices_[rank_of(stage)]; }
+
+  // Seconds of one micro-batch's action on stage s's device, layer by layer.
+  double forward_s(int i, int j, int s) const { return sum(forward_, i, j, s); }
+  double input_grad_s(int i, int j, int s) const { return sum(input_grad_, i, j, s); }
+  double weight_grad_s(int i, int j, int s) const { return sum(weight_grad_, i, j, s); }
+  double backward_s(int i, int j, int s) const { return input_grad_s(i, j, s) + weight_grad_s(i, j, s); }
+  // Optimizer step: memory-bound over weights, gradients and optimizer state.
+  double step_s(int i, int j, int s) const;
+
+  // F + B (+ R when recomputing): the stage's compute per micro-batch.
+  double compute_s(int i, int j, int s) const;
+  // Its transfers per micro-batch: activations forward and gradients backward across its cuts.
+  double transfer_s(int i, int j, int s) const;
+  double time_s(int i, int j, int s) const { return compute_s(i, j, s) + transfer_s(i, j, s); }
+
+  double cut_bytes(int p) const;  // per micro-batch, at position p
+  std::int64_t params(int i, int j) const { return static_cast<std::int64_t>(params_[j] - params_[i]); }
+  // Weights (+ fp32 master copy in half precision) per weight version, gradients,
+  // optimizer state, the schedule's peak of whole stashed micro-batches and of
+  // checkpointed stage inputs.
+  double memory_bytes(int i, int j, int s) const;
+  double capacity_bytes(int s) const { return device_of(s).memory_bytes; }
+  const schedule::StageMemory& stash(int s) const { return stash_counts_.at(s); }
+
+ private:
+  double sum(const std::vector<std::vector<double>>& prefix, int i, int j, int s) const {
+    const auto& p = prefix[rank_of(s)];
+    return p[j] - p[i];
+  }
+
+  const Model& model_;
+  const Hardware& hardware_;
+  PartitionRequest request_;
+  std::vector<Device> devices_;
+  std::vector<std::vector<double>> forward_, input_grad_, weight_grad_;  // [rank][position]
+  std::vector<double> params_, stashed_;
+  std::vector<std::int64_t> cut_;
+  std::vector<schedule::StageMemory> stash_counts_;
+};
+
+}  // namespace pipetwin::models
