@@ -22,6 +22,7 @@ std::string_view topology_name(TopologyKind kind) {
     case TopologyKind::AllToAll: return "all-to-all";
     case TopologyKind::PcieTree: return "pcie-tree";
     case TopologyKind::MultiHost: return "multi-host";
+    case TopologyKind::SharedHost: return "shared-host";
   }
   return "?";
 }
@@ -39,6 +40,8 @@ std::vector<Hop> Topology::route(int a, int b) const {
       return {up(a, sa), {"sw" + std::to_string(sa) + "-host", bridge}, {"sw" + std::to_string(sb) + "-host", bridge},
               up(b, sb)};
     }
+    case TopologyKind::SharedHost:
+      return {{"loopback", intra}};
     case TopologyKind::MultiHost: {
       const int ha = a / devices_per_host, hb = b / devices_per_host;
       if (ha == hb) return {{dev(std::min(a, b)) + "-" + dev(std::max(a, b)), intra}};
@@ -89,16 +92,18 @@ void apply_device(Device& d, const YamlFields& y) {
 }
 
 void apply_topology(Topology& t, const YamlFields& y) {
-  y.reject_unknown({"kind", "devices_per_host", "devices_per_switch", "intra", "bridge", "inter"});
+  y.reject_unknown({"kind", "devices_per_host", "devices_per_switch", "host_cores", "intra", "bridge", "inter"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
     else if (k == "pcie-tree") t.kind = TopologyKind::PcieTree;
     else if (k == "multi-host") t.kind = TopologyKind::MultiHost;
-    else y.fail("kind", "unknown topology '" + k + "' (valid: all-to-all, pcie-tree, multi-host)");
+    else if (k == "shared-host") t.kind = TopologyKind::SharedHost;
+    else y.fail("kind", "unknown topology '" + k + "' (valid: all-to-all, pcie-tree, multi-host, shared-host)");
   }
   if (y.has("devices_per_host")) t.devices_per_host = static_cast<int>(y.positive_int("devices_per_host"));
   if (y.has("devices_per_switch")) t.devices_per_switch = static_cast<int>(y.positive_int("devices_per_switch"));
+  if (y.has("host_cores")) t.host_cores = static_cast<int>(y.positive_int("host_cores"));
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));

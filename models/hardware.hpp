@@ -45,6 +45,7 @@ enum class TopologyKind {
   AllToAll,  // every device pair has its own link (NVLink switch, TPU ICI)
   PcieTree,  // devices under PCIe switches, switches under the host bridge
   MultiHost, // devices_per_host all-to-all inside a host, hosts over a network
+  SharedHost,  // every rank is a process on one host of host_cores cores (a CPU box)
 };
 std::string_view topology_name(TopologyKind kind);
 
@@ -58,7 +59,8 @@ struct Topology {
   TopologyKind kind = TopologyKind::AllToAll;
   int devices_per_host = 8;
   int devices_per_switch = 4;
-  Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host)
+  int host_cores = 1;  // SharedHost: ranks beyond this count share cores
+  Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared)
   Link bridge;  // switch-host bridge (PCIe tree)
   Link inter;   // host-network (multi-host)
   std::vector<Hop> route(int from_device, int to_device) const;

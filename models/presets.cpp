@@ -33,6 +33,14 @@ Topology pcie_tree(int per_switch, double latency_us, double gbps, double bridge
   return t;
 }
 
+Topology shared_host(int cores, double latency_us, double gbps) {
+  Topology t;
+  t.kind = TopologyKind::SharedHost;
+  t.host_cores = cores;
+  t.intra = {latency_us * us, gbps * G};
+  return t;
+}
+
 const Efficiency kGpuCurve{0.6, 2e9};  // default until calibrated: half of max at 2 GFLOP per op
 const Efficiency kTpuCurve{0.6, 4e9};
 
@@ -92,9 +100,9 @@ const std::map<std::string, std::function<Hardware()>>& table() {
       {"cpu",
        [] {
          return Hardware{"cpu",
-                         "this machine class (2 cores, 24 GB), uncalibrated: 100 GFLOPS assumed; Gloo over loopback "
-                         "measured at ~30 us and ~3 GB/s (DEPENDENCIES); run `pipetwin calibrate` for real figures",
-                         device("cpu", 100 * G, 100 * G, 24, 20, {0.5, 1e7}, 5, 0), all_to_all(30, 3)};
+                         "this machine class (2 cores, 24 GB) with one process per rank, uncalibrated: 50 GFLOPS "
+                         "per core assumed; Gloo over loopback measured at ~30 us and ~3 GB/s (DEPENDENCIES)",
+                         device("cpu core", 50 * G, 50 * G, 24, 20, {0.5, 1e7}, 5, 0), shared_host(2, 30, 3)};
        }},
   };
   return presets;

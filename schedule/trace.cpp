@@ -1,0 +1,110 @@
+// Chrome trace writer and reader.
+#include "schedule/trace.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "schedule/error.hpp"
+#include "schedule/interpreter.hpp"
+#include "schedule/io.hpp"
+
+namespace pipetwin::schedule {
+namespace {
+
+using nlohmann::json;
+constexpr double kMicro = 1e6;
+
+int tid_of(Op op) { return is_send(op) ? 1 : is_recv(op) ? 2 : 0; }
+
+}  // namespace
+
+std::string to_chrome_trace(const Trace& trace) {
+  json events = json::array();
+  const auto& ranks = trace.timeline.ranks;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
+    for (const auto& [tid, name] : {std::pair{0, "compute"}, std::pair{1, "send"}, std::pair{2, "recv"}}) {
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", tid}, {"args", {{"name", name}}}});
+    }
+  }
+  std::map<MessageKey, std::pair<std::size_t, double>> sends;  // key -> rank, time
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& t : ranks[r]) {
+      json args{{"op", std::string(op_name(t.action.op))}, {"stage", t.action.stage.value}};
+      if (t.action.microbatch) args["microbatch"] = t.action.microbatch->value;
+      events.push_back({{"ph", "X"},
+                        {"name", to_string(t.action)},
+                        {"cat", is_compute(t.action.op) ? "compute" : is_transfer(t.action.op) ? "transfer" : "other"},
+                        {"pid", r},
+                        {"tid", tid_of(t.action.op)},
+                        {"ts", t.start * kMicro},
+                        {"dur", (t.end - t.start) * kMicro},
+                        {"args", args}});
+      if (is_send(t.action.op)) sends[message_of(t.action)] = {r, t.start};
+    }
+  }
+  int flow = 0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& t : ranks[r]) {
+      if (!is_recv(t.action.op)) continue;
+      const auto it = sends.find(message_of(t.action));
+      if (it == sends.end()) continue;
+      const std::string name = to_string(matching_send(t.action)) + " -> " + to_string(t.action);
+      events.push_back({{"ph", "s"}, {"id", flow}, {"name", name}, {"cat", "transfer"}, {"pid", it->second.first},
+                        {"tid", 1}, {"ts", it->second.second * kMicro}});
+      events.push_back({{"ph", "f"}, {"bp", "e"}, {"id", flow}, {"name", name}, {"cat", "transfer"}, {"pid", r},
+                        {"tid", 2}, {"ts", t.end * kMicro}});
+      ++flow;
+    }
+  }
+  json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", trace.metadata.is_null() ? json::object() : trace.metadata}};
+  return doc.dump() + "\n";
+}
+
+Trace parse_chrome_trace(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(source + ": not a Chrome trace (invalid or truncated JSON: " + e.what() + ")");
+  }
+  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
+    throw Error(source + ": not a Chrome trace (no 'traceEvents' list)");
+  }
+  Trace trace;
+  trace.metadata = doc.value("otherData", json::object());
+  const auto& events = doc["traceEvents"];
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const std::string where = source + ": traceEvents[" + std::to_string(i) + "]";
+    for (const char* field : {"name", "pid", "ts", "dur"}) {
+      if (!e.contains(field)) throw Error(where + ": missing field '" + std::string(field) + "'");
+    }
+    if (!e["pid"].is_number_integer() || e["pid"].get<int>() < 0) throw Error(where + ": field 'pid' must be a rank (integer >= 0)");
+    if (!e["ts"].is_number() || !e["dur"].is_number() || e["dur"].get<double>() < 0) {
+      throw Error(where + ": fields 'ts' and 'dur' must be numbers, 'dur' not negative");
+    }
+    if (!e["name"].is_string()) throw Error(where + ": field 'name' must be an action such as 1F3");
+    Action action;
+    try {
+      action = parse_action(e["name"].get<std::string>());
+    } catch (const Error& err) {
+      throw Error(where + ": field 'name': " + err.what());
+    }
+    const auto rank = static_cast<std::size_t>(e["pid"].get<int>());
+    if (trace.timeline.ranks.size() <= rank) trace.timeline.ranks.resize(rank + 1);
+    const double start = e["ts"].get<double>() / kMicro;
+    trace.timeline.ranks[rank].push_back({action, start, start + e["dur"].get<double>() / kMicro});
+  }
+  for (auto& rank : trace.timeline.ranks) {
+    std::stable_sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  }
+  return trace;
+}
+
+void write_chrome_trace(const std::string& path, const Trace& trace) { write_file_atomic(path, to_chrome_trace(trace)); }
+
+Trace read_chrome_trace(const std::string& path) { return parse_chrome_trace(read_file(path), path); }
+
+}  // namespace pipetwin::schedule

@@ -1,0 +1,265 @@
+// simulate(): the SimGrid replay (platform, actors, backend) and the child
+// process that runs it.
+#include "sim/simulator.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <simgrid/s4u.hpp>
+#include <xbt/log.h>
+
+#include "schedule/error.hpp"
+#include "schedule/interpreter.hpp"
+
+namespace sg4 = simgrid::s4u;
+namespace ps = pipetwin::schedule;
+
+namespace pipetwin::sim {
+namespace {
+
+// Hosts compute 1e9 work units per second: modelled seconds become work far
+// above SimGrid's work-amount precision.
+constexpr double kSpeed = 1e9;
+
+std::string mailbox_name(const ps::MessageKey& k) {
+  return std::string(k.forward ? "F" : "B") + "/" + std::to_string(k.to_stage.value) + "/" +
+         std::to_string(k.microbatch.value);
+}
+
+// The platform, built in code:
+//   all-to-all:  devN ==[devA-devB]== devM            (one split-duplex link per pair)
+//   pcie-tree:   devN --[devN-swS]-- swS --[swS-host]-- host bridge (routes of 2 or 4 hops)
+//   multi-host:  NVLink-like pairs inside a host, [hostH-net] links between hosts
+//   shared-host: one host of host_cores cores, a loopback link
+std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) {
+  auto* zone = sg4::create_full_zone("pipeline");
+  std::vector<sg4::Host*> hosts;
+  std::map<std::string, sg4::Link*> links;
+  const auto link = [&](const models::Hop& hop) {
+    auto [it, fresh] = links.emplace(hop.link, nullptr);
+    if (fresh) {
+      it->second = zone->create_split_duplex_link(hop.link, hop.spec.bandwidth)->set_latency(hop.spec.latency_s)->seal();
+    }
+    return it->second;
+  };
+  if (topo.kind == models::TopologyKind::SharedHost) {
+    auto* host = zone->create_host("host", kSpeed)->set_core_count(topo.host_cores)->seal();
+    const auto hops = topo.route(0, 1);
+    zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
+                    {sg4::LinkInRoute(link(hops.front()), sg4::LinkInRoute::Direction::UP)}, false);
+    zone->seal();
+    return std::vector<sg4::Host*>(ranks, host);
+  }
+  for (int r = 0; r < ranks; ++r) hosts.push_back(zone->create_host("dev" + std::to_string(r), kSpeed)->seal());
+  for (int a = 0; a < ranks; ++a) {
+    for (int b = a + 1; b < ranks; ++b) {
+      const auto hops = topo.route(a, b);
+      std::vector<sg4::LinkInRoute> route;
+      const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;  // a's side goes up, b's side down
+      for (std::size_t h = 0; h < hops.size(); ++h) {
+        route.emplace_back(link(hops[h]), h < half ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+      }
+      zone->add_route(hosts[a]->get_netpoint(), hosts[b]->get_netpoint(), nullptr, nullptr, route, true);
+    }
+  }
+  zone->seal();
+  return hosts;
+}
+
+class SimBackend final : public ps::Backend {
+ public:
+  SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out) : in_(in), out_(out) {}
+
+  void compute(ps::RankId, const ps::Action& a) override {
+    const StageTimes& t = in_.stages.at(a.stage.value);
+    double d = 0;
+    switch (a.op) {
+      case ps::Op::F: d = t.forward_s; break;
+      case ps::Op::B: d = t.input_grad_s + t.weight_grad_s; break;
+      case ps::Op::I: d = t.input_grad_s; break;
+      case ps::Op::W: d = t.weight_grad_s; break;
+      case ps::Op::R: d = t.recompute_s; break;
+      case ps::Op::STEP: d = t.step_s; break;
+      default: break;
+    }
+    const double start = sg4::Engine::get_clock();
+    if (d > 0) sg4::this_actor::exec_init(d * kSpeed)->set_name(ps::to_string(a))->start()->wait();
+    out_.push_back({a, start, sg4::Engine::get_clock()});
+  }
+
+  void send(ps::RankId, const ps::Action& a, ps::RankId) override {
+    const StageTimes& t = in_.stages.at(a.stage.value);
+    const double bytes = a.op == ps::Op::SEND_F ? t.activation_bytes : t.gradient_bytes;
+    const double start = sg4::Engine::get_clock();
+    if (in_.transfer_overhead_s > 0) sg4::this_actor::sleep_for(in_.transfer_overhead_s);
+    static int payload = 0;
+    sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
+    out_.push_back({a, start, sg4::Engine::get_clock()});
+  }
+
+  bool recv(ps::RankId, const ps::Action& a, ps::RankId) override {
+    const double start = sg4::Engine::get_clock();
+    sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->get<int>();
+    out_.push_back({a, start, sg4::Engine::get_clock()});
+    return true;
+  }
+
+ private:
+  const SimInput& in_;
+  std::vector<ps::TimedAction>& out_;
+};
+
+// Binary timeline through the pipe: [ranks][count][op stage mb start end]...
+void put_bytes(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
+template <class T>
+void put(std::string& out, T v) { put_bytes(out, &v, sizeof v); }
+template <class T>
+T take(const std::string& in, std::size_t& pos) {
+  if (pos + sizeof(T) > in.size()) throw Error("simulation: truncated result from the simulation process");
+  T v;
+  std::memcpy(&v, in.data() + pos, sizeof v);
+  pos += sizeof v;
+  return v;
+}
+
+std::string encode(const ps::Timeline& t) {
+  std::string out;
+  put<uint64_t>(out, t.ranks.size());
+  for (const auto& rank : t.ranks) {
+    put<uint64_t>(out, rank.size());
+    for (const auto& a : rank) {
+      put<int32_t>(out, static_cast<int32_t>(a.action.op));
+      put<int32_t>(out, a.action.stage.value);
+      put<int32_t>(out, a.action.microbatch ? a.action.microbatch->value : -1);
+      put<double>(out, a.start);
+      put<double>(out, a.end);
+    }
+  }
+  return out;
+}
+
+ps::Timeline decode(const std::string& in) {
+  std::size_t pos = 0;
+  ps::Timeline t;
+  t.ranks.resize(take<uint64_t>(in, pos));
+  for (auto& rank : t.ranks) {
+    rank.resize(take<uint64_t>(in, pos));
+    for (auto& a : rank) {
+      a.action.op = static_cast<ps::Op>(take<int32_t>(in, pos));
+      a.action.stage = ps::StageId{take<int32_t>(in, pos)};
+      const int mb = take<int32_t>(in, pos);
+      if (mb >= 0) a.action.microbatch = ps::MicrobatchId{mb};
+      a.start = take<double>(in, pos);
+      a.end = take<double>(in, pos);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+ps::Timeline simulate_here(const SimInput& in) {
+  const ps::Program& p = in.program;
+  if (static_cast<int>(in.stages.size()) != p.num_stages()) {
+    throw Error("simulation: " + std::to_string(in.stages.size()) + " stage costs for " + std::to_string(p.num_stages()) +
+                " stages");
+  }
+  xbt_log_control_set("root.thres:critical");
+  int argc = 1;
+  char name[] = "pipetwin-sim";
+  char* argv[] = {name, nullptr};
+  sg4::Engine engine(&argc, argv);
+  engine.set_config("network/model:CM02");
+  engine.set_config("network/TCP-gamma:0");
+  engine.set_config("network/crosstraffic:0");
+  const auto hosts = build_platform(in.topology, p.num_ranks);
+
+  ps::Timeline timeline;
+  timeline.ranks.resize(p.num_ranks);
+  for (int r = 0; r < p.num_ranks; ++r) {
+    sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&in, &timeline, r] {
+      // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
+      for (const auto& a : in.program.ranks[r]) {
+        if (ps::is_recv(a.op)) sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->set_receiver(sg4::Actor::self());
+      }
+      SimBackend backend(in, timeline.ranks[r]);
+      ps::RankInterpreter interpreter(in.program, ps::RankId{r});
+      while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
+      }
+    });
+  }
+  engine.run();
+  std::string blocked;
+  for (int r = 0; r < p.num_ranks; ++r) {
+    const std::size_t done = timeline.ranks[r].size(), total = p.ranks[r].size();
+    if (done < total) {
+      blocked += "\n  rank " + std::to_string(r) + ", step " + std::to_string(done) + " (" +
+                 ps::to_string(p.ranks[r][done]) + ") never completed";
+    }
+  }
+  if (!blocked.empty()) throw Error("simulation: deadlock, no rank can make progress" + blocked);
+  return timeline;
+}
+
+SimResult simulate(const SimInput& in) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error("simulation: cannot create a pipe");
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) throw Error("simulation: cannot fork the simulation process");
+  if (child == 0) {
+    ::close(fds[0]);
+    // SimGrid reports a deadlock at critical level on stderr; ours travels through the pipe.
+    if (!std::getenv("PIPETWIN_SIM_LOG")) std::freopen("/dev/null", "w", stderr);
+    std::string out;
+    int status = 0;
+    try {
+      out = encode(simulate_here(in));
+    } catch (const std::exception& e) {
+      out = e.what();
+      status = 1;
+    }
+    std::string framed;
+    put<int32_t>(framed, status);
+    framed += out;
+    for (std::size_t off = 0; off < framed.size();) {
+      const ssize_t n = ::write(fds[1], framed.data() + off, framed.size() - off);
+      if (n <= 0) ::_exit(3);
+      off += static_cast<std::size_t>(n);
+    }
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string data;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int wstatus = 0;
+  ::waitpid(child, &wstatus, 0);
+  if (WIFSIGNALED(wstatus)) {
+    throw Error("simulation: the simulation process died of signal " + std::to_string(WTERMSIG(wstatus)));
+  }
+  std::size_t pos = 0;
+  const int status = take<int32_t>(data, pos);
+  if (status != 0) throw Error(data.substr(pos));
+  SimResult result;
+  result.timeline = decode(data.substr(pos));
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace pipetwin::sim

@@ -1,0 +1,52 @@
+// Replays a Program in SimGrid: one host per device (or one multi-core host
+// that all ranks share), the topology's links and routes, one actor per rank
+// walking its action list through the schedule's RankInterpreter.
+//
+//   compute (F B I W R STEP)  -> an exec of the modelled duration on the rank's host
+//   SEND_*                     -> a detached mailbox put of the modelled bytes
+//   RECV_*                     -> a blocking get; the mailbox's receiver is set up
+//                                 front, so data flows as soon as it is sent
+//
+// Network model: CM02 without TCP gamma or cross traffic, so a lone transfer
+// takes exactly latency + bytes / bandwidth; concurrent transfers share links.
+// SimGrid supports one engine per process: simulate() runs it in a child
+// process and reads the timeline back, so callers may simulate many times.
+// SimGrid's own log is silent unless PIPETWIN_SIM_LOG is set.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/hardware.hpp"
+#include "schedule/program.hpp"
+#include "schedule/timeline.hpp"
+
+namespace pipetwin::sim {
+
+// Per micro-batch, for one stage.
+struct StageTimes {
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
+  double activation_bytes = 0;  // what its SEND_F carries
+  double gradient_bytes = 0;    // what its SEND_B carries
+};
+
+struct SimInput {
+  schedule::Program program;        // complete (lowered) and valid
+  std::vector<StageTimes> stages;   // one per stage
+  models::Topology topology;        // devices = ranks (rank r on device r)
+  double transfer_overhead_s = 0;   // sender-side cost of posting a transfer
+};
+
+struct SimResult {
+  schedule::Timeline timeline;
+  double wall_s = 0;  // wall-clock time of the replay, child process included
+};
+
+// Throws pipetwin::Error on a deadlock (naming the blocked ranks and actions)
+// or when the simulation process fails.
+SimResult simulate(const SimInput& input);
+
+// Runs the replay in this process (one engine per process: call at most once).
+schedule::Timeline simulate_here(const SimInput& input);
+
+}  // namespace pipetwin::sim

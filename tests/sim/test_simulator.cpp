@@ -1,0 +1,158 @@
+// The SimGrid replay against closed forms: bubbles of gpipe, 1f1b,
+// interleaved-1f1b and zb-h1, exact transfer times over routes, core
+// contention on a shared host, deadlocks reported.
+#include <gtest/gtest.h>
+
+#include "schedule/dry_run.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "sim/simulator.hpp"
+
+namespace ps = pipetwin::schedule;
+namespace pm = pipetwin::models;
+using pipetwin::sim::SimInput;
+using pipetwin::sim::StageTimes;
+
+namespace {
+
+pm::Topology instant_links() {
+  pm::Topology t;
+  t.kind = pm::TopologyKind::AllToAll;
+  t.intra = {0, 1e12};
+  return t;
+}
+
+SimInput uniform_input(const std::string& name, int K, int M, int V, StageTimes times) {
+  SimInput in;
+  in.program = ps::build_schedule(name, {K, M, V});
+  in.stages.assign(in.program.num_stages(), times);
+  in.topology = instant_links();
+  return in;
+}
+
+// Bubble time over ideal time, per rank (all ranks are equal here).
+double bubble_over_ideal(const ps::Timeline& t) {
+  const double busy = t.busy(ps::RankId{0});
+  return (t.makespan() - busy) / busy;
+}
+
+}  // namespace
+
+TEST(Simulator, GPipeAnd1F1BBubbleIsTheClosedForm) {
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    for (int K : {1, 2, 3, 4, 8}) {
+      for (int M : {1, 2, 3, 4, 8, 16}) {
+        const auto result = pipetwin::sim::simulate(uniform_input(name, K, M, 1, {1, 0.5, 0.5, 0, 0, 0, 0}));
+        const double expected = static_cast<double>(K - 1) / (M + K - 1);
+        EXPECT_NEAR(result.timeline.bubble_fraction(), expected, 1e-9) << name << " K=" << K << " M=" << M;
+        for (int r = 0; r < K; ++r) EXPECT_NEAR(result.timeline.idle_fraction(ps::RankId{r}), expected, 1e-9);
+        EXPECT_NEAR(result.timeline.makespan(), 2.0 * (M + K - 1), 1e-9);
+      }
+    }
+  }
+}
+
+TEST(Simulator, InterleavingShrinksTheBubbleByV) {
+  for (int K : {2, 4}) {
+    for (int M : {4, 8}) {
+      for (int V : {2, 3}) {
+        // A rank's whole stage costs F = B = 1, split over V chunks.
+        const double chunk = 1.0 / V;
+        const auto r = pipetwin::sim::simulate(uniform_input("interleaved-1f1b", K, M, V, {chunk, chunk / 2, chunk / 2, 0, 0, 0, 0}));
+        EXPECT_NEAR(bubble_over_ideal(r.timeline), (K - 1.0) / (V * M), 1e-9) << "K=" << K << " M=" << M << " V=" << V;
+      }
+    }
+  }
+}
+
+TEST(Simulator, ZeroBubbleH1HasAThirdOf1F1BsBubble) {
+  for (int K : {2, 4, 8}) {
+    for (int M : {8, 16}) {
+      const StageTimes t{1, 1, 1, 0, 0, 0, 0};  // F = I = W
+      const auto zb = pipetwin::sim::simulate(uniform_input("zb-h1", K, M, 1, t));
+      const auto ofob = pipetwin::sim::simulate(uniform_input("1f1b", K, M, 1, t));
+      EXPECT_NEAR(bubble_over_ideal(zb.timeline), (K - 1.0) / (3 * M), 1e-9) << "K=" << K << " M=" << M;
+      EXPECT_NEAR(bubble_over_ideal(ofob.timeline), (K - 1.0) / M, 1e-9) << "K=" << K << " M=" << M;
+    }
+  }
+}
+
+TEST(Simulator, AgreesWithTheDryRunOnEveryGeneratorWithoutContention) {
+  for (const auto& g : ps::generators()) {
+    const int V = g.virtual_stages ? 2 : 1;
+    SimInput in = uniform_input(std::string(g.name), 4, 8, V, {1, 0.5, 0.5, 1, 0, 0, 0});
+    ps::OpDurations d;
+    d.forward = 1, d.backward = 1, d.input_grad = 0.5, d.weight_grad = 0.5, d.recompute = 1, d.step = 0;
+    const auto dry = ps::dry_run(in.program, d);
+    const auto sim = pipetwin::sim::simulate(in);
+    EXPECT_NEAR(sim.timeline.makespan(), dry.timeline.makespan(), 1e-9) << g.name;
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(sim.timeline.ranks[r].size(), dry.timeline.ranks[r].size());
+      for (std::size_t i = 0; i < sim.timeline.ranks[r].size(); ++i) {
+        EXPECT_EQ(sim.timeline.ranks[r][i].action, dry.timeline.ranks[r][i].action);
+        EXPECT_NEAR(sim.timeline.ranks[r][i].end, dry.timeline.ranks[r][i].end, 1e-9) << g.name;
+      }
+    }
+  }
+}
+
+TEST(Simulator, ATransferTakesLatencyPlusBytesOverBandwidth) {
+  SimInput in;
+  in.program = ps::build_schedule("gpipe", {2, 1});
+  const double bytes = 4e6;
+  in.stages = {{1, 0.5, 0.5, 0, 0, bytes, 0}, {1, 0.5, 0.5, 0, 0, 0, bytes / 2}};
+  in.topology.kind = pm::TopologyKind::AllToAll;
+  in.topology.intra = {1e-5, 1e9};
+  const auto t = pipetwin::sim::simulate(in).timeline;
+  // rank 1: 1RECV_F0 ends when 0F0 (1 s) plus the transfer are over.
+  ASSERT_EQ(ps::to_string(t.ranks[1][0].action), "1RECV_F0");
+  EXPECT_NEAR(t.ranks[1][0].end, 1 + 1e-5 + bytes / 1e9, 1e-12);
+  // rank 0: 0RECV_B0 ends after rank 1's F and B and the gradient's transfer.
+  const auto& recv_b = t.ranks[0][2];
+  ASSERT_EQ(ps::to_string(recv_b.action), "0RECV_B0");
+  EXPECT_NEAR(recv_b.end, t.ranks[1][0].end + 2 + 1e-5 + bytes / 2 / 1e9, 1e-12);
+}
+
+TEST(Simulator, PcieRoutesAddLatenciesAndTakeTheNarrowestHop) {
+  SimInput in;
+  in.program = ps::build_schedule("gpipe", {2, 1});
+  in.stages = {{1, 0.5, 0.5, 0, 0, 1e6, 0}, {1, 0.5, 0.5, 0, 0, 0, 1e6}};
+  in.topology.kind = pm::TopologyKind::PcieTree;
+  in.topology.devices_per_switch = 1;  // ranks 0 and 1 under different switches: 4 hops
+  in.topology.intra = {2e-6, 16e9};
+  in.topology.bridge = {3e-6, 8e9};
+  const auto t = pipetwin::sim::simulate(in).timeline;
+  EXPECT_NEAR(t.ranks[1][0].end, 1 + (2 * 2e-6 + 2 * 3e-6) + 1e6 / 8e9, 1e-12);
+}
+
+TEST(Simulator, RanksSharingCoresContend) {
+  SimInput in = uniform_input("gpipe", 4, 8, 1, {1, 0.5, 0.5, 0, 0, 0, 0});
+  const double alone = pipetwin::sim::simulate(in).timeline.makespan();
+  in.topology.kind = pm::TopologyKind::SharedHost;
+  in.topology.host_cores = 2;
+  const double shared = pipetwin::sim::simulate(in).timeline.makespan();
+  EXPECT_NEAR(alone, 22, 1e-9);
+  // 4 ranks x 16 units of work on 2 cores take at least 32 units.
+  EXPECT_GE(shared, 32 - 1e-9);
+  in.topology.host_cores = 4;
+  EXPECT_NEAR(pipetwin::sim::simulate(in).timeline.makespan(), alone, 1e-9);
+}
+
+TEST(Simulator, DeadlockIsAnErrorNamingTheBlockedRanks) {
+  SimInput in = uniform_input("gpipe", 2, 2, 1, {1, 0.5, 0.5, 0, 0, 0, 0});
+  in.program.ranks[1] = {ps::parse_action("1RECV_F1"), ps::parse_action("1F1"), ps::parse_action("1RECV_F0"),
+                         ps::parse_action("1F0"), ps::parse_action("1B0"), ps::parse_action("1SEND_B0"),
+                         ps::parse_action("1B1"), ps::parse_action("1SEND_B1")};
+  in.program.ranks[0] = {ps::parse_action("0F0"), ps::parse_action("0SEND_F0"), ps::parse_action("0RECV_B0"),
+                         ps::parse_action("0B0"), ps::parse_action("0F1"), ps::parse_action("0SEND_F1"),
+                         ps::parse_action("0RECV_B1"), ps::parse_action("0B1")};
+  try {
+    pipetwin::sim::simulate(in);
+    FAIL() << "a deadlock was simulated to completion";
+  } catch (const pipetwin::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0, step 2 (0RECV_B0)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1, step 0 (1RECV_F1)"), std::string::npos) << msg;
+  }
+}
