@@ -13,5 +13,6 @@ Run add_schedule_command(CLI::App& app);
 Run add_validate_command(CLI::App& app);
 Run add_info_command(CLI::App& app);
 Run add_partition_command(CLI::App& app);
+Run add_simulate_command(CLI::App& app);
 
 }  // namespace pipetwin::cli

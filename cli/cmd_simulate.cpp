@@ -1,0 +1,55 @@
+// `pipetwin simulate`: predict one configuration's step in SimGrid.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "cli/scenario.hpp"
+#include "models/summary.hpp"
+#include "schedule/trace.hpp"
+#include "sim/from_model.hpp"
+#include "sim/transfer_probe.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+struct Options {
+  ScenarioOptions scenario;
+  std::string trace;
+  bool json = false;
+};
+
+int run(const Options& o) {
+  const auto sc = build_scenario(o.scenario);
+  const auto result = sim::simulate(sim::sim_input(*sc->costs, sc->hardware, sc->program));
+  const auto summary =
+      models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, "simgrid " + sim::simgrid_version());
+  if (!o.trace.empty()) {
+    auto meta = sc->describe();
+    meta["producer"] = "pipetwin simulate";
+    meta["summary"] = summary.to_json();
+    schedule::write_chrome_trace(o.trace, {result.timeline, meta});
+  }
+  if (o.json) {
+    auto j = sc->describe();
+    j["summary"] = summary.to_json();
+    j["simulated_actions"] = sc->program.num_actions();
+    j["wall_s"] = result.wall_s;
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    std::printf("%s\n%s", sc->headline().c_str(), summary.to_text().c_str());
+    if (!o.trace.empty()) std::printf("trace        %s (Chrome trace: open in Perfetto)\n", o.trace.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_simulate_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("simulate", "Predict step time, bubble and memory of one configuration in SimGrid");
+  add_scenario_options(cmd, o->scenario);
+  cmd->add_option("--trace", o->trace, "Write the predicted timeline as a Chrome trace (JSON)");
+  cmd->add_flag("--json", o->json, "Machine-readable summary");
+  return [o] { return run(*o); };
+}
+
+}  // namespace pipetwin::cli

@@ -1,0 +1,116 @@
+// build_scenario: load, check, partition, generate, lower, validate.
+#include "cli/scenario.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "models/layer_graph.hpp"
+#include "models/partition.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "schedule/validate.hpp"
+
+namespace pipetwin::cli {
+
+void add_scenario_options(CLI::App* cmd, ScenarioOptions& o) {
+  std::vector<std::string> names;
+  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
+  cmd->add_option("--model", o.model, "Model spec (YAML)")->required();
+  cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
+  cmd->add_option("--schedule,-s", o.schedule, "Schedule")->required()->check(CLI::IsMember(names));
+  cmd->add_option("--ranks,-k", o.ranks, "Ranks K")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", o.recompute, "Re-materialization policy")
+      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->capture_default_str();
+  cmd->add_option("--partition", o.partition,
+                  "auto (optimal), uniform, parameters, or a file: a schedule with a partition line, or begin:end ranges")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
+      ->capture_default_str();
+}
+
+namespace {
+
+std::vector<schedule::LayerRange> partition_from_file(const std::string& path) {
+  const std::string text = schedule::read_file(path);
+  if (text.find("rank ") != std::string::npos || text.find('{') != std::string::npos) {
+    auto ranges = schedule::read_program(path).partition;
+    if (ranges.empty()) throw Error(path + ": this schedule holds no partition line");
+    return ranges;
+  }
+  // Bare "begin:end" ranges, whitespace separated.
+  auto program = schedule::parse_text("partition " + text + "\n", path);
+  return program.partition;
+}
+
+}  // namespace
+
+std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o) {
+  auto sc = std::make_unique<Scenario>();
+  sc->model = models::in_topological_order(models::load_model(o.model));
+  sc->hardware = models::load_hardware(o.hardware);
+  auto& r = sc->request;
+  r.ranks = o.ranks;
+  r.virtual_stages = o.virtual_stages;
+  r.schedule = o.schedule;
+  r.microbatches = o.microbatches;
+  r.recompute = schedule::parse_recompute(o.recompute);
+  r.optimizer = models::parse_optimizer(o.optimizer);
+  const int batch = o.batch > 0 ? o.batch : o.microbatches;
+  if (batch % o.microbatches != 0) {
+    throw Error("--batch " + std::to_string(batch) + " does not split into --microbatches " +
+                std::to_string(o.microbatches) + " equal micro-batches");
+  }
+  r.microbatch_size = batch / o.microbatches;
+  sc->samples = batch;
+
+  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, r.recompute});
+  const int n = static_cast<int>(sc->model.layers.size());
+  if (o.partition == "auto" || o.partition == "optimal" || o.partition == "uniform" || o.partition == "parameters") {
+    sc->program.partition = models::partition_model(sc->model, sc->hardware, r, models::parse_method(o.partition)).ranges();
+  } else {
+    if (!std::filesystem::exists(o.partition)) {
+      throw Error("--partition '" + o.partition + "' is neither auto, uniform, parameters nor a file");
+    }
+    sc->program.partition = partition_from_file(o.partition);
+    if (!sc->program.partition.empty() && sc->program.partition.back().end != n) {
+      throw Error(o.partition + ": the partition ends at layer " + std::to_string(sc->program.partition.back().end) +
+                  " but " + sc->model.name + " has " + std::to_string(n) + " layers");
+    }
+  }
+  schedule::validate(sc->program);  // throws with the grid if anything is wrong
+  sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
+  return sc;
+}
+
+nlohmann::json Scenario::describe() const {
+  std::vector<std::vector<int>> ranges;
+  for (const auto& range : program.partition) ranges.push_back({range.begin, range.end});
+  return {{"model", model.name},
+          {"hardware", hardware.name},
+          {"schedule", program.schedule},
+          {"ranks", program.num_ranks},
+          {"stages_per_rank", program.stages_per_rank},
+          {"microbatches", program.num_microbatches},
+          {"microbatch_size", request.microbatch_size},
+          {"batch", samples},
+          {"recompute", std::string(schedule::recompute_name(program.recompute))},
+          {"partition", ranges}};
+}
+
+std::string Scenario::headline() const {
+  char line[512];
+  std::snprintf(line, sizeof line, "%s on %d x %s (%s), %s, K=%d V=%d M=%d, batch %g, recompute %s",
+                model.name.c_str(), program.num_ranks, hardware.device.name.c_str(),
+                std::string(models::topology_name(hardware.topology.kind)).c_str(), program.schedule.c_str(),
+                program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
+                std::string(schedule::recompute_name(program.recompute)).c_str());
+  return line;
+}
+
+}  // namespace pipetwin::cli

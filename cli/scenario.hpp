@@ -1,0 +1,39 @@
+// The options that name one pipeline configuration (model, hardware,
+// schedule, K, M, V, batch, recompute, partition), shared by the commands
+// that simulate or run it, and the objects they build from them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/families.hpp"
+#include "models/stage_costs.hpp"
+#include "schedule/program.hpp"
+
+namespace pipetwin::cli {
+
+struct ScenarioOptions {
+  std::string model, hardware, schedule;
+  int ranks = 0, microbatches = 0, virtual_stages = 1, batch = 0;
+  std::string recompute = "none", partition = "auto", optimizer = "adam";
+};
+
+void add_scenario_options(CLI::App* cmd, ScenarioOptions& o);
+
+struct Scenario {
+  models::Model model;
+  models::Hardware hardware;
+  models::PartitionRequest request;
+  schedule::Program program;  // complete, validated, partitioned
+  std::unique_ptr<models::StageCostModel> costs;
+  double samples = 0;         // per step: batch
+  nlohmann::json describe() const;
+  std::string headline() const;
+};
+
+// Throws pipetwin::Error naming the option or file at fault.
+std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o);
+
+}  // namespace pipetwin::cli

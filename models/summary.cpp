@@ -1,0 +1,73 @@
+// summarize(): timeline statistics plus the memory of every stage.
+#include "models/summary.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace pipetwin::models {
+
+bool RunSummary::fits() const {
+  for (const auto& m : memory) {
+    if (!m.fits()) return false;
+  }
+  return true;
+}
+
+RunSummary summarize(const schedule::Timeline& t, double samples, const StageCostModel& costs,
+                     const std::vector<schedule::LayerRange>& ranges, std::string engine) {
+  RunSummary s;
+  s.engine = std::move(engine);
+  s.step_time_s = t.makespan();
+  s.samples = samples;
+  s.throughput = s.step_time_s > 0 ? samples / s.step_time_s : 0;
+  s.bubble = t.bubble_fraction();
+  for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) {
+    s.busy_s.push_back(t.busy(schedule::RankId{r}));
+    s.idle.push_back(t.idle_fraction(schedule::RankId{r}));
+  }
+  for (int st = 0; st < static_cast<int>(ranges.size()); ++st) {
+    const auto& stash = costs.stash(st);
+    s.memory.push_back({costs.memory_bytes(ranges[st].begin, ranges[st].end, st), costs.capacity_bytes(st),
+                        stash.peak_activations, stash.peak_inputs, stash.weight_versions});
+  }
+  return s;
+}
+
+nlohmann::json RunSummary::to_json() const {
+  nlohmann::json j{{"engine", engine}, {"step_time_s", step_time_s}, {"samples", samples},
+                   {"throughput_samples_per_s", throughput}, {"bubble_fraction", bubble},
+                   {"busy_s_per_rank", busy_s}, {"idle_fraction_per_rank", idle}, {"fits", fits()}};
+  for (const auto& m : memory) {
+    j["memory_per_stage"].push_back({{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()},
+                                     {"peak_stashed_microbatches", m.peak_activations},
+                                     {"peak_stashed_inputs", m.peak_inputs}, {"weight_versions", m.weight_versions}});
+  }
+  return j;
+}
+
+std::string RunSummary::to_text() const {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line, "step time    %.6g s   throughput %.6g samples/s   (%s)\n", step_time_s, throughput,
+                engine.c_str());
+  out << line;
+  std::snprintf(line, sizeof line, "bubble       %.2f%% overall; idle per rank:", 100 * bubble);
+  out << line;
+  for (const double i : idle) {
+    std::snprintf(line, sizeof line, " %.1f%%", 100 * i);
+    out << line;
+  }
+  out << "\nmemory       peak per stage against capacity:\n";
+  for (std::size_t s = 0; s < memory.size(); ++s) {
+    const auto& m = memory[s];
+    std::snprintf(line, sizeof line, "  stage %zu: %.3f GB of %.3f GB (%d micro-batches stashed%s)%s\n", s,
+                  m.peak_bytes / 1e9, m.capacity_bytes / 1e9, m.peak_activations,
+                  m.peak_inputs ? (", " + std::to_string(m.peak_inputs) + " inputs").c_str() : "",
+                  m.fits() ? "" : "  OUT OF MEMORY");
+    out << line;
+  }
+  out << "verdict      " << (fits() ? "fits in memory" : "OUT OF MEMORY on at least one stage") << "\n";
+  return out.str();
+}
+
+}  // namespace pipetwin::models

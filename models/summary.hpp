@@ -1,0 +1,37 @@
+// The summary of one step, predicted or measured: the same fields for sim/
+// and exec/ (step time, throughput, bubble, busy time per rank, memory per
+// stage against capacity).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/stage_costs.hpp"
+#include "schedule/timeline.hpp"
+
+namespace pipetwin::models {
+
+struct StageMemoryReport {
+  double peak_bytes = 0, capacity_bytes = 0;
+  int peak_activations = 0, peak_inputs = 0, weight_versions = 1;
+  bool fits() const { return peak_bytes <= capacity_bytes; }
+};
+
+struct RunSummary {
+  std::string engine;  // "simgrid", "measured", ...
+  double step_time_s = 0;
+  double samples = 0;
+  double throughput = 0;  // samples per second
+  double bubble = 0;      // mean idle share of the ranks
+  std::vector<double> busy_s, idle;  // per rank
+  std::vector<StageMemoryReport> memory;  // per stage
+  bool fits() const;
+  nlohmann::json to_json() const;
+  std::string to_text() const;
+};
+
+RunSummary summarize(const schedule::Timeline& timeline, double samples, const StageCostModel& costs,
+                     const std::vector<schedule::LayerRange>& ranges, std::string engine);
+
+}  // namespace pipetwin::models
