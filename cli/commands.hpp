@@ -14,5 +14,6 @@ Run add_validate_command(CLI::App& app);
 Run add_info_command(CLI::App& app);
 Run add_partition_command(CLI::App& app);
 Run add_simulate_command(CLI::App& app);
+Run add_sweep_command(CLI::App& app);
 
 }  // namespace pipetwin::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(pipetwin::cli::add_validate_command);
   add(pipetwin::cli::add_partition_command);
   add(pipetwin::cli::add_simulate_command);
+  add(pipetwin::cli::add_sweep_command);
   add(pipetwin::cli::add_info_command);
   try {
     app.parse(argc, argv);

@@ -151,7 +151,7 @@ Partition partition_model(const Model& input, const Hardware& hw, const Partitio
           if (o > over) over = o, worst = s;
         }
         const auto [i, j] = spread[worst];
-        throw Error("partition: no split of " + model.name + " into " + std::to_string(S) + " stages fits in memory (" +
+        throw OutOfMemory("partition: no split of " + model.name + " into " + std::to_string(S) + " stages fits in memory (" +
                     r.schedule + ", M=" + std::to_string(r.microbatches) + ", micro-batch " +
                     std::to_string(r.microbatch_size) + "): at best stage " + std::to_string(worst) + " (layers " +
                     std::to_string(i) + ".." + std::to_string(j - 1) + ") needs " + gb(cost.memory_bytes(i, j, worst)) +

@@ -13,6 +13,7 @@
 
 #include "models/hardware.hpp"
 #include "models/model.hpp"
+#include "schedule/error.hpp"
 #include "schedule/program.hpp"
 
 namespace pipetwin::models {
@@ -57,8 +58,14 @@ struct Partition {
   std::vector<schedule::LayerRange> ranges() const;
 };
 
+// No split of the model fits in memory.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // Throws pipetwin::Error when there are more stages than layers, or (for
-// Method::Optimal) when no partition fits, naming the stage and the overflow.
+// Method::Optimal) OutOfMemory when no partition fits, naming the stage and the overflow.
 Partition partition_model(const Model& model, const Hardware& hardware, const PartitionRequest& request,
                           Method method = Method::Optimal);
 

@@ -89,7 +89,7 @@ class SimBackend final : public ps::Backend {
       default: break;
     }
     const double start = sg4::Engine::get_clock();
-    if (d > 0) sg4::this_actor::exec_init(d * kSpeed)->set_name(ps::to_string(a))->start()->wait();
+    if (d > 0) sg4::this_actor::execute(d * kSpeed);
     out_.push_back({a, start, sg4::Engine::get_clock()});
   }
 
@@ -207,8 +207,7 @@ ps::Timeline simulate_here(const SimInput& in) {
   return timeline;
 }
 
-SimResult simulate(const SimInput& in) {
-  const auto t0 = std::chrono::steady_clock::now();
+SimProcess start_simulation(const SimInput& in) {
   int fds[2];
   if (::pipe(fds) != 0) throw Error("simulation: cannot create a pipe");
   std::fflush(nullptr);
@@ -238,18 +237,13 @@ SimResult simulate(const SimInput& in) {
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string data;
-  char buf[1 << 16];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
+  return {child, fds[0]};
+}
+
+SimResult finish_simulation(const SimProcess& process, const std::string& data) {
+  ::close(process.fd);
   int wstatus = 0;
-  ::waitpid(child, &wstatus, 0);
+  ::waitpid(process.pid, &wstatus, 0);
   if (WIFSIGNALED(wstatus)) {
     throw Error("simulation: the simulation process died of signal " + std::to_string(WTERMSIG(wstatus)));
   }
@@ -258,6 +252,22 @@ SimResult simulate(const SimInput& in) {
   if (status != 0) throw Error(data.substr(pos));
   SimResult result;
   result.timeline = decode(data.substr(pos));
+  return result;
+}
+
+SimResult simulate(const SimInput& in) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SimProcess process = start_simulation(in);
+  std::string data;
+  char buf[1 << 16];
+  for (ssize_t n; (n = ::read(process.fd, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  SimResult result = finish_simulation(process, data);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -46,6 +46,16 @@ struct SimResult {
 // or when the simulation process fails.
 SimResult simulate(const SimInput& input);
 
+// The same, split so that a caller can keep several simulation processes in
+// flight (sweeps): start_simulation() forks and returns at once; read the
+// child's output from `fd` until EOF, then finish_simulation() reaps it.
+struct SimProcess {
+  int pid = -1;
+  int fd = -1;
+};
+SimProcess start_simulation(const SimInput& input);
+SimResult finish_simulation(const SimProcess& process, const std::string& output);
+
 // Runs the replay in this process (one engine per process: call at most once).
 schedule::Timeline simulate_here(const SimInput& input);
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "schedule/io.hpp"
+#include "schedule/trace.hpp"
 
 namespace {
 
@@ -127,8 +128,57 @@ TEST_F(Cli, PartitionComparesWithUniformAndFlowsIntoTheSchedule) {
   EXPECT_TRUE(has(bad_hw.out, "neither a preset")) << bad_hw.out;
 }
 
+TEST_F(Cli, SimulatePrintsTheSummaryAndWritesATrace) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  const auto r = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 2 -m 4 --batch 8 --trace " + path("t.json"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "step time")) << r.out;
+  EXPECT_TRUE(has(r.out, "verdict      fits in memory")) << r.out;
+  const auto trace = pipetwin::schedule::read_chrome_trace(path("t.json"));
+  EXPECT_EQ(trace.timeline.ranks.size(), 2u);
+  EXPECT_EQ(trace.metadata["schedule"], "1f1b");
+  const auto j = run("simulate --json --model " + model + " --hardware a100 -s gpipe -k 2 -m 4");
+  EXPECT_EQ(j.code, 0) << j.out;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_GT(doc["summary"]["step_time_s"].get<double>(), 0);
+  EXPECT_EQ(doc["summary"]["memory_per_stage"].size(), 2u);
+  const auto bad_batch = run("simulate --model " + model + " --hardware a100 -s gpipe -k 2 -m 4 --batch 6");
+  EXPECT_EQ(bad_batch.code, 1);
+  EXPECT_TRUE(has(bad_batch.out, "--batch 6 does not split into --microbatches 4")) << bad_batch.out;
+  const auto too_many = run("simulate --model " + model + " --hardware a100 -s gpipe -k 8 -m 4");
+  EXPECT_EQ(too_many.code, 1);
+  EXPECT_TRUE(has(too_many.out, "a stage needs at least one layer")) << too_many.out;
+}
+
+TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  const std::string args = "sweep --model " + model + " --hardware a100 -k 1,2,8 -m 1,4 -s gpipe,1f1b --out " + path("r.csv");
+  const auto first = run(args);
+  EXPECT_EQ(first.code, 0) << first.out;
+  const std::string full = pipetwin::schedule::read_file(path("r.csv"));
+  int lines = 0;
+  for (const char c : full) lines += c == '\n';
+  EXPECT_EQ(lines, 1 + 12);
+  EXPECT_TRUE(has(full, "gpipe,none,8,1,1,1,error,")) << full;  // 8 stages, 6 layers
+  // Cut the file after 5 rows, as an interrupted sweep leaves it: the rerun completes it identically.
+  std::string cut;
+  int kept = 0;
+  for (std::size_t i = 0; i < full.size() && kept < 6; ++i) {
+    cut += full[i];
+    kept += full[i] == '\n';
+  }
+  pipetwin::schedule::write_file_atomic(path("r.csv"), cut);
+  const auto second = run(args);
+  EXPECT_TRUE(has(second.out, "5 resumed")) << second.out;
+  EXPECT_EQ(pipetwin::schedule::read_file(path("r.csv")), full);
+  pipetwin::schedule::write_file_atomic(path("other.csv"), "a,b\n1,2\n");
+  const auto wrong = run("sweep --model " + model + " --hardware a100 -k 1 -m 1 -s gpipe --out " + path("other.csv"));
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_TRUE(has(wrong.out, "header differs")) << wrong.out;
+}
+
 TEST_F(Cli, HelpOnEverySubcommand) {
-  for (const std::string sub : {"schedule", "validate", "info", "partition"}) {
+  for (const std::string sub : {"schedule", "validate", "info", "partition", "simulate"}) {
     const auto r = run(sub + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(has(r.out, "--json")) << r.out;
