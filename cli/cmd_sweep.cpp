@@ -34,7 +34,7 @@ struct Options {
   std::string model, hardware, out;
   std::vector<int> ranks, microbatches;
   std::vector<std::string> schedules, recompute{"none"};
-  int virtual_stages = 1, microbatch_size = 1, jobs = 0;
+  int virtual_stages = 2, microbatch_size = 1, jobs = 0;  // V applies to interleaved-1f1b only
   std::string partition = "auto", optimizer = "adam";
 };
 
