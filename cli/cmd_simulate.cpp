@@ -26,7 +26,15 @@ int run(const Options& o) {
     auto meta = sc->describe();
     meta["producer"] = "pipetwin simulate";
     meta["summary"] = summary.to_json();
-    schedule::write_chrome_trace(o.trace, {result.timeline, meta});
+    schedule::Trace trace{result.timeline, meta, {}};
+    const auto memory = models::memory_over_time(result.timeline, sc->program, *sc->costs);
+    for (int s = 0; s < static_cast<int>(memory.size()); ++s) {
+      for (const auto& m : memory[s]) {
+        trace.counters.push_back({"stage " + std::to_string(s) + " memory (GB)", sc->program.rank_of(schedule::StageId{s}).value,
+                                  m.time, m.bytes / 1e9});
+      }
+    }
+    schedule::write_chrome_trace(o.trace, trace);
   }
   if (o.json) {
     auto j = sc->describe();

@@ -73,14 +73,20 @@ double StageCostModel::transfer_s(int i, int j, int s) const {
   return t;
 }
 
-double StageCostModel::memory_bytes(int i, int j, int s) const {
+double StageCostModel::static_bytes(int i, int j, int s) const {
   const double p = params_[j] - params_[i];
   const auto& st = stash_counts_.at(s);
   const double bytes = bytes_per_element(model_.precision);
-  const double weights =
-      p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(request_.optimizer));
-  const double activations = (stashed_[j] - stashed_[i]) * bytes * request_.microbatch_size;
-  return weights + st.peak_activations * activations + st.peak_inputs * cut_bytes(i);
+  return p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(request_.optimizer));
+}
+
+double StageCostModel::activation_bytes(int i, int j) const {
+  return (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+}
+
+double StageCostModel::memory_bytes(int i, int j, int s) const {
+  const auto& st = stash_counts_.at(s);
+  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i));
 }
 
 }  // namespace pipetwin::models

@@ -40,6 +40,11 @@ class StageCostModel {
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
   // checkpointed stage inputs.
   double memory_bytes(int i, int j, int s) const;
+  // Its parts: what does not depend on the micro-batches in flight, one whole
+  // stashed micro-batch, one checkpointed stage input.
+  double static_bytes(int i, int j, int s) const;
+  double activation_bytes(int i, int j) const;
+  double input_bytes(int i) const { return cut_bytes(i); }
   double capacity_bytes(int s) const { return device_of(s).memory_bytes; }
   const schedule::StageMemory& stash(int s) const { return stash_counts_.at(s); }
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "schedule/interpreter.hpp"
+
 namespace pipetwin::models {
 
 bool RunSummary::fits() const {
@@ -31,6 +33,27 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
                         stash.peak_activations, stash.peak_inputs, stash.weight_versions});
   }
   return s;
+}
+
+std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& t, const schedule::Program& p,
+                                                        const StageCostModel& costs) {
+  schedule::StashTracker tracker(p);
+  std::vector<std::vector<MemorySample>> out(p.num_stages());
+  const auto bytes_of = [&](int s) {
+    const auto [i, j] = p.partition.at(s);
+    const auto& st = tracker.stage(schedule::StageId{s});
+    return costs.static_bytes(i, j, s) + st.full * costs.activation_bytes(i, j) + st.inputs * costs.input_bytes(i);
+  };
+  for (int s = 0; s < p.num_stages(); ++s) out[s].push_back({0, bytes_of(s)});
+  // Every stage lives on one rank, so replaying each rank in its own order is a time order per stage.
+  for (const auto& rank : t.ranks) {
+    for (const auto& a : rank) {
+      if (!schedule::is_compute(a.action.op)) continue;
+      tracker.apply(a.action);
+      out[a.action.stage.value].push_back({a.end, bytes_of(a.action.stage.value)});
+    }
+  }
+  return out;
 }
 
 nlohmann::json RunSummary::to_json() const {

@@ -31,6 +31,15 @@ struct RunSummary {
   std::string to_text() const;
 };
 
+// Each stage's memory along a timeline (bytes after every action of the
+// stage), from the IR's stash bookkeeping replayed in time order.
+struct MemorySample {
+  double time = 0;
+  double bytes = 0;
+};
+std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& timeline,
+                                                        const schedule::Program& program, const StageCostModel& costs);
+
 RunSummary summarize(const schedule::Timeline& timeline, double samples, const StageCostModel& costs,
                      const std::vector<schedule::LayerRange>& ranges, std::string engine);
 

@@ -62,6 +62,12 @@ void StashTracker::apply(const Action& a) {
   st.peak_full = std::max(st.peak_full, st.full);
   st.peak_inputs = std::max(st.peak_inputs, st.inputs);
   st.peak_total = std::max(st.peak_total, st.full + st.inputs);
+  const auto dominated = [&](const std::pair<int, int>& p) { return p.first <= st.full && p.second <= st.inputs; };
+  if (std::none_of(st.frontier.begin(), st.frontier.end(),
+                   [&](const auto& p) { return p.first >= st.full && p.second >= st.inputs; })) {
+    std::erase_if(st.frontier, dominated);
+    st.frontier.emplace_back(st.full, st.inputs);
+  }
   std::set<int> alive{st.version};
   for (const int v : version_of_[a.stage.value]) {
     if (v >= 0) alive.insert(v);

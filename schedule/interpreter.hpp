@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "schedule/program.hpp"
@@ -54,6 +55,9 @@ class StashTracker {
     int peak_total = 0;                  // peak of full + inputs
     int version = 0;                     // optimizer steps taken
     int peak_versions = 1;               // distinct versions alive at the peak
+    // Every (full, inputs) state not dominated by another one seen: the
+    // peak in bytes is the largest full * activation + inputs * input over it.
+    std::vector<std::pair<int, int>> frontier{{0, 0}};
   };
   const Stage& stage(StageId s) const { return stages_.at(s.value); }
 

@@ -1,9 +1,17 @@
 // account_memory: replays each rank's list through the StashTracker.
 #include "schedule/memory.hpp"
 
+#include <algorithm>
+
 #include "schedule/interpreter.hpp"
 
 namespace pipetwin::schedule {
+
+double StageMemory::peak_bytes(double activation_bytes, double input_bytes) const {
+  double peak = 0;
+  for (const auto& [full, inputs] : frontier) peak = std::max(peak, full * activation_bytes + inputs * input_bytes);
+  return peak;
+}
 
 std::vector<StageMemory> account_memory(const Program& program) {
   StashTracker tracker(program);
@@ -13,7 +21,7 @@ std::vector<StageMemory> account_memory(const Program& program) {
   std::vector<StageMemory> out;
   for (int s = 0; s < program.num_stages(); ++s) {
     const auto& st = tracker.stage(StageId{s});
-    out.push_back({StageId{s}, st.peak_full, st.peak_inputs, st.peak_total, st.peak_versions});
+    out.push_back({StageId{s}, st.peak_full, st.peak_inputs, st.peak_total, st.peak_versions, st.frontier});
   }
   return out;
 }

@@ -15,6 +15,10 @@ struct StageMemory {
   int peak_inputs = 0;       // checkpointed micro-batches: only the stage input kept
   int peak_in_flight = 0;    // peak of both together
   int weight_versions = 1;   // distinct weight versions alive at the peak
+  // The (activations, inputs) states that can be the peak in bytes, whatever
+  // the size of a micro-batch's activations and of a stage input.
+  std::vector<std::pair<int, int>> frontier;
+  double peak_bytes(double activation_bytes, double input_bytes) const;
 };
 
 std::vector<StageMemory> account_memory(const Program& program);

@@ -57,6 +57,9 @@ std::string to_chrome_trace(const Trace& trace) {
       ++flow;
     }
   }
+  for (const auto& c : trace.counters) {
+    events.push_back({{"ph", "C"}, {"name", c.name}, {"pid", c.rank}, {"ts", c.time * kMicro}, {"args", {{"value", c.value}}}});
+  }
   json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", trace.metadata.is_null() ? json::object() : trace.metadata}};
   return doc.dump() + "\n";
 }
@@ -76,6 +79,11 @@ Trace parse_chrome_trace(const std::string& text, const std::string& source) {
   const auto& events = doc["traceEvents"];
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto& e = events[i];
+    if (e.is_object() && e.value("ph", "") == "C" && e.contains("args") && e["args"].contains("value")) {
+      trace.counters.push_back({e.value("name", ""), e.value("pid", 0), e.value("ts", 0.0) / kMicro,
+                                e["args"]["value"].get<double>()});
+      continue;
+    }
     if (!e.is_object() || e.value("ph", "") != "X") continue;
     const std::string where = source + ": traceEvents[" + std::to_string(i) + "]";
     for (const char* field : {"name", "pid", "ts", "dur"}) {

@@ -18,9 +18,18 @@
 
 namespace pipetwin::schedule {
 
+// A value over time on one rank's track ("ph":"C"), e.g. a stage's memory.
+struct Counter {
+  std::string name;
+  int rank = 0;
+  double time = 0;  // seconds
+  double value = 0;
+};
+
 struct Trace {
   Timeline timeline;        // seconds
   nlohmann::json metadata;  // "otherData": producer, model, schedule, shape...
+  std::vector<Counter> counters;
 };
 
 std::string to_chrome_trace(const Trace& trace);

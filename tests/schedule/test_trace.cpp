@@ -10,9 +10,14 @@ namespace ps = pipetwin::schedule;
 
 TEST(Trace, RoundTripsATimelineAndItsMetadata) {
   const auto run = ps::dry_run(ps::build_schedule("1f1b", {3, 4}), {0.5, 1.25, 1, 1, 1, 0.125, 0});
-  ps::Trace trace{run.timeline, {{"producer", "test"}, {"ranks", 3}}};
+  ps::Trace trace{run.timeline, {{"producer", "test"}, {"ranks", 3}}, {{"stage 1 memory (GB)", 1, 0.5, 2.25}}};
   const auto back = ps::parse_chrome_trace(ps::to_chrome_trace(trace), "t.json");
   EXPECT_EQ(back.metadata["producer"], "test");
+  ASSERT_EQ(back.counters.size(), 1u);
+  EXPECT_EQ(back.counters[0].name, "stage 1 memory (GB)");
+  EXPECT_EQ(back.counters[0].rank, 1);
+  EXPECT_DOUBLE_EQ(back.counters[0].time, 0.5);
+  EXPECT_DOUBLE_EQ(back.counters[0].value, 2.25);
   ASSERT_EQ(back.timeline.ranks.size(), 3u);
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(back.timeline.ranks[r].size(), run.timeline.ranks[r].size());
@@ -27,7 +32,7 @@ TEST(Trace, RoundTripsATimelineAndItsMetadata) {
 
 TEST(Trace, HasAFlowFromEverySendToItsReceiveAndThreadsPerKind) {
   const auto program = ps::build_schedule("gpipe", {2, 3});
-  const auto text = ps::to_chrome_trace({ps::dry_run(program).timeline, {}});
+  const auto text = ps::to_chrome_trace({ps::dry_run(program).timeline, {}, {}});
   const auto doc = nlohmann::json::parse(text);
   int starts = 0, finishes = 0, sends = 0;
   for (const auto& e : doc["traceEvents"]) {

@@ -207,3 +207,29 @@ TEST(SimulateModel, RecomputeLowersTheStashToStageInputs) {
   EXPECT_EQ(recompute.stash(0).peak_activations, 1);
   EXPECT_GT(recompute.compute_s(0, 5, 0), plain.compute_s(0, 5, 0));  // one more forward
 }
+
+TEST(SimulateModel, MemoryOverTimePeaksAtTheAccountedPeak) {
+  const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
+  const auto hw = pm::preset("a100");
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1"}) {
+    for (auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full}) {
+      pm::PartitionRequest r;
+      r.ranks = 3;
+      r.schedule = name;
+      r.microbatches = 6;
+      r.recompute = policy;
+      auto program = ps::build_schedule(name, {3, 6, 1, policy});
+      program.partition = pm::partition_model(model, hw, r).ranges();
+      const pm::StageCostModel costs(model, hw, r);
+      const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, hw, program)).timeline;
+      const auto series = pm::memory_over_time(t, program, costs);
+      for (int s = 0; s < 3; ++s) {
+        double peak = 0;
+        for (const auto& m : series[s]) peak = std::max(peak, m.bytes);
+        const auto [i, j] = program.partition[s];
+        EXPECT_NEAR(peak, costs.memory_bytes(i, j, s), 1e-6 * peak) << name << " stage " << s;
+        EXPECT_NEAR(series[s].back().bytes, costs.static_bytes(i, j, s), 1e-6) << "nothing stashed after the step";
+      }
+    }
+  }
+}
