@@ -12,7 +12,10 @@ static void BM_Simulate(benchmark::State& state) {
   const int K = static_cast<int>(state.range(0)), M = static_cast<int>(state.range(1));
   pipetwin::sim::SimInput in;
   in.program = ps::build_schedule("1f1b", {K, M});
-  in.stages.assign(in.program.num_stages(), {1e-3, 1e-3, 1e-3, 0, 1e-4, 1e6, 1e6});
+  ps::StageCosts c;
+  c.forward_s = 1e-3, c.input_grad_s = 1e-3, c.weight_grad_s = 1e-3, c.backward_s = 2e-3, c.step_s = 1e-4;
+  c.activation_bytes = c.gradient_bytes = 1e6;
+  in.stages.assign(in.program.num_stages(), c);
   in.topology.kind = pipetwin::models::TopologyKind::AllToAll;
   in.topology.intra = {5e-6, 25e9};
   for (auto _ : state) benchmark::DoNotOptimize(pipetwin::sim::simulate(in));

@@ -1,85 +1,108 @@
-// Drives all RankInterpreters with a ready queue: a rank runs until it blocks
-// on a receive; the matching send wakes it up. O(actions) overall.
+// The timed evaluator: a ready queue of ranks; a rank runs until it blocks on
+// a receive whose message is not posted yet; the matching send wakes it up.
+// Messages live in a flat array indexed by (direction, stage, micro-batch):
+// O(actions) overall with no allocation per action beyond the Timeline.
 #include "schedule/dry_run.hpp"
 
 #include <algorithm>
 #include <deque>
-#include <map>
-#include <utility>
+#include <limits>
 
+#include "schedule/error.hpp"
 #include "schedule/interpreter.hpp"
 #include "schedule/passes.hpp"
 
 namespace pipetwin::schedule {
 
-double OpDurations::of(Op op) const {
+double StageCosts::of(Op op) const {
   switch (op) {
-    case Op::F: return forward;
-    case Op::B: return backward;
-    case Op::I: return input_grad;
-    case Op::W: return weight_grad;
-    case Op::R: return recompute;
-    case Op::STEP: return step;
+    case Op::F: return forward_s;
+    case Op::B: return backward_s;
+    case Op::I: return input_grad_s;
+    case Op::W: return weight_grad_s;
+    case Op::R: return recompute_s;
+    case Op::STEP: return step_s;
     default: return 0;
   }
 }
 
+StageCosts OpDurations::stage() const {
+  StageCosts c;
+  c.forward_s = forward, c.backward_s = backward, c.input_grad_s = input_grad, c.weight_grad_s = weight_grad;
+  c.recompute_s = recompute, c.step_s = step;
+  c.activation_transfer_s = transfer, c.gradient_transfer_s = transfer;
+  return c;
+}
+
 namespace {
 
-class DryRunBackend final : public Backend {
+constexpr double kNotPosted = -std::numeric_limits<double>::infinity();
+
+class EvalBackend final : public Backend {
  public:
-  DryRunBackend(int ranks, const OpDurations& d) : d_(d), clock_(ranks, 0.0), timeline_{} {
-    timeline_.ranks.resize(ranks);
+  EvalBackend(const Program& p, const std::vector<StageCosts>& costs)
+      : costs_(costs), S_(p.num_stages()), M_(p.num_microbatches), clock_(p.num_ranks, 0.0),
+        posted_(2 * static_cast<std::size_t>(S_) * M_, kNotPosted), waiting_(posted_.size(), -1) {
+    timeline_.ranks.resize(p.num_ranks);
+    for (int r = 0; r < p.num_ranks; ++r) timeline_.ranks[r].reserve(p.ranks[r].size());
   }
 
-  void compute(RankId r, const Action& a) override { record(r, a, clock_[r.value], d_.of(a.op)); }
+  void compute(RankId r, const Action& a) override { record(r, a, clock_[r.value], costs_[a.stage.value].of(a.op)); }
 
   void send(RankId r, const Action& a, RankId) override {
-    const MessageKey key = message_of(a);
-    posted_[key] = clock_[r.value] + d_.transfer;
-    record(r, a, clock_[r.value], 0);
-    if (const auto it = waiting_.find(key); it != waiting_.end()) {
-      woken_.push_back(it->second);
-      waiting_.erase(it);
+    const StageCosts& c = costs_[a.stage.value];
+    const double start = clock_[r.value];
+    record(r, a, start, c.send_overhead_s);
+    const std::size_t slot = slot_of(message_of(a));
+    posted_[slot] = clock_[r.value] + (a.op == Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s);
+    if (waiting_[slot] >= 0) {
+      woken_.push_back(waiting_[slot]);
+      waiting_[slot] = -1;
     }
   }
 
   bool recv(RankId r, const Action& a, RankId) override {
-    const MessageKey key = message_of(a);
-    const auto it = posted_.find(key);
-    if (it == posted_.end()) {
-      waiting_[key] = r;
+    const std::size_t slot = slot_of(message_of(a));
+    if (posted_[slot] == kNotPosted) {
+      waiting_[slot] = r.value;
       return false;
     }
     const double start = clock_[r.value];
-    record(r, a, start, std::max(0.0, it->second - start));
-    posted_.erase(it);
+    record(r, a, start, std::max(0.0, posted_[slot] - start));
     return true;
   }
 
-  std::vector<RankId> take_woken() { return std::exchange(woken_, {}); }
+  std::vector<int>& woken() { return woken_; }
   Timeline take_timeline() { return std::move(timeline_); }
 
  private:
+  std::size_t slot_of(const MessageKey& k) const {
+    return (static_cast<std::size_t>(k.forward ? 0 : 1) * S_ + k.to_stage.value) * M_ + k.microbatch.value;
+  }
   void record(RankId r, const Action& a, double start, double duration) {
     clock_[r.value] = start + duration;
     timeline_.ranks[r.value].push_back({a, start, start + duration});
   }
 
-  OpDurations d_;
+  const std::vector<StageCosts>& costs_;
+  int S_, M_;
   std::vector<double> clock_;
+  std::vector<double> posted_;  // arrival time per message, kNotPosted until sent
+  std::vector<int> waiting_;    // the rank blocked on each message, -1 if none
+  std::vector<int> woken_;
   Timeline timeline_;
-  std::map<MessageKey, double> posted_;
-  std::map<MessageKey, RankId> waiting_;
-  std::vector<RankId> woken_;
 };
 
 }  // namespace
 
-DryRun dry_run(const Program& input, const OpDurations& durations) {
+DryRun evaluate(const Program& input, const std::vector<StageCosts>& costs) {
   const Program lowered = input.has_transfers() ? Program{} : lower(input);
   const Program& program = input.has_transfers() ? input : lowered;
-  DryRunBackend backend(program.num_ranks, durations);
+  if (static_cast<int>(costs.size()) != program.num_stages()) {
+    throw Error("evaluate: " + std::to_string(costs.size()) + " stage costs for " +
+                std::to_string(program.num_stages()) + " stages");
+  }
+  EvalBackend backend(program, costs);
   std::vector<RankInterpreter> ranks;
   std::deque<int> ready;
   for (int r = 0; r < program.num_ranks; ++r) {
@@ -90,7 +113,9 @@ DryRun dry_run(const Program& input, const OpDurations& durations) {
     RankInterpreter& rank = ranks[ready.front()];
     ready.pop_front();
     while (rank.step(backend) == RankInterpreter::Status::Progressed) {
-      for (const RankId woken : backend.take_woken()) ready.push_back(woken.value);
+      auto& woken = backend.woken();
+      for (const int w : woken) ready.push_back(w);
+      woken.clear();
     }
   }
   DryRun result;
@@ -101,6 +126,10 @@ DryRun dry_run(const Program& input, const OpDurations& durations) {
     }
   }
   return result;
+}
+
+DryRun dry_run(const Program& program, const OpDurations& durations) {
+  return evaluate(program, std::vector<StageCosts>(program.num_stages(), durations.stage()));
 }
 
 }  // namespace pipetwin::schedule

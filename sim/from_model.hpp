@@ -1,5 +1,4 @@
-// Stage times and transfer sizes of a Program from a model, a hardware spec
-// and the partition held by the Program.
+// A SimInput from a partitioned Program, its cost model and the hardware.
 #pragma once
 
 #include "models/stage_costs.hpp"

@@ -77,27 +77,17 @@ class SimBackend final : public ps::Backend {
   SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out) : in_(in), out_(out) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
-    const StageTimes& t = in_.stages.at(a.stage.value);
-    double d = 0;
-    switch (a.op) {
-      case ps::Op::F: d = t.forward_s; break;
-      case ps::Op::B: d = t.input_grad_s + t.weight_grad_s; break;
-      case ps::Op::I: d = t.input_grad_s; break;
-      case ps::Op::W: d = t.weight_grad_s; break;
-      case ps::Op::R: d = t.recompute_s; break;
-      case ps::Op::STEP: d = t.step_s; break;
-      default: break;
-    }
+    const double d = in_.stages.at(a.stage.value).of(a.op);
     const double start = sg4::Engine::get_clock();
     if (d > 0) sg4::this_actor::execute(d * kSpeed);
     out_.push_back({a, start, sg4::Engine::get_clock()});
   }
 
   void send(ps::RankId, const ps::Action& a, ps::RankId) override {
-    const StageTimes& t = in_.stages.at(a.stage.value);
+    const ps::StageCosts& t = in_.stages.at(a.stage.value);
     const double bytes = a.op == ps::Op::SEND_F ? t.activation_bytes : t.gradient_bytes;
     const double start = sg4::Engine::get_clock();
-    if (in_.transfer_overhead_s > 0) sg4::this_actor::sleep_for(in_.transfer_overhead_s);
+    if (t.send_overhead_s > 0) sg4::this_actor::sleep_for(t.send_overhead_s);
     static int payload = 0;
     sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
     out_.push_back({a, start, sg4::Engine::get_clock()});

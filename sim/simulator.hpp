@@ -18,23 +18,16 @@
 #include <vector>
 
 #include "models/hardware.hpp"
+#include "schedule/dry_run.hpp"
 #include "schedule/program.hpp"
 #include "schedule/timeline.hpp"
 
 namespace pipetwin::sim {
 
-// Per micro-batch, for one stage.
-struct StageTimes {
-  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
-  double activation_bytes = 0;  // what its SEND_F carries
-  double gradient_bytes = 0;    // what its SEND_B carries
-};
-
 struct SimInput {
-  schedule::Program program;        // complete (lowered) and valid
-  std::vector<StageTimes> stages;   // one per stage
-  models::Topology topology;        // devices = ranks (rank r on device r)
-  double transfer_overhead_s = 0;   // sender-side cost of posting a transfer
+  schedule::Program program;                 // complete (lowered) and valid
+  std::vector<schedule::StageCosts> stages;  // one per stage; transfers use the bytes, not the *_transfer_s
+  models::Topology topology;                 // devices = ranks (rank r on device r)
 };
 
 struct SimResult {

@@ -11,7 +11,7 @@
 namespace ps = pipetwin::schedule;
 namespace pm = pipetwin::models;
 using pipetwin::sim::SimInput;
-using pipetwin::sim::StageTimes;
+
 
 namespace {
 
@@ -22,7 +22,14 @@ pm::Topology instant_links() {
   return t;
 }
 
-SimInput uniform_input(const std::string& name, int K, int M, int V, StageTimes times) {
+ps::StageCosts unit(double f, double i, double w, double r = 0, double act_bytes = 0, double grad_bytes = 0) {
+  ps::StageCosts c;
+  c.forward_s = f, c.input_grad_s = i, c.weight_grad_s = w, c.backward_s = i + w, c.recompute_s = r;
+  c.activation_bytes = act_bytes, c.gradient_bytes = grad_bytes;
+  return c;
+}
+
+SimInput uniform_input(const std::string& name, int K, int M, int V, ps::StageCosts times) {
   SimInput in;
   in.program = ps::build_schedule(name, {K, M, V});
   in.stages.assign(in.program.num_stages(), times);
@@ -42,7 +49,7 @@ TEST(Simulator, GPipeAnd1F1BBubbleIsTheClosedForm) {
   for (const std::string name : {"gpipe", "1f1b"}) {
     for (int K : {1, 2, 3, 4, 8}) {
       for (int M : {1, 2, 3, 4, 8, 16}) {
-        const auto result = pipetwin::sim::simulate(uniform_input(name, K, M, 1, {1, 0.5, 0.5, 0, 0, 0, 0}));
+        const auto result = pipetwin::sim::simulate(uniform_input(name, K, M, 1, unit(1, 0.5, 0.5)));
         const double expected = static_cast<double>(K - 1) / (M + K - 1);
         EXPECT_NEAR(result.timeline.bubble_fraction(), expected, 1e-9) << name << " K=" << K << " M=" << M;
         for (int r = 0; r < K; ++r) EXPECT_NEAR(result.timeline.idle_fraction(ps::RankId{r}), expected, 1e-9);
@@ -58,7 +65,7 @@ TEST(Simulator, InterleavingShrinksTheBubbleByV) {
       for (int V : {2, 3}) {
         // A rank's whole stage costs F = B = 1, split over V chunks.
         const double chunk = 1.0 / V;
-        const auto r = pipetwin::sim::simulate(uniform_input("interleaved-1f1b", K, M, V, {chunk, chunk / 2, chunk / 2, 0, 0, 0, 0}));
+        const auto r = pipetwin::sim::simulate(uniform_input("interleaved-1f1b", K, M, V, unit(chunk, chunk / 2, chunk / 2)));
         EXPECT_NEAR(bubble_over_ideal(r.timeline), (K - 1.0) / (V * M), 1e-9) << "K=" << K << " M=" << M << " V=" << V;
       }
     }
@@ -68,7 +75,7 @@ TEST(Simulator, InterleavingShrinksTheBubbleByV) {
 TEST(Simulator, ZeroBubbleH1HasAThirdOf1F1BsBubble) {
   for (int K : {2, 4, 8}) {
     for (int M : {8, 16}) {
-      const StageTimes t{1, 1, 1, 0, 0, 0, 0};  // F = I = W
+      const ps::StageCosts t = unit(1, 1, 1);  // F = I = W
       const auto zb = pipetwin::sim::simulate(uniform_input("zb-h1", K, M, 1, t));
       const auto ofob = pipetwin::sim::simulate(uniform_input("1f1b", K, M, 1, t));
       EXPECT_NEAR(bubble_over_ideal(zb.timeline), (K - 1.0) / (3 * M), 1e-9) << "K=" << K << " M=" << M;
@@ -80,7 +87,7 @@ TEST(Simulator, ZeroBubbleH1HasAThirdOf1F1BsBubble) {
 TEST(Simulator, AgreesWithTheDryRunOnEveryGeneratorWithoutContention) {
   for (const auto& g : ps::generators()) {
     const int V = g.virtual_stages ? 2 : 1;
-    SimInput in = uniform_input(std::string(g.name), 4, 8, V, {1, 0.5, 0.5, 1, 0, 0, 0});
+    SimInput in = uniform_input(std::string(g.name), 4, 8, V, unit(1, 0.5, 0.5, 1));
     ps::OpDurations d;
     d.forward = 1, d.backward = 1, d.input_grad = 0.5, d.weight_grad = 0.5, d.recompute = 1, d.step = 0;
     const auto dry = ps::dry_run(in.program, d);
@@ -100,7 +107,7 @@ TEST(Simulator, ATransferTakesLatencyPlusBytesOverBandwidth) {
   SimInput in;
   in.program = ps::build_schedule("gpipe", {2, 1});
   const double bytes = 4e6;
-  in.stages = {{1, 0.5, 0.5, 0, 0, bytes, 0}, {1, 0.5, 0.5, 0, 0, 0, bytes / 2}};
+  in.stages = {unit(1, 0.5, 0.5, 0, bytes, 0), unit(1, 0.5, 0.5, 0, 0, bytes / 2)};
   in.topology.kind = pm::TopologyKind::AllToAll;
   in.topology.intra = {1e-5, 1e9};
   const auto t = pipetwin::sim::simulate(in).timeline;
@@ -116,7 +123,7 @@ TEST(Simulator, ATransferTakesLatencyPlusBytesOverBandwidth) {
 TEST(Simulator, PcieRoutesAddLatenciesAndTakeTheNarrowestHop) {
   SimInput in;
   in.program = ps::build_schedule("gpipe", {2, 1});
-  in.stages = {{1, 0.5, 0.5, 0, 0, 1e6, 0}, {1, 0.5, 0.5, 0, 0, 0, 1e6}};
+  in.stages = {unit(1, 0.5, 0.5, 0, 1e6, 0), unit(1, 0.5, 0.5, 0, 0, 1e6)};
   in.topology.kind = pm::TopologyKind::PcieTree;
   in.topology.devices_per_switch = 1;  // ranks 0 and 1 under different switches: 4 hops
   in.topology.intra = {2e-6, 16e9};
@@ -126,7 +133,7 @@ TEST(Simulator, PcieRoutesAddLatenciesAndTakeTheNarrowestHop) {
 }
 
 TEST(Simulator, RanksSharingCoresContend) {
-  SimInput in = uniform_input("gpipe", 4, 8, 1, {1, 0.5, 0.5, 0, 0, 0, 0});
+  SimInput in = uniform_input("gpipe", 4, 8, 1, unit(1, 0.5, 0.5));
   const double alone = pipetwin::sim::simulate(in).timeline.makespan();
   in.topology.kind = pm::TopologyKind::SharedHost;
   in.topology.host_cores = 2;
@@ -139,7 +146,7 @@ TEST(Simulator, RanksSharingCoresContend) {
 }
 
 TEST(Simulator, DeadlockIsAnErrorNamingTheBlockedRanks) {
-  SimInput in = uniform_input("gpipe", 2, 2, 1, {1, 0.5, 0.5, 0, 0, 0, 0});
+  SimInput in = uniform_input("gpipe", 2, 2, 1, unit(1, 0.5, 0.5));
   in.program.ranks[1] = {ps::parse_action("1RECV_F1"), ps::parse_action("1F1"), ps::parse_action("1RECV_F0"),
                          ps::parse_action("1F0"), ps::parse_action("1B0"), ps::parse_action("1SEND_B0"),
                          ps::parse_action("1B1"), ps::parse_action("1SEND_B1")};

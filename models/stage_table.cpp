@@ -1,0 +1,39 @@
+// stage_table: one StageCosts per stage of the Program's partition.
+#include "models/stage_table.hpp"
+
+#include "schedule/error.hpp"
+
+namespace pipetwin::models {
+
+std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const Hardware& hw,
+                                              const schedule::Program& program) {
+  const int S = program.num_stages();
+  if (static_cast<int>(program.partition.size()) != S) {
+    throw Error("the program has no partition (layers per stage); partition it first");
+  }
+  const auto rank = [&](int s) { return program.rank_of(schedule::StageId{s}).value; };
+  std::vector<schedule::StageCosts> table;
+  for (int s = 0; s < S; ++s) {
+    const auto [i, j] = program.partition[s];
+    schedule::StageCosts t;
+    t.forward_s = costs.forward_s(i, j, s);
+    t.input_grad_s = costs.input_grad_s(i, j, s);
+    t.weight_grad_s = costs.weight_grad_s(i, j, s);
+    t.backward_s = t.input_grad_s + t.weight_grad_s;
+    t.recompute_s = t.forward_s;
+    t.step_s = costs.step_s(i, j, s);
+    t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
+    if (s + 1 < S) {
+      t.activation_bytes = costs.cut_bytes(j);
+      t.activation_transfer_s = hw.topology.path(rank(s), rank(s + 1)).seconds(t.activation_bytes);
+    }
+    if (s > 0) {
+      t.gradient_bytes = costs.cut_bytes(i);
+      t.gradient_transfer_s = hw.topology.path(rank(s), rank(s - 1)).seconds(t.gradient_bytes);
+    }
+    table.push_back(t);
+  }
+  return table;
+}
+
+}  // namespace pipetwin::models
