@@ -1,4 +1,5 @@
 // `pipetwin simulate`: predict one configuration's step in SimGrid.
+#include <chrono>
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -13,19 +14,22 @@ namespace {
 
 struct Options {
   ScenarioOptions scenario;
-  std::string trace;
+  std::string trace, engine = "auto";
   bool json = false;
 };
 
 int run(const Options& o) {
   const auto sc = build_scenario(o.scenario);
-  const auto result = sim::simulate(sim::sim_input(*sc->costs, sc->hardware, sc->program));
-  const auto summary =
-      models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, "simgrid " + sim::simgrid_version());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto result = predict(*sc, parse_engine(o.engine));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string engine = result.engine == "simgrid" ? "simgrid " + sim::simgrid_version() : "fast critical path";
+  const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine);
   if (!o.trace.empty()) {
     auto meta = sc->describe();
     meta["producer"] = "pipetwin simulate";
     meta["summary"] = summary.to_json();
+    meta["engine_reason"] = result.why;
     schedule::Trace trace{result.timeline, meta, {}};
     const auto memory = models::memory_over_time(result.timeline, sc->program, *sc->costs);
     for (int s = 0; s < static_cast<int>(memory.size()); ++s) {
@@ -39,11 +43,13 @@ int run(const Options& o) {
   if (o.json) {
     auto j = sc->describe();
     j["summary"] = summary.to_json();
+    j["engine_reason"] = result.why;
     j["simulated_actions"] = sc->program.num_actions();
-    j["wall_s"] = result.wall_s;
+    j["wall_s"] = wall;
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("%s\n%s", sc->headline().c_str(), summary.to_text().c_str());
+    std::printf("engine       %s: %s\n", summary.engine.c_str(), result.why.c_str());
     if (!o.trace.empty()) std::printf("trace        %s (Chrome trace: open in Perfetto)\n", o.trace.c_str());
   }
   return 0;
@@ -55,6 +61,9 @@ Run add_simulate_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("simulate", "Predict step time, bubble and memory of one configuration in SimGrid");
   add_scenario_options(cmd, o->scenario);
+  cmd->add_option("--engine", o->engine, "auto (fast path when provably contention-free), simgrid or fast")
+      ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
+      ->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the predicted timeline as a Chrome trace (JSON)");
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   return [o] { return run(*o); };

@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "models/contention.hpp"
 #include "models/layer_graph.hpp"
+#include "models/stage_table.hpp"
+#include "sim/simulator.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
@@ -51,9 +54,15 @@ std::vector<schedule::LayerRange> partition_from_file(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o) {
+  return build_scenario(models::in_topological_order(models::load_model(o.model)), models::load_hardware(o.hardware), o,
+                        true);
+}
+
+std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
+                                         const ScenarioOptions& o, bool validate) {
   auto sc = std::make_unique<Scenario>();
-  sc->model = models::in_topological_order(models::load_model(o.model));
-  sc->hardware = models::load_hardware(o.hardware);
+  sc->model = model;
+  sc->hardware = hardware;
   auto& r = sc->request;
   r.ranks = o.ranks;
   r.virtual_stages = o.virtual_stages;
@@ -83,7 +92,7 @@ std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o) {
                   " but " + sc->model.name + " has " + std::to_string(n) + " layers");
     }
   }
-  schedule::validate(sc->program);  // throws with the grid if anything is wrong
+  if (validate) schedule::validate(sc->program);  // throws with the grid if anything is wrong
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
 }
@@ -111,6 +120,33 @@ std::string Scenario::headline() const {
                 program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
                 std::string(schedule::recompute_name(program.recompute)).c_str());
   return line;
+}
+
+}  // namespace pipetwin::cli
+
+namespace pipetwin::cli {
+
+Engine parse_engine(const std::string& name) {
+  if (name == "auto") return Engine::Auto;
+  if (name == "simgrid") return Engine::SimGrid;
+  if (name == "fast") return Engine::Fast;
+  throw Error("unknown engine '" + name + "' (valid: auto, simgrid, fast)");
+}
+
+Prediction predict(const Scenario& sc, Engine engine) {
+  const auto table = models::stage_table(*sc.costs, sc.hardware, sc.program);
+  if (engine == Engine::SimGrid) {
+    return {sim::simulate({sc.program, table, sc.hardware.topology}).timeline, "simgrid", "asked for (--engine simgrid)"};
+  }
+  auto fast = schedule::evaluate(sc.program, table);
+  if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
+  const auto check = models::check_contention(fast.timeline, sc.program, table, sc.hardware.topology);
+  if (engine == Engine::Fast) {
+    return {std::move(fast.timeline), "fast",
+            check.contention_free ? check.reason : "asked for (--engine fast); it ignores contention: " + check.reason};
+  }
+  if (check.contention_free) return {std::move(fast.timeline), "fast", check.reason};
+  return {sim::simulate({sc.program, table, sc.hardware.topology}).timeline, "simgrid", "contention: " + check.reason};
 }
 
 }  // namespace pipetwin::cli

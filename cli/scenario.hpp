@@ -11,6 +11,7 @@
 #include "models/families.hpp"
 #include "models/stage_costs.hpp"
 #include "schedule/program.hpp"
+#include "schedule/timeline.hpp"
 
 namespace pipetwin::cli {
 
@@ -35,5 +36,24 @@ struct Scenario {
 
 // Throws pipetwin::Error naming the option or file at fault.
 std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o);
+// The same from an already loaded model (in topological order) and hardware;
+// `validate` runs the schedule validator (generated schedules are valid by
+// construction, which the tests check over the whole generator grid).
+std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
+                                         const ScenarioOptions& o, bool validate);
+
+enum class Engine { Auto, SimGrid, Fast };
+Engine parse_engine(const std::string& name);
+
+struct Prediction {
+  schedule::Timeline timeline;
+  std::string engine;  // "fast" or "simgrid"
+  std::string why;     // why that engine answered
+};
+
+// Fast: the timed evaluator (exact without contention). SimGrid: the replay.
+// Auto: the evaluator when the configuration provably has no contention,
+// otherwise SimGrid.
+Prediction predict(const Scenario& scenario, Engine engine);
 
 }  // namespace pipetwin::cli

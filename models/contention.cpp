@@ -1,0 +1,89 @@
+// check_contention: interval overlaps per directed link and per shared host.
+#include "models/contention.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "schedule/interpreter.hpp"
+
+namespace pipetwin::models {
+namespace {
+
+struct Interval {
+  double start, end;
+  std::string what;
+};
+
+std::string at(double t) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g s", t);
+  return buf;
+}
+
+// The first pair of overlapping intervals, if any.
+const Interval* first_overlap(std::vector<Interval>& v, const Interval** other) {
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  const Interval* longest = nullptr;
+  for (const auto& i : v) {
+    if (longest && i.start < longest->end - 1e-12 * std::max(1.0, longest->end)) {
+      *other = longest;
+      return &i;
+    }
+    if (!longest || i.end > longest->end) longest = &i;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Program& p,
+                                 const std::vector<schedule::StageCosts>& costs, const Topology& topo) {
+  // Cores of a shared host.
+  if (topo.kind == TopologyKind::SharedHost && p.num_ranks > topo.host_cores) {
+    std::vector<std::pair<double, int>> events;
+    for (const auto& rank : t.ranks) {
+      for (const auto& a : rank) {
+        if (schedule::is_compute(a.action.op) && a.end > a.start) {
+          events.push_back({a.start, +1});
+          events.push_back({a.end, -1});
+        }
+      }
+    }
+    std::sort(events.begin(), events.end());  // ends (-1) before starts (+1) at equal times
+    int running = 0;
+    for (const auto& [time, delta] : events) {
+      running += delta;
+      if (running > topo.host_cores) {
+        return {false, std::to_string(running) + " ranks compute at once at " + at(time) + " on a host of " +
+                           std::to_string(topo.host_cores) + " cores"};
+      }
+    }
+  }
+  // Directed links.
+  std::map<std::string, std::vector<Interval>> links;
+  for (const auto& rank : t.ranks) {
+    for (const auto& a : rank) {
+      if (!schedule::is_send(a.action.op)) continue;
+      const auto& c = costs[a.action.stage.value];
+      const double flight = a.action.op == schedule::Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
+      if (flight <= 0) continue;
+      const int src = p.rank_of(a.action.stage).value, dst = schedule::peer_of(p, a.action).value;
+      const auto hops = topo.route(std::min(src, dst), std::max(src, dst));
+      const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;
+      for (std::size_t h = 0; h < hops.size(); ++h) {
+        const bool up = (h < half) == (src < dst) || topo.kind == TopologyKind::SharedHost;
+        links[hops[h].link + (up ? " (up)" : " (down)")].push_back({a.end, a.end + flight, schedule::to_string(a.action)});
+      }
+    }
+  }
+  for (auto& [link, intervals] : links) {
+    const Interval* other = nullptr;
+    if (const Interval* i = first_overlap(intervals, &other)) {
+      return {false, "transfers " + other->what + " and " + i->what + " share link " + link + " at " + at(i->start)};
+    }
+  }
+  return {true, "no shared resource: no two transfers share a link at once and every rank has its own core"};
+}
+
+}  // namespace pipetwin::models
