@@ -1,46 +1,54 @@
-// `pipetwin sweep`: simulate every combination of schedules x recompute x K x M
-// into one CSV, several SimGrid processes at a time. Rows come in a fixed
-// order; the file on disk is always whole (rewritten through a rename after
-// each row), so an interrupted sweep resumes where it stopped.
+// `pipetwin sweep`: every combination of schedules x recompute x micro-batch
+// size x K x M into one CSV. The fast path evaluates configurations in this
+// process on every core; configurations with contention (or all of them with
+// --engine simgrid) go to SimGrid, several child processes at a time. Rows come
+// in a fixed order; the file on disk is always whole (rewritten through a
+// rename every few seconds), so an interrupted sweep resumes where it stopped.
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/scenario.hpp"
+#include "models/contention.hpp"
+#include "models/layer_graph.hpp"
 #include "models/partition.hpp"
+#include "models/stage_table.hpp"
 #include "models/summary.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
-#include "sim/from_model.hpp"
+#include "sim/simulator.hpp"
 
 namespace pipetwin::cli {
 namespace {
 
 const char* kHeader =
     "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
-    "max_stage_memory_gb,reason";
+    "max_stage_memory_gb,engine,reason";
 constexpr int kKeyColumns = 6;
 
 struct Options {
-  std::string model, hardware, out;
-  std::vector<int> ranks, microbatches;
+  std::string model, hardware, out, engine = "auto";
+  std::vector<int> ranks, microbatches, microbatch_sizes{1};
   std::vector<std::string> schedules, recompute{"none"};
-  int virtual_stages = 2, microbatch_size = 1, jobs = 0;  // V applies to interleaved-1f1b only
+  int virtual_stages = 2, jobs = 0;  // V applies to interleaved-1f1b only
   std::string partition = "auto", optimizer = "adam";
 };
 
 struct Config {
   std::string schedule, recompute;
-  int ranks, microbatches;
+  int microbatch_size, ranks, microbatches;
 };
 
 std::string csv_field(const std::string& s) {
@@ -58,38 +66,121 @@ std::string num(double x) {
 
 class Sweep {
  public:
-  explicit Sweep(const Options& o) : o_(o) {
+  explicit Sweep(const Options& o)
+      : o_(o),
+        engine_(parse_engine(o.engine)),
+        model_(models::in_topological_order(models::load_model(o.model))),
+        hardware_(models::load_hardware(o.hardware)) {
     for (const auto& s : o.schedules)
       for (const auto& r : o.recompute)
-        for (const int k : o.ranks)
-          for (const int m : o.microbatches) configs_.push_back({s, r, k, m});
+        for (const int b : o.microbatch_sizes)
+          for (const int k : o.ranks)
+            for (const int m : o.microbatches) configs_.push_back({s, r, b, k, m});
     rows_.resize(configs_.size());
+    ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
     load_existing();
   }
 
   int run() {
     const int jobs = o_.jobs > 0 ? o_.jobs : static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-    std::deque<std::size_t> todo;
+    std::vector<std::size_t> todo;
     for (std::size_t i = 0; i < configs_.size(); ++i) {
-      if (rows_[i].empty()) todo.push_back(i);
+      if (!ready_[i]) todo.push_back(i);
     }
     resumed_ = configs_.size() - todo.size();
+    // 1. The fast path, in this process, on `jobs` threads.
+    std::vector<std::size_t> for_simgrid;
+    if (engine_ == Engine::SimGrid) {
+      for_simgrid = todo;
+    } else {
+      std::vector<std::vector<std::size_t>> deferred(jobs);
+      std::atomic<std::size_t> next{0};
+      std::vector<std::thread> workers;
+      for (int w = 0; w < jobs; ++w) {
+        workers.emplace_back([&, w] {
+          for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
+            if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
+          }
+        });
+      }
+      while (completed_ + deferred_ < todo.size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        progress(todo.size());
+        maybe_write(false);
+      }
+      for (auto& t : workers) t.join();
+      for (const auto& d : deferred) for_simgrid.insert(for_simgrid.end(), d.begin(), d.end());
+      std::sort(for_simgrid.begin(), for_simgrid.end());
+    }
+    // 2. SimGrid, `jobs` child processes at a time.
+    run_simgrid(for_simgrid, jobs, todo.size());
+    progress(todo.size());
+    maybe_write(true);
+    if (bar_) std::fprintf(stderr, "\n");
+    std::fprintf(stderr,
+                 "sweep: %zu configurations (%zu resumed, %zu evaluated now: %zu on the fast path, %zu in SimGrid, "
+                 "%zu not runnable) -> %s\n",
+                 configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), not_runnable_.load(), o_.out.c_str());
+    return 0;
+  }
+
+ private:
+  ScenarioOptions scenario_options(const Config& c) const {
+    ScenarioOptions s;
+    s.schedule = c.schedule;
+    s.ranks = c.ranks;
+    s.microbatches = c.microbatches;
+    s.virtual_stages = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
+    s.batch = c.microbatches * c.microbatch_size;
+    s.recompute = c.recompute;
+    s.partition = o_.partition;
+    s.optimizer = o_.optimizer;
+    return s;
+  }
+
+  std::unique_ptr<Scenario> scenario(std::size_t i) const {
+    return build_scenario(model_, hardware_, scenario_options(configs_[i]), /*validate=*/false);
+  }
+
+  // Returns false when the configuration needs SimGrid (contention under --engine auto).
+  bool evaluate_fast(std::size_t i) {
+    try {
+      const auto sc = scenario(i);
+      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
+      auto run = schedule::evaluate(sc->program, table);
+      if (run.deadlocked()) throw Error("deadlock in the generated schedule");
+      if (engine_ == Engine::Auto &&
+          !models::check_contention(run.timeline, sc->program, table, sc->hardware.topology).contention_free) {
+        ++deferred_;
+        return false;
+      }
+      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast"), "");
+      ++fast_;
+    } catch (const models::OutOfMemory& e) {
+      finish_row(i, "oom", {}, e.what());
+    } catch (const Error& e) {
+      finish_row(i, "error", {}, e.what());
+    }
+    return true;
+  }
+
+  void run_simgrid(const std::vector<std::size_t>& indices, int jobs, std::size_t total) {
     struct Running {
       std::size_t index;
       sim::SimProcess process;
       std::unique_ptr<Scenario> scenario;
       std::string data;
     };
+    std::deque<std::size_t> todo(indices.begin(), indices.end());
     std::vector<Running> running;
-    progress();
     while (!todo.empty() || !running.empty()) {
       while (!todo.empty() && static_cast<int>(running.size()) < jobs) {
         const std::size_t i = todo.front();
         todo.pop_front();
         try {
-          auto sc = build_scenario(scenario_options(configs_[i]));
-          const auto process = sim::start_simulation(sim::sim_input(*sc->costs, sc->hardware, sc->program));
-          running.push_back({i, process, std::move(sc), {}});
+          auto sc = scenario(i);
+          const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
+          running.push_back({i, sim::start_simulation({sc->program, table, sc->hardware.topology}), std::move(sc), {}});
         } catch (const models::OutOfMemory& e) {
           finish_row(i, "oom", {}, e.what());
         } catch (const Error& e) {
@@ -99,10 +190,7 @@ class Sweep {
       if (running.empty()) continue;
       std::vector<pollfd> fds;
       for (const auto& r : running) fds.push_back({r.process.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0) {
-        if (errno == EINTR) continue;
-        throw Error("sweep: poll failed");
-      }
+      if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) throw Error("sweep: poll failed");
       for (std::size_t j = running.size(); j-- > 0;) {
         if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         char buf[1 << 16];
@@ -118,37 +206,20 @@ class Sweep {
           const auto result = sim::finish_simulation(done.process, done.data);
           const auto& sc = *done.scenario;
           finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid"), "");
+          ++simgrid_;
         } catch (const Error& e) {
           finish_row(done.index, "error", {}, e.what());
         }
       }
+      progress(total);
+      maybe_write(false);
     }
-    if (bar_) std::fprintf(stderr, "\n");
-    std::fprintf(stderr, "sweep: %zu configurations (%zu resumed, %zu evaluated now, %d of them not runnable) -> %s\n",
-                 configs_.size(), resumed_, configs_.size() - resumed_, errors_, o_.out.c_str());
-    return 0;
-  }
-
- private:
-  ScenarioOptions scenario_options(const Config& c) const {
-    ScenarioOptions s;
-    s.model = o_.model;
-    s.hardware = o_.hardware;
-    s.schedule = c.schedule;
-    s.ranks = c.ranks;
-    s.microbatches = c.microbatches;
-    s.virtual_stages = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
-    s.batch = c.microbatches * o_.microbatch_size;
-    s.recompute = c.recompute;
-    s.partition = o_.partition;
-    s.optimizer = o_.optimizer;
-    return s;
   }
 
   std::string key(const Config& c) const {
     const int v = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
     return c.schedule + "," + c.recompute + "," + std::to_string(c.ranks) + "," + std::to_string(v) + "," +
-           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * o_.microbatch_size);
+           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
   }
 
   void load_existing() {
@@ -165,8 +236,12 @@ class Sweep {
       std::size_t pos = 0;
       for (int c = 0; c < kKeyColumns && pos != std::string::npos; ++c) pos = line.find(',', pos + (c ? 1 : 0));
       const auto it = pos == std::string::npos ? index.end() : index.find(line.substr(0, pos));
-      if (it != index.end()) rows_[it->second] = line;
-      else foreign_.push_back(line);
+      if (it != index.end()) {
+        rows_[it->second] = line;
+        ready_[it->second] = true;
+      } else {
+        foreign_.push_back(line);
+      }
     }
   }
 
@@ -182,38 +257,51 @@ class Sweep {
     }
     if (status.empty()) status = s.fits() ? "ok" : "oom";
     const bool ran = !s.busy_s.empty();
-    if (!ran) ++errors_;
-    rows_[i] = key(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," + (ran ? num(s.throughput) : "") +
-               "," + (ran ? num(s.bubble) : "") + "," + (ran ? num(max_memory / 1e9) : "") + "," + csv_field(why);
+    if (!ran) ++not_runnable_;
+    rows_[i] = key(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
+               (ran ? num(s.throughput) : "") + "," + (ran ? num(s.bubble) : "") + "," +
+               (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why);
+    ready_[i].store(true, std::memory_order_release);
     ++completed_;
-    write();
-    progress();
   }
 
-  void write() const {
+  // Rewrites the whole file (finished rows only) through a rename, at most
+  // every few seconds unless `final`.
+  void maybe_write(bool final) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_write_ < write_interval_) return;
     std::string text = std::string(kHeader) + "\n";
-    for (const auto& row : rows_) {
-      if (!row.empty()) text += row + "\n";
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      if (ready_[i].load(std::memory_order_acquire)) text += rows_[i] + "\n";
     }
     for (const auto& row : foreign_) text += row + "\n";
     schedule::write_file_atomic(o_.out, text);
+    const auto took = std::chrono::steady_clock::now() - now;
+    last_write_ = std::chrono::steady_clock::now();
+    write_interval_ = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(2), 10 * took);
   }
 
-  void progress() {
+  void progress(std::size_t total) {
     if (!bar_) return;
-    const std::size_t total = configs_.size() - resumed_;
     const int width = 40;
-    const int filled = total ? static_cast<int>(width * completed_ / total) : width;
+    const std::size_t done = completed_.load();
+    const int filled = total ? static_cast<int>(width * done / total) : width;
     std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 completed_, total);
+                 done, total);
     std::fflush(stderr);
   }
 
   const Options& o_;
+  Engine engine_;
+  models::Model model_;
+  models::Hardware hardware_;
   std::vector<Config> configs_;
   std::vector<std::string> rows_, foreign_;
-  std::size_t completed_ = 0, resumed_ = 0;
-  int errors_ = 0;
+  std::unique_ptr<std::atomic<bool>[]> ready_;
+  std::atomic<std::size_t> completed_{0}, deferred_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
+  std::size_t resumed_ = 0;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration write_interval_ = std::chrono::seconds(2);
   bool bar_ = ::isatty(2) && !std::getenv("CI");
 };
 
@@ -221,7 +309,7 @@ class Sweep {
 
 Run add_sweep_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("sweep", "Simulate every schedule x recompute x K x M combination into one CSV");
+  auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M combination into one CSV");
   cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--ranks,-k", o->ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(CLI::PositiveNumber);
@@ -236,16 +324,20 @@ Run add_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "full", "except-last"}))
       ->capture_default_str();
-  cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch (batch = M x this)")
+  cmd->add_option("--microbatch-size", o->microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
+      ->delimiter(',')
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--partition", o->partition, "auto, uniform or parameters")
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
       ->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
+      ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
+      ->capture_default_str();
   cmd->add_option("--out,-o", o->out, "Results CSV (resumed if it exists)")->required();
-  cmd->add_option("--jobs,-j", o->jobs, "Simulations in flight (default: cores)")->check(CLI::PositiveNumber);
+  cmd->add_option("--jobs,-j", o->jobs, "Threads / SimGrid processes (default: cores)")->check(CLI::PositiveNumber);
   return [o] { return Sweep(*o).run(); };
 }
 

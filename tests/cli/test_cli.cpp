@@ -145,6 +145,10 @@ TEST_F(Cli, SimulatePrintsTheSummaryAndWritesATrace) {
   const auto bad_batch = run("simulate --model " + model + " --hardware a100 -s gpipe -k 2 -m 4 --batch 6");
   EXPECT_EQ(bad_batch.code, 1);
   EXPECT_TRUE(has(bad_batch.out, "--batch 6 does not split into --microbatches 4")) << bad_batch.out;
+  const auto shared = run("simulate --model " + model + " --hardware cpu -s 1f1b -k 4 -m 8");
+  EXPECT_TRUE(has(shared.out, "simgrid 3.32.0: contention: ")) << shared.out;  // 4 ranks on 2 cores
+  const auto a100 = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 4 -m 8");
+  EXPECT_TRUE(has(a100.out, "fast critical path: no shared resource")) << a100.out;
   const auto too_many = run("simulate --model " + model + " --hardware a100 -s gpipe -k 8 -m 4");
   EXPECT_EQ(too_many.code, 1);
   EXPECT_TRUE(has(too_many.out, "a stage needs at least one layer")) << too_many.out;
@@ -160,6 +164,18 @@ TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   for (const char c : full) lines += c == '\n';
   EXPECT_EQ(lines, 1 + 12);
   EXPECT_TRUE(has(full, "gpipe,none,8,1,1,1,error,")) << full;  // 8 stages, 6 layers
+  EXPECT_TRUE(has(first.out, "on the fast path")) << first.out;
+  // The same grid in SimGrid: the same numbers (the fast path is exact without contention).
+  const auto sg = run("sweep --model " + model + " --hardware a100 -k 1,2,8 -m 1,4 -s gpipe,1f1b --engine simgrid --out " +
+                      path("sg.csv"));
+  EXPECT_EQ(sg.code, 0) << sg.out;
+  std::string fast_numbers = full, sg_numbers = pipetwin::schedule::read_file(path("sg.csv"));
+  for (auto* text : {&fast_numbers, &sg_numbers}) {
+    for (const std::string engine : {",fast,", ",simgrid,"}) {
+      for (std::size_t at; (at = text->find(engine)) != std::string::npos;) text->replace(at, engine.size(), ",E,");
+    }
+  }
+  EXPECT_EQ(fast_numbers, sg_numbers);
   // Cut the file after 5 rows, as an interrupted sweep leaves it: the rerun completes it identically.
   std::string cut;
   int kept = 0;
