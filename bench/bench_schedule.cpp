@@ -37,6 +37,8 @@ static void BM_Validate(benchmark::State& state, const char* name) {
 
 BENCHMARK_CAPTURE(BM_Build, 1f1b, "1f1b")->ArgsProduct({{8, 32}, {64, 256}})->ArgNames({"K", "M"});
 BENCHMARK_CAPTURE(BM_DryRun, 1f1b, "1f1b")->ArgsProduct({{8, 32}, {64, 256}})->ArgNames({"K", "M"});
+// The fast path at GPipe's largest partition count (compare bench_sim's SimGrid figure).
+BENCHMARK_CAPTURE(BM_DryRun, 1f1b, "1f1b")->Args({128, 512})->ArgNames({"K", "M"});
 BENCHMARK_CAPTURE(BM_Validate, 1f1b, "1f1b")->ArgsProduct({{8, 32}, {64, 256}})->ArgNames({"K", "M"});
 
 BENCHMARK_MAIN();

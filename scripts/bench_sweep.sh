@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sweep speed, measured side by side in one run on this machine: the same
+# kind of grid through the fast path (in-process, every core) and through
+# SimGrid (a child process per configuration), then a 1,008,000-configuration
+# sweep on the fast path. Prints wall times and configurations per second.
+#   bash scripts/bench_sweep.sh            (about 5 minutes on 2 cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+MODEL=examples/transformer-small.yaml
+COMMON=(--model "$MODEL" --hardware a100 --ranks 1,2,3,4,5,6 --schedules gpipe,1f1b,interleaved-1f1b,zb-h1,pipedream
+        --recompute none,full,except-last)
+
+timed() {  # prints the wall seconds of "$@"
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" >/dev/null 2>&1
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }'
+}
+calc() { awk "BEGIN { print $1 }"; }
+
+small=(--microbatches "$(seq -s, 1 16)" --microbatch-size 1,2,4)   # 6 x 16 x 5 x 3 x 3 = 4,320 configurations
+fast=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${small[@]}" --engine fast --out "$TMP/fast.csv")
+sg=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${small[@]}" --engine simgrid --out "$TMP/simgrid.csv")
+n=$(($(wc -l < "$TMP/fast.csv") - 1))
+printf "%d configurations: fast path %.2f s (%.0f/s), SimGrid %.2f s (%.0f/s), ratio %.1fx\n" \
+  "$n" "$fast" "$(calc "$n / $fast")" "$sg" "$(calc "$n / $sg")" "$(calc "$sg / $fast")"
+
+big=(--microbatches "$(seq -s, 1 64)" --microbatch-size "$(seq -s, 1 175)")  # 6 x 64 x 5 x 3 x 175 = 1,008,000
+auto=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${big[@]}" --out "$TMP/big.csv")
+n=$(($(wc -l < "$TMP/big.csv") - 1))
+printf "%d configurations, --engine auto: %.1f s (%.0f/s); at the SimGrid rate above it would take %.0f s\n" \
+  "$n" "$auto" "$(calc "$n / $auto")" "$(calc "$n * $sg / $(($(wc -l < "$TMP/simgrid.csv") - 1))")"
+cut -d, -f12 "$TMP/big.csv" | sort | uniq -c | sed 's/^/  engine /'
