@@ -52,13 +52,6 @@ std::optional<Op> op_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_compute(Op op) {
-  return op == Op::F || op == Op::B || op == Op::I || op == Op::W || op == Op::R;
-}
-bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
-bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
-bool is_transfer(Op op) { return is_send(op) || is_recv(op); }
-bool is_stage_level(Op op) { return op == Op::STEP || op == Op::REDUCE_GRAD; }
 
 Action make_action(Op op, int stage, int microbatch) {
   return Action{op, StageId{stage}, MicrobatchId{microbatch}};

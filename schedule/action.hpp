@@ -28,12 +28,12 @@ enum class Op {
 std::string_view op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
 
-bool is_compute(Op op);   // F, B, I, W, R
-bool is_transfer(Op op);  // SEND_*, RECV_*
-bool is_send(Op op);
-bool is_recv(Op op);
+inline bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::I || op == Op::W || op == Op::R; }
+inline bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
+inline bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
+inline bool is_transfer(Op op) { return is_send(op) || is_recv(op); }
 // STEP and REDUCE_GRAD act on a whole stage; their micro-batch is optional.
-bool is_stage_level(Op op);
+inline bool is_stage_level(Op op) { return op == Op::STEP || op == Op::REDUCE_GRAD; }
 
 struct Action {
   Op op = Op::F;

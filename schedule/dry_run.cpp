@@ -96,8 +96,9 @@ class EvalBackend final : public Backend {
 }  // namespace
 
 DryRun evaluate(const Program& input, const std::vector<StageCosts>& costs) {
-  const Program lowered = input.has_transfers() ? Program{} : lower(input);
-  const Program& program = input.has_transfers() ? input : lowered;
+  const bool complete = input.has_transfers();
+  const Program lowered = complete ? Program{} : lower(input);
+  const Program& program = complete ? input : lowered;
   if (static_cast<int>(costs.size()) != program.num_stages()) {
     throw Error("evaluate: " + std::to_string(costs.size()) + " stage costs for " +
                 std::to_string(program.num_stages()) + " stages");

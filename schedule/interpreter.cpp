@@ -6,15 +6,6 @@
 
 namespace pipetwin::schedule {
 
-MessageKey message_of(const Action& t) {
-  switch (t.op) {
-    case Op::SEND_F: return {true, StageId{t.stage.value + 1}, *t.microbatch};
-    case Op::RECV_F: return {true, t.stage, *t.microbatch};
-    case Op::SEND_B: return {false, StageId{t.stage.value - 1}, *t.microbatch};
-    default: return {false, t.stage, *t.microbatch};  // RECV_B
-  }
-}
-
 RankId peer_of(const Program& p, const Action& t) {
   const bool up = t.op == Op::SEND_F || t.op == Op::RECV_B;  // towards the last stage
   return p.rank_of(StageId{t.stage.value + (up ? 1 : -1)});

@@ -26,7 +26,15 @@ struct MessageKey {
   friend auto operator<=>(const MessageKey&, const MessageKey&) = default;
 };
 
-MessageKey message_of(const Action& transfer);
+inline MessageKey message_of(const Action& t) {
+  const int m = t.microbatch ? t.microbatch->value : 0;
+  switch (t.op) {
+    case Op::SEND_F: return {true, StageId{t.stage.value + 1}, MicrobatchId{m}};
+    case Op::RECV_F: return {true, t.stage, MicrobatchId{m}};
+    case Op::SEND_B: return {false, StageId{t.stage.value - 1}, MicrobatchId{m}};
+    default: return {false, t.stage, MicrobatchId{m}};  // RECV_B
+  }
+}
 // The rank at the other end of a SEND_* or RECV_*.
 RankId peer_of(const Program& program, const Action& transfer);
 // The send that a receive expects, e.g. 0SEND_F3 for 1RECV_F3.
