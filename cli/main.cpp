@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints the help, the version or the error
+    return code == 0 ? 0 : 2;
   }
   try {
     for (const auto* sub : app.get_subcommands()) return runs.at(sub)();

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
+#include <stdexcept>
 
 #include "models/contention.hpp"
 #include "models/layer_graph.hpp"
@@ -47,8 +49,22 @@ std::vector<schedule::LayerRange> partition_from_file(const std::string& path) {
     return ranges;
   }
   // Bare "begin:end" ranges, whitespace separated.
-  auto program = schedule::parse_text("partition " + text + "\n", path);
-  return program.partition;
+  std::vector<schedule::LayerRange> ranges;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) {
+    const auto colon = word.find(':');
+    try {
+      std::size_t used = 0;
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      const int begin = std::stoi(word.substr(0, colon), &used);
+      const int end = std::stoi(word.substr(colon + 1));
+      ranges.push_back({begin, end});
+    } catch (const std::exception&) {
+      throw Error(path + ": '" + word + "' is not a layer range begin:end");
+    }
+  }
+  if (ranges.empty()) throw Error(path + ": no layer ranges (expected begin:end per stage)");
+  return ranges;
 }
 
 }  // namespace
