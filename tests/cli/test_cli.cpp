@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <filesystem>
 
@@ -191,6 +194,40 @@ TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   const auto wrong = run("sweep --model " + model + " --hardware a100 -k 1 -m 1 -s gpipe --out " + path("other.csv"));
   EXPECT_EQ(wrong.code, 1);
   EXPECT_TRUE(has(wrong.out, "header differs")) << wrong.out;
+}
+
+TEST_F(Cli, SweepKilledHalfWayResumesWithoutLosingOrDuplicatingRows) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  std::string sizes;
+  for (int b = 1; b <= 160; ++b) sizes += (b > 1 ? "," : "") + std::to_string(b);
+  const std::string grid = "sweep --model " + model + " --hardware a100 -k 1,2,3,4,5,6 -m 1,2,3,4,5,6,7,8,12,16,24,32 " +
+                           "-s gpipe,1f1b,zb-h1 --recompute none,full --microbatch-size " + sizes + " --out ";
+  const auto whole = run(grid + path("whole.csv"));  // 69,120 configurations, uninterrupted
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  // The same sweep, killed (SIGKILL) once its first rows are on disk.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string cmd = std::string(PIPETWIN_BINARY) + " " + grid + path("killed.csv") + " >/dev/null 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(path("killed.csv")) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  const std::string partial = pipetwin::schedule::read_file(path("killed.csv"));
+  const std::string full = pipetwin::schedule::read_file(path("whole.csv"));
+  ASSERT_FALSE(partial.empty());
+  EXPECT_EQ(partial.back(), '\n');         // whole rows only
+  EXPECT_LT(partial.size(), full.size());  // killed half-way
+  const auto resumed = run(grid + path("killed.csv"));
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_TRUE(has(resumed.out, "resumed")) << resumed.out;
+  EXPECT_EQ(pipetwin::schedule::read_file(path("killed.csv")), full);  // nothing lost, nothing twice
 }
 
 TEST_F(Cli, HelpOnEverySubcommand) {
