@@ -55,22 +55,34 @@ class Checker {
     return "rank " + std::to_string(l.rank.value) + " step " + std::to_string(l.step);
   }
 
-  void index_actions() {
+  // Every action names a stage and (unless stage-level) a micro-batch that exist.
+  // Runs before lowering too: the passes index the stage map with these values.
+  void check_ranges() const {
     const int S = p_.num_stages(), M = p_.num_microbatches;
     for (int r = 0; r < p_.num_ranks; ++r) {
       for (std::size_t i = 0; i < p_.ranks[r].size(); ++i) {
         const Action& a = p_.ranks[r][i];
         const Loc at{RankId{r}, i};
-        const std::string text = to_string(a);
         if (a.stage.value < 0 || a.stage.value >= S) {
-          fail(at, text + ": stage " + std::to_string(a.stage.value) + " does not exist (stages 0.." +
+          fail(at, to_string(a) + ": stage " + std::to_string(a.stage.value) + " does not exist (stages 0.." +
                        std::to_string(S - 1) + ")");
         }
-        if (!a.microbatch && !is_stage_level(a.op)) fail(at, text + ": needs a micro-batch");
+        if (!a.microbatch && !is_stage_level(a.op)) fail(at, to_string(a) + ": needs a micro-batch");
         if (a.microbatch && (a.microbatch->value < 0 || a.microbatch->value >= M)) {
-          fail(at, text + ": micro-batch " + std::to_string(a.microbatch->value) +
+          fail(at, to_string(a) + ": micro-batch " + std::to_string(a.microbatch->value) +
                        " does not exist (micro-batches 0.." + std::to_string(M - 1) + ")");
         }
+      }
+    }
+  }
+
+  void index_actions() {
+    check_ranges();
+    for (int r = 0; r < p_.num_ranks; ++r) {
+      for (std::size_t i = 0; i < p_.ranks[r].size(); ++i) {
+        const Action& a = p_.ranks[r][i];
+        const Loc at{RankId{r}, i};
+        const std::string text = to_string(a);
         const RankId owner = p_.rank_of(a.stage);
         if (owner.value != r) {
           fail(at, text + ": stage " + std::to_string(a.stage.value) + " lives on rank " +
@@ -266,6 +278,7 @@ void check_shape(const Program& p) {
 
 ValidationReport validate(const Program& input) {
   check_shape(input);
+  Checker(input).check_ranges();
   ValidationReport report;
   report.program = input.has_transfers() ? input : lower(input);
   report.lowered = !(report.program == input);

@@ -79,6 +79,16 @@ std::vector<Broken> catalogue() {
            "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0STEP 0RECV_B1 0B1\n"
            "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1STEP\n",
        0, 6, "0STEP comes before 0B1"},
+      // Found by fuzz_schedule_text: a compute-only program naming a stage past
+      // the last was lowered (reading past the stage map) before being checked.
+      {"stage_out_of_range_in_a_compute_only_program", kHeader2 + "recompute full\n"
+           "rank 0: 0F0 0F1 0B0 0B1\n"
+           "rank 1: 2F0 1B0 1F1 1B1\n",
+       1, 0, "stage 2 does not exist"},
+      {"microbatch_out_of_range_in_a_compute_only_program", kHeader2 +
+           "rank 0: 0F0 0F1 0B0 0B1\n"
+           "rank 1: 1F0 1B0 1F1 1B7\n",
+       1, 3, "micro-batch 7 does not exist"},
   };
 }
 
