@@ -186,6 +186,7 @@ Program parse_text(std::string_view text, const std::string& source) {
     const std::string where = source + ":" + std::to_string(line_no);
     if (line.empty() || line[0] == '#') continue;
     const auto w = words(line);
+    if (w.empty()) continue;  // only whitespace that trim() does not strip (\v, \f)
     const std::string& k = w[0];
     const auto one = [&]() -> const std::string& {
       if (w.size() != 2) throw Error(where + ": '" + k + "' takes exactly one value");

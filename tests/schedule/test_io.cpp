@@ -79,6 +79,12 @@ TEST(Text, ErrorsNameFileAndLine) {
             std::string::npos);
 }
 
+TEST(Text, LinesOfOtherWhitespaceAreBlank) {
+  // Found by fuzz_schedule_text: a line holding only a vertical tab.
+  const auto p = ps::parse_text("\v\nrank 0: 0F0 0B0\n\f \n", "ws.txt");
+  EXPECT_EQ(p.ranks.size(), 1u);
+}
+
 TEST(Json, ErrorsNameTheField) {
   EXPECT_NE(error_of([] { ps::parse_json("{", "p.json"); }).find("p.json: not valid JSON"), std::string::npos);
   auto j = ps::to_json(ps::build_schedule("gpipe", {2, 2}));
