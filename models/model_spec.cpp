@@ -1,4 +1,5 @@
 // The YAML model spec: `family` picks a builder, the other fields its sizes.
+#include <cmath>
 #include <string>
 
 #include "models/families.hpp"
@@ -22,29 +23,48 @@ Model model_from_yaml(const YamlFields& y) {
     fields.insert(fields.end(), common.begin(), common.end());
     y.reject_unknown(fields);
   };
+  // Bounds far above any real model, chosen so that no integer cost overflows:
+  // at most 10^5 layers (blocks, cells), 10^6 channels or features in the
+  // widest layer, 10^5 pixels a side or tokens a sequence, 10^7 classes or
+  // words. The largest model they allow holds under 2·10^18 parameters
+  // (tests/models/test_hardware.cpp builds it under UBSan).
+  constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 100'000;
   if (family == "transformer") {
     known({"layers", "d_model", "d_ff", "heads", "seq_len", "vocab"});
-    TransformerSpec t{y.positive_int("layers"), y.positive_int("d_model"), y.positive_int("d_ff"),
-                      y.positive_int("heads"),  y.positive_int("seq_len"), y.positive_int("vocab")};
+    TransformerSpec t{y.positive_int("layers", kLayers), y.positive_int("d_model", kWidth), y.positive_int("d_ff", kWidth),
+                      y.positive_int("heads", kWidth),   y.positive_int("seq_len", kSide),  y.positive_int("vocab")};
     if (t.d_model % t.heads != 0) y.fail("heads", "must divide d_model (" + std::to_string(t.d_model) + ")");
     return transformer_model(t, precision, name);
   }
   if (family == "mlp") {
     known({"input", "hidden", "output"});
-    return mlp_model({y.positive_int("input"), y.positive_int("output"), y.positive_int_list("hidden")}, precision, name);
+    return mlp_model({y.positive_int("input", kWidth), y.positive_int("output", kWidth),
+                      y.positive_int_list("hidden", kLayers, kWidth)},
+                     precision, name);
   }
   if (family == "resnet") {
     known({"image", "in_channels", "stem_channels", "stages", "classes"});
-    return resnet_model({y.positive_int("image"), y.positive_int_or("in_channels", 3), y.positive_int("stem_channels"),
-                         y.positive_int("classes"), y.positive_int_list("stages")},
+    const auto stages = y.positive_int_list("stages", 64, kLayers);
+    std::int64_t blocks = 0;
+    for (const auto b : stages) blocks += b;
+    if (blocks > kLayers) y.fail("stages", "hold " + std::to_string(blocks) + " residual blocks, at most " + std::to_string(kLayers));
+    const auto stem = y.positive_int("stem_channels", kWidth);
+    // Each stage after the first doubles the channels.
+    if (static_cast<double>(stem) * std::ldexp(1.0, static_cast<int>(stages.size()) - 1) > kWidth) {
+      y.fail("stages", std::to_string(stages.size()) + " stages double the stem's " + std::to_string(stem) +
+                           " channels past " + std::to_string(kWidth));
+    }
+    return resnet_model({y.positive_int("image", kSide), y.positive_int_or("in_channels", 3, kWidth), stem,
+                         y.positive_int("classes"), stages},
                         precision, name);
   }
   if (family == "amoebanet") {
     known({"cells", "filters", "image", "in_channels", "classes"});
-    const auto cells = y.positive_int("cells");
+    const auto cells = y.positive_int("cells", kLayers / 10);  // a cell is ten layers
     if (cells % 3 != 0) y.fail("cells", "must be a multiple of 3 (three groups of normal cells), got " + std::to_string(cells));
-    return amoebanet_model({cells, y.positive_int("filters"), y.positive_int("image"), y.positive_int_or("in_channels", 3),
-                            y.positive_int("classes")},
+    // Two reductions double the filters twice, and a cell concatenates three of its nodes.
+    return amoebanet_model({cells, y.positive_int("filters", kWidth / 12), y.positive_int("image", kSide),
+                            y.positive_int_or("in_channels", 3, kWidth), y.positive_int("classes")},
                            precision, name);
   }
   y.fail("family", "unknown family '" + family + "' (valid: transformer, mlp, resnet, amoebanet)");

@@ -80,28 +80,31 @@ double YamlFields::number_or(const std::string& key, double fallback) const {
   return has(key) ? non_negative_number(key) : fallback;
 }
 
-std::int64_t YamlFields::positive_int(const std::string& key) const {
+std::int64_t YamlFields::positive_int(const std::string& key, std::int64_t max) const {
   const YAML::Node v = get(key);
   std::int64_t x = 0;
   if (!v.IsScalar() || !YAML::convert<std::int64_t>::decode(v, x)) {
     fail(key, "expected an integer, got '" + (v.IsScalar() ? v.Scalar() : std::string("a list or mapping")) + "'");
   }
   if (x <= 0) fail(key, "must be positive, got " + std::to_string(x));
+  if (x > max) fail(key, "must be at most " + std::to_string(max) + ", got " + std::to_string(x));
   return x;
 }
 
-std::int64_t YamlFields::positive_int_or(const std::string& key, std::int64_t fallback) const {
-  return has(key) ? positive_int(key) : fallback;
+std::int64_t YamlFields::positive_int_or(const std::string& key, std::int64_t fallback, std::int64_t max) const {
+  return has(key) ? positive_int(key, max) : fallback;
 }
 
-std::vector<std::int64_t> YamlFields::positive_int_list(const std::string& key) const {
+std::vector<std::int64_t> YamlFields::positive_int_list(const std::string& key, std::size_t max_length,
+                                                         std::int64_t max) const {
   const YAML::Node v = get(key);
   if (!v.IsSequence() || v.size() == 0) fail(key, "expected a non-empty list of positive integers");
+  if (v.size() > max_length) fail(key, "holds more than " + std::to_string(max_length) + " entries");
   std::vector<std::int64_t> out;
   for (const auto& item : v) {
     std::int64_t x = 0;
-    if (!item.IsScalar() || !YAML::convert<std::int64_t>::decode(item, x) || x <= 0) {
-      fail(key, "expected a non-empty list of positive integers");
+    if (!item.IsScalar() || !YAML::convert<std::int64_t>::decode(item, x) || x <= 0 || x > max) {
+      fail(key, "expected a non-empty list of positive integers up to " + std::to_string(max));
     }
     out.push_back(x);
   }

@@ -21,12 +21,15 @@ class YamlFields {
   bool has(const std::string& key) const;
   std::string text(const std::string& key) const;
   std::string text_or(const std::string& key, const std::string& fallback) const;
-  std::int64_t positive_int(const std::string& key) const;
-  std::int64_t positive_int_or(const std::string& key, std::int64_t fallback) const;
+  // Integers are also bounded (default 10^7): sizes beyond any real model are
+  // refused, so that the integer costs built from them cannot overflow.
+  std::int64_t positive_int(const std::string& key, std::int64_t max = 10'000'000) const;
+  std::int64_t positive_int_or(const std::string& key, std::int64_t fallback, std::int64_t max = 10'000'000) const;
   double positive_number(const std::string& key) const;
   double non_negative_number(const std::string& key) const;
   double number_or(const std::string& key, double fallback) const;  // >= 0
-  std::vector<std::int64_t> positive_int_list(const std::string& key) const;
+  std::vector<std::int64_t> positive_int_list(const std::string& key, std::size_t max_length = 100'000,
+                                              std::int64_t max = 10'000'000) const;
   YamlFields child(const std::string& key) const;  // a nested mapping
   // Throws for any key not in `known`, naming it and listing the known ones.
   void reject_unknown(const std::vector<std::string>& known) const;
