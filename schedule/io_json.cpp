@@ -154,7 +154,7 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(path + ": cannot open " + tmp + " for writing");
     out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
+    out.close();  // a failure to write back (a full disk) may show only here
     if (!out) {
       std::remove(tmp.c_str());
       throw Error(path + ": write failed");
