@@ -109,16 +109,21 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
 }
 
-void check_complete(const Hardware& h, const std::string& source) {
-  const auto missing = [&](const std::string& field) {
-    throw Error(source + ": field '" + field + "': missing (give it, or start from a preset with 'preset:')");
+// A field that neither the file nor its preset gives: the error names the
+// line of the mapping that should hold it (the file's first line when that
+// mapping is absent too).
+void check_complete(const Hardware& h, const YamlFields& y) {
+  const auto missing = [&](const std::string& section, const std::string& field) {
+    const std::string what = "missing (give it, or start from a preset with 'preset:')";
+    if (y.has(section)) y.child(section).fail(field, what);
+    y.fail(section + "." + field, what);
   };
-  if (h.device.peak_flops_fp32 <= 0) missing("device.peak_flops_fp32");
-  if (h.device.peak_flops_half <= 0) missing("device.peak_flops_half");
-  if (h.device.memory_bytes <= 0) missing("device.memory_gb");
-  if (h.topology.intra.bandwidth <= 0) missing("topology.intra");
-  if (h.topology.kind == TopologyKind::PcieTree && h.topology.bridge.bandwidth <= 0) missing("topology.bridge");
-  if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology.inter");
+  if (h.device.peak_flops_fp32 <= 0) missing("device", "peak_flops_fp32");
+  if (h.device.peak_flops_half <= 0) missing("device", "peak_flops_half");
+  if (h.device.memory_bytes <= 0) missing("device", "memory_gb");
+  if (h.topology.intra.bandwidth <= 0) missing("topology", "intra");
+  if (h.topology.kind == TopologyKind::PcieTree && h.topology.bridge.bandwidth <= 0) missing("topology", "bridge");
+  if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology", "inter");
 }
 
 }  // namespace
@@ -139,7 +144,7 @@ Hardware hardware_from_yaml(const YamlFields& y) {
   if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
   if (y.has("device")) apply_device(h.device, y.child("device"));
   if (y.has("topology")) apply_topology(h.topology, y.child("topology"));
-  check_complete(h, y.source());
+  check_complete(h, y);
   return h;
 }
 

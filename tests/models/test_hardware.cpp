@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 
 #include "models/families.hpp"
 #include "models/hardware.hpp"
@@ -131,20 +132,29 @@ TEST_F(Files, MalformedFilesNameFileLineAndField) {
        ":5: field 'heads': must divide d_model", false},
       {"bad_precision", "family: mlp\ninput: 4\nhidden: [8]\noutput: 2\nprecision: fp8\n", ":5: field 'precision'", false},
       {"malformed_yaml", "family: mlp\nhidden: [8\n", ":3: malformed YAML", false},
-      {"hw_missing_field", "name: x\ndevice:\n  peak_flops_fp32: 1e12\n", "field 'device.peak_flops_half': missing", true},
+      {"hw_missing_field", "name: x\ndevice:\n  peak_flops_fp32: 1e12\n", ":3: field 'device.peak_flops_half': missing", true},
+      {"hw_missing_section", "name: x\ntopology:\n  kind: all-to-all\n", ":1: field 'device.peak_flops_fp32': missing", true},
+      {"hw_missing_link", "preset: a100\ntopology:\n  kind: pcie-tree\n", ":3: field 'topology.bridge': missing", true},
+      {"hw_negative_link", "preset: a100\ntopology:\n  intra: {latency_us: 1, bandwidth_gbps: -5}\n",
+       ":3: field 'topology.intra.bandwidth_gbps': must be positive", true},
+      {"hw_wrong_type_int", "preset: v100\ntopology:\n  devices_per_switch: four\n",
+       ":3: field 'topology.devices_per_switch': expected an integer", true},
       {"hw_negative", "preset: a100\ndevice:\n  memory_gb: -80\n", ":3: field 'device.memory_gb': must be positive", true},
       {"hw_wrong_type", "preset: a100\ndevice:\n  peak_flops_half: fast\n", ":3: field 'device.peak_flops_half': expected a number",
        true},
       {"hw_unknown_preset", "preset: b200\n", ":1: field 'preset': unknown hardware preset 'b200'", true},
       {"hw_unknown_topology", "preset: a100\ntopology:\n  kind: torus\n", ":3: field 'topology.kind': unknown topology", true},
-      {"hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency: {max: 1.5}\n", "field 'device.efficiency.max'", true},
+      {"hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency: {max: 1.5}\n", ":3: field 'device.efficiency.max'", true},
       {"hw_link_not_a_mapping", "preset: a100\ntopology:\n  intra: 300\n", ":3: field 'topology.intra': expected a mapping", true},
   };
   for (const auto& c : cases) {
     const auto path = write(c.name + ".yaml", c.text);
     const std::string msg =
         error_of([&] { c.hardware ? (void)pm::load_hardware(path) : (void)pm::load_model(path); });
-    EXPECT_NE(msg.find(path), std::string::npos) << c.name << ": " << msg;
-    EXPECT_NE(msg.find(c.expected), std::string::npos) << c.name << ": " << msg;
+    // "<file>:<line>: field '<field>': <reason>", every time.
+    ASSERT_EQ(msg.rfind(path + ":", 0), 0u) << c.name << ": " << msg;
+    EXPECT_TRUE(std::regex_search(msg.substr(path.size() + 1), std::regex("^[0-9]+: (field '[a-z0-9_.]+'|malformed YAML)")))
+        << c.name << ": " << msg;
+    EXPECT_NE(msg.find(path + c.expected), std::string::npos) << c.name << ": " << msg;
   }
 }
