@@ -27,18 +27,43 @@ TEST(Transformer, BertBaseSizedBlocksHaveTheKnownCount) {
   EXPECT_EQ(m.layers[1].cost.params, 7087872);
 }
 
-TEST(Transformer, FlopsFollowTheClosedForm) {
-  const pm::TransformerSpec t{4, 256, 1024, 8, 128, 5000};
-  const auto m = pm::transformer_model(t, pm::Precision::BF16, "t");
-  const double s = 128, d = 256, f = 1024, V = 5000;
-  const auto& block = m.layers[1].cost;
-  EXPECT_DOUBLE_EQ(block.forward_flops, 8 * s * d * d + 4 * s * d * f + 4 * s * s * d);
-  EXPECT_DOUBLE_EQ(block.input_grad_flops, 8 * s * d * d + 4 * s * d * f + 8 * s * s * d);
-  EXPECT_DOUBLE_EQ(block.weight_grad_flops, 8 * s * d * d + 4 * s * d * f);
-  EXPECT_DOUBLE_EQ(m.forward_flops(), s * d + 4 * (8 * s * d * d + 4 * s * d * f + 4 * s * s * d) + 2 * s * d * V + 5 * s * V);
-  EXPECT_EQ(block.output_elems, 128 * 256);
-  EXPECT_EQ(m.layers[1].kind, pm::LayerKind::TransformerBlock);
-  EXPECT_EQ(m.layers[1].shape.heads, 8);
+TEST(Transformer, FlopsFollowTheClosedFormForSeveralSizes) {
+  for (const pm::TransformerSpec t : {pm::TransformerSpec{4, 256, 1024, 8, 128, 5000}, pm::TransformerSpec{2, 64, 256, 4, 16, 100},
+                                      pm::TransformerSpec{24, 1024, 8192, 16, 1024, 32000},
+                                      pm::TransformerSpec{12, 768, 3072, 12, 512, 30522}, pm::TransformerSpec{1, 8, 24, 1, 3, 7}}) {
+    for (const auto precision : {pm::Precision::FP32, pm::Precision::BF16}) {
+      const auto m = pm::transformer_model(t, precision, "t");
+      const double s = static_cast<double>(t.seq_len), d = static_cast<double>(t.d_model), f = static_cast<double>(t.d_ff),
+                   V = static_cast<double>(t.vocab), L = static_cast<double>(t.layers);
+      for (int b = 1; b <= t.layers; ++b) {
+        const auto& block = m.layers[b].cost;
+        EXPECT_DOUBLE_EQ(block.forward_flops, 8 * s * d * d + 4 * s * d * f + 4 * s * s * d);
+        EXPECT_DOUBLE_EQ(block.input_grad_flops, 8 * s * d * d + 4 * s * d * f + 8 * s * s * d);
+        EXPECT_DOUBLE_EQ(block.weight_grad_flops, 8 * s * d * d + 4 * s * d * f);
+        EXPECT_EQ(block.output_elems, t.seq_len * t.d_model);
+        EXPECT_EQ(m.layers[b].kind, pm::LayerKind::TransformerBlock);
+        EXPECT_EQ(m.layers[b].shape.heads, t.heads);
+      }
+      EXPECT_DOUBLE_EQ(m.forward_flops(), s * d + L * (8 * s * d * d + 4 * s * d * f + 4 * s * s * d) + 2 * s * d * V + 5 * s * V);
+    }
+  }
+}
+
+TEST(Transformer, TrainingFlopsMatchMegatronsFormula) {
+  // Narayanan et al. (SC'21), with d_ff = 4d: one step costs
+  //   72 B s L d² (1 + s/(6d) + V/(12 L d))
+  // FLOPs without recompute (forward + backward of the blocks and the logit
+  // layer); pipetwin adds the embedding's and the softmax's element-wise work.
+  for (const pm::TransformerSpec t : {pm::TransformerSpec{24, 1024, 4096, 16, 1024, 32000}, pm::TransformerSpec{2, 64, 256, 4, 16, 100},
+                                      pm::TransformerSpec{48, 1600, 6400, 25, 1024, 50257}}) {
+    const auto m = pm::transformer_model(t, pm::Precision::BF16, "t");
+    const double s = static_cast<double>(t.seq_len), d = static_cast<double>(t.d_model), V = static_cast<double>(t.vocab),
+                 L = static_cast<double>(t.layers);
+    double total = 0;
+    for (const auto& l : m.layers) total += l.cost.forward_flops + l.cost.backward_flops();
+    const double elementwise = 2 * s * d + 6 * s * V;
+    EXPECT_NEAR(total - elementwise, 72 * s * L * d * d * (1 + s / (6 * d) + V / (12 * L * d)), 1e-9 * total);
+  }
 }
 
 TEST(Mlp, ParametersAndFlops) {
@@ -46,8 +71,14 @@ TEST(Mlp, ParametersAndFlops) {
   EXPECT_EQ(m.params(), (10 * 20 + 20) + (20 * 30 + 30) + (30 * 3 + 3));
   EXPECT_DOUBLE_EQ(m.forward_flops(), 2.0 * (10 * 20 + 20 * 30 + 30 * 3));
   EXPECT_DOUBLE_EQ(m.layers[0].cost.input_grad_flops, 0);  // no gradient for the data
-  EXPECT_TRUE(m.layers[0].shape.relu);
-  EXPECT_FALSE(m.layers[2].shape.relu);
+  // ReLU on the input of every layer but the first: the same network as a
+  // ReLU after every layer but the last, with each activation kept once.
+  EXPECT_FALSE(m.layers[0].shape.relu);
+  EXPECT_TRUE(m.layers[1].shape.relu);
+  EXPECT_TRUE(m.layers[2].shape.relu);
+  EXPECT_EQ(m.layers[0].cost.stashed_elems, 0);       // reads the data
+  EXPECT_EQ(m.layers[1].cost.stashed_elems, 20);      // ReLU(input)
+  EXPECT_EQ(m.layers[2].cost.stashed_elems, 30 + 3);  // ReLU(input) and the log-probabilities
 }
 
 TEST(ResNet, Cifar18HasTheKnownParameterCount) {
