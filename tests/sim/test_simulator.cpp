@@ -3,6 +3,8 @@
 // contention on a shared host, deadlocks reported.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
@@ -104,20 +106,30 @@ TEST(Simulator, AgreesWithTheDryRunOnEveryGeneratorWithoutContention) {
 }
 
 TEST(Simulator, ATransferTakesLatencyPlusBytesOverBandwidth) {
-  SimInput in;
-  in.program = ps::build_schedule("gpipe", {2, 1});
-  const double bytes = 4e6;
-  in.stages = {unit(1, 0.5, 0.5, 0, bytes, 0), unit(1, 0.5, 0.5, 0, 0, bytes / 2)};
-  in.topology.kind = pm::TopologyKind::AllToAll;
-  in.topology.intra = {1e-5, 1e9};
-  const auto t = pipetwin::sim::simulate(in).timeline;
-  // rank 1: 1RECV_F0 ends when 0F0 (1 s) plus the transfer are over.
-  ASSERT_EQ(ps::to_string(t.ranks[1][0].action), "1RECV_F0");
-  EXPECT_NEAR(t.ranks[1][0].end, 1 + 1e-5 + bytes / 1e9, 1e-12);
-  // rank 0: 0RECV_B0 ends after rank 1's F and B and the gradient's transfer.
-  const auto& recv_b = t.ranks[0][2];
-  ASSERT_EQ(ps::to_string(recv_b.action), "0RECV_B0");
-  EXPECT_NEAR(recv_b.end, t.ranks[1][0].end + 2 + 1e-5 + bytes / 2 / 1e9, 1e-12);
+  // Over a grid of sizes, latencies and bandwidths, both directions.
+  for (const double bytes : {1.0, 1e3, 4e6, 1.5e9}) {
+    for (const double latency : {0.0, 1e-5, 3e-3}) {
+      for (const double bandwidth : {1e6, 1e9, 4.5e11}) {
+        SimInput in;
+        in.program = ps::build_schedule("gpipe", {2, 1});
+        in.stages = {unit(1, 0.5, 0.5, 0, bytes, 0), unit(1, 0.5, 0.5, 0, 0, std::floor(bytes / 2))};
+        in.topology.kind = pm::TopologyKind::AllToAll;
+        in.topology.intra = {latency, bandwidth};
+        const auto t = pipetwin::sim::simulate(in).timeline;
+        const std::string at = " bytes=" + std::to_string(bytes) + " latency=" + std::to_string(latency) +
+                               " bandwidth=" + std::to_string(bandwidth);
+        // rank 1: 1RECV_F0 ends when 0F0 (1 s) plus the transfer are over.
+        ASSERT_EQ(ps::to_string(t.ranks[1][0].action), "1RECV_F0");
+        const double forward = 1 + latency + bytes / bandwidth;
+        EXPECT_NEAR(t.ranks[1][0].end, forward, 1e-12 * forward) << at;
+        // rank 0: 0RECV_B0 ends after rank 1's F and B and the gradient's transfer.
+        const auto& recv_b = t.ranks[0][2];
+        ASSERT_EQ(ps::to_string(recv_b.action), "0RECV_B0");
+        const double backward = t.ranks[1][0].end + 2 + latency + std::floor(bytes / 2) / bandwidth;
+        EXPECT_NEAR(recv_b.end, backward, 1e-12 * backward) << at;
+      }
+    }
+  }
 }
 
 TEST(Simulator, PcieRoutesAddLatenciesAndTakeTheNarrowestHop) {
@@ -236,6 +248,48 @@ TEST(SimulateModel, MemoryOverTimePeaksAtTheAccountedPeak) {
         const auto [i, j] = program.partition[s];
         EXPECT_NEAR(peak, costs.memory_bytes(i, j, s), 1e-6 * peak) << name << " stage " << s;
         EXPECT_NEAR(series[s].back().bytes, costs.static_bytes(i, j, s), 1e-6) << "nothing stashed after the step";
+      }
+    }
+  }
+}
+
+TEST(SimulateModel, StashedActivationsFollowTheClosedFormsAlongTheReplay) {
+  // Replayed in SimGrid, stage s of gpipe stashes n = M micro-batches and of
+  // 1f1b n = min(K - s, M). With full recompute it keeps only its inputs: at
+  // the peak n inputs, or n - 1 inputs and one re-materialized micro-batch.
+  const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
+  const auto hw = pm::preset("a100");
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    for (const int K : {2, 3, 5}) {
+      for (const int M : {1, 2, 4, 7}) {
+        for (const auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full}) {
+          pm::PartitionRequest r;
+          r.ranks = K;
+          r.schedule = name;
+          r.microbatches = M;
+          r.recompute = policy;
+          auto program = ps::build_schedule(name, {K, M, 1, policy});
+          program.partition = pm::partition_model(model, hw, r, pm::Method::Uniform).ranges();
+          const pm::StageCostModel costs(model, hw, r);
+          const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, hw, program)).timeline;
+          const auto series = pm::memory_over_time(t, program, costs);
+          const auto summary = pm::summarize(t, M, costs, program.partition, "simgrid");
+          const bool recompute = policy == ps::RecomputePolicy::Full;
+          for (int s = 0; s < K; ++s) {
+            const std::string at = name + " K=" + std::to_string(K) + " M=" + std::to_string(M) +
+                                   (recompute ? " recompute" : "") + " stage " + std::to_string(s);
+            const int n = name == "gpipe" ? M : std::min(K - s, M);
+            const auto [i, j] = program.partition[s];
+            const double act = costs.activation_bytes(i, j), in = costs.input_bytes(i);
+            const double expected = costs.static_bytes(i, j, s) + (recompute ? (n - 1) * in + std::max(in, act) : n * act);
+            double peak = 0;
+            for (const auto& m : series[s]) peak = std::max(peak, m.bytes);
+            EXPECT_NEAR(peak, expected, 1e-9 * expected) << at;
+            EXPECT_NEAR(summary.memory[s].peak_bytes, expected, 1e-9 * expected) << at;
+            EXPECT_EQ(summary.memory[s].peak_activations, recompute ? 1 : n) << at;
+            EXPECT_EQ(summary.memory[s].peak_inputs, recompute ? n : 0) << at;
+          }
+        }
       }
     }
   }
