@@ -1,9 +1,10 @@
 // The timed evaluator (fast path) against the SimGrid replay on a randomized
 // grid: every schedule, K up to 64, M up to 256, recompute on and off,
-// non-uniform stage costs, finite links. Where the contention check finds no
+// non-uniform stage costs, finite links, every topology kind. Where the contention check finds no
 // shared resource in use, both must agree to 1e-9 relative.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -35,7 +36,8 @@ TEST(FastPath, AgreesWithSimGridWhereverNothingIsShared) {
   const std::vector<int> Ks{1, 2, 3, 4, 8, 16, 32, 64}, Ms{1, 2, 3, 4, 8, 16, 32, 64, 128, 256};
   std::uniform_real_distribution<double> time(0.5e-3, 5e-3), bytes(1e4, 5e7), latency(0, 2e-5), bandwidth(1e9, 1e11);
   int agreed = 0, contended = 0, largest = 0;
-  for (int trial = 0; trial < 70; ++trial) {
+  std::array<int, 4> agreed_on{};  // per topology kind
+  for (int trial = 0; trial < 90; ++trial) {
     const auto& g = ps::generators()[trial % ps::generators().size()];
     int K = Ks[rng() % Ks.size()], M = Ms[rng() % Ms.size()];
     if (trial == 0) K = 64, M = 256;  // the largest corner, once
@@ -45,15 +47,26 @@ TEST(FastPath, AgreesWithSimGridWhereverNothingIsShared) {
     const auto policy = trial % 2 ? ps::RecomputePolicy::Full : ps::RecomputePolicy::None;
     pipetwin::sim::SimInput in;
     in.program = ps::build_schedule(g.name, {K, M, V, policy});
-    in.topology.kind = pm::TopologyKind::AllToAll;
+    // Topologies: every pair on its own link, PCIe switches under a shared
+    // host bridge, hosts over a network, or one host with a core per rank
+    // and one loopback link for every transfer.
+    const auto kind = trial == 0 ? pm::TopologyKind::AllToAll : static_cast<pm::TopologyKind>(rng() % 4);
+    in.topology.kind = kind;
     in.topology.intra = {latency(rng), bandwidth(rng)};
-    for (int s = 0; s < in.program.num_stages(); ++s) {
+    in.topology.bridge = {latency(rng), bandwidth(rng)};
+    in.topology.inter = {latency(rng), bandwidth(rng)};
+    in.topology.devices_per_switch = 1 + static_cast<int>(rng() % 4);
+    in.topology.devices_per_host = 1 + static_cast<int>(rng() % 8);
+    in.topology.host_cores = K;
+    const auto rank = [&](int s) { return in.program.rank_of(ps::StageId{s}).value; };
+    const int S = in.program.num_stages();
+    for (int s = 0; s < S; ++s) {
       ps::StageCosts c;
       c.forward_s = time(rng), c.input_grad_s = time(rng), c.weight_grad_s = time(rng);
       c.backward_s = c.input_grad_s + c.weight_grad_s, c.recompute_s = c.forward_s, c.step_s = time(rng) / 10;
       c.activation_bytes = std::floor(bytes(rng)), c.gradient_bytes = std::floor(bytes(rng));  // whole bytes, as SimGrid sends
-      c.activation_transfer_s = in.topology.intra.seconds(c.activation_bytes);
-      c.gradient_transfer_s = in.topology.intra.seconds(c.gradient_bytes);
+      if (s + 1 < S) c.activation_transfer_s = in.topology.path(rank(s), rank(s + 1)).seconds(c.activation_bytes);
+      if (s > 0) c.gradient_transfer_s = in.topology.path(rank(s), rank(s - 1)).seconds(c.gradient_bytes);
       in.stages.push_back(c);
     }
     const auto fast = ps::evaluate(in.program, in.stages);
@@ -63,6 +76,7 @@ TEST(FastPath, AgreesWithSimGridWhereverNothingIsShared) {
       ++contended;
       continue;
     }
+    ++agreed_on[static_cast<int>(kind)];
     const auto sim = pipetwin::sim::simulate(in).timeline;
     const double span = fast.timeline.makespan();
     EXPECT_NEAR(sim.makespan(), span, 1e-9 * span) << g.name << " K=" << K << " M=" << M;
@@ -78,6 +92,11 @@ TEST(FastPath, AgreesWithSimGridWhereverNothingIsShared) {
   EXPECT_GE(agreed, 20);
   EXPECT_GT(contended, 0);  // the grid also holds configurations where links are shared
   EXPECT_EQ(largest, 64 * 256);
+  for (int k = 0; k < 4; ++k) {
+    const std::string kind(pm::topology_name(static_cast<pm::TopologyKind>(k)));
+    EXPECT_GT(agreed_on[k], 0) << kind;
+    RecordProperty("agreed on " + kind, agreed_on[k]);
+  }
   RecordProperty("agreed", agreed);
   RecordProperty("contended", contended);
 }
