@@ -157,6 +157,37 @@ TEST_F(Cli, SimulatePrintsTheSummaryAndWritesATrace) {
   EXPECT_TRUE(has(too_many.out, "a stage needs at least one layer")) << too_many.out;
 }
 
+TEST_F(Cli, AutoFallsBackToSimGridWhenTransfersShareALink) {
+  // AmoebaNet-D on 8 PCIe V100s, micro-batches of 8 images: stage 0 sends its
+  // next activation while the previous one still crosses dev0's PCIe link.
+  const std::string args = "simulate --json --model " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                           "/amoebanet-d-18-256.yaml --hardware v100 -s 1f1b -k 8 -m 32 --batch 256 --engine ";
+  const auto run_json = [&](const std::string& engine) {
+    const auto r = run(args + engine);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(r.out);
+  };
+  const auto automatic = run_json("auto"), fast = run_json("fast"), simgrid = run_json("simgrid");
+  EXPECT_EQ(automatic["summary"]["engine"].get<std::string>().rfind("simgrid", 0), 0u) << automatic.dump();
+  EXPECT_TRUE(has(automatic["engine_reason"].get<std::string>(), "contention: transfers ")) << automatic.dump();
+  EXPECT_TRUE(has(automatic["engine_reason"].get<std::string>(), " share link dev0-sw0 (up)")) << automatic.dump();
+  EXPECT_TRUE(has(fast["engine_reason"].get<std::string>(), "it ignores contention")) << fast.dump();
+  // auto answers what SimGrid answers; the fast path, which ignores the sharing, predicts a shorter step.
+  const double fast_step = fast["summary"]["step_time_s"], sg_step = simgrid["summary"]["step_time_s"];
+  EXPECT_DOUBLE_EQ(automatic["summary"]["step_time_s"].get<double>(), sg_step);
+  EXPECT_GT(sg_step, fast_step * (1 + 1e-4));
+  // A sweep over the same configuration sends it to SimGrid too.
+  const auto sweep = run("sweep --model " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                         "/amoebanet-d-18-256.yaml --hardware v100 -s 1f1b -k 8 -m 32 --microbatch-size 8 --out " + path("c.csv"));
+  EXPECT_EQ(sweep.code, 0) << sweep.out;
+  EXPECT_TRUE(has(sweep.out, "0 on the fast path, 1 in SimGrid")) << sweep.out;
+  const std::string csv = pipetwin::schedule::read_file(path("c.csv"));
+  char step[64];
+  std::snprintf(step, sizeof step, ",ok,%.9g,", sg_step);
+  EXPECT_TRUE(has(csv, "1f1b,none,8,1,32,256" + std::string(step))) << csv;
+  EXPECT_TRUE(has(csv, ",simgrid,")) << csv;
+}
+
 TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
   const std::string args = "sweep --model " + model + " --hardware a100 -k 1,2,8 -m 1,4 -s gpipe,1f1b --out " + path("r.csv");
