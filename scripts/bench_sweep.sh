@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sweep speed, measured side by side in one run on this machine: the same
 # kind of grid through the fast path (in-process, every core) and through
-# SimGrid (a child process per configuration), then a 1,008,000-configuration
-# sweep on the fast path. Prints wall times and configurations per second.
-#   bash scripts/bench_sweep.sh            (about 5 minutes on 2 cores)
+# SimGrid (a child process per configuration), a 1,000-configuration sweep in
+# both, then a 1,008,000-configuration sweep with --engine auto. Prints wall
+# times, configurations per second, and the rows of the big sweep by status
+# and engine.
+#   bash scripts/bench_sweep.sh            (about 10 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -30,9 +32,16 @@ n=$(($(wc -l < "$TMP/fast.csv") - 1))
 printf "%d configurations: fast path %.2f s (%.0f/s), SimGrid %.2f s (%.0f/s), ratio %.1fx\n" \
   "$n" "$fast" "$(calc "$n / $fast")" "$sg" "$(calc "$n / $sg")" "$(calc "$sg / $fast")"
 
+# 4 x 25 x 2 x 5 = 1,000 configurations, every one runnable: SimGrid, then the fast path.
+k1000=(--model "$MODEL" --hardware a100 --ranks 1,2,3,4 --microbatches "$(seq -s, 1 25)" --schedules gpipe,1f1b
+       --microbatch-size 1,2,4,8,16)
+sg=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine simgrid --out "$TMP/sg1000.csv")
+fast=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine fast --out "$TMP/fast1000.csv")
+printf "%d configurations: SimGrid %.2f s, fast path %.2f s\n" "$(($(wc -l < "$TMP/sg1000.csv") - 1))" "$sg" "$fast"
+
 big=(--microbatches "$(seq -s, 1 64)" --microbatch-size "$(seq -s, 1 175)")  # 6 x 64 x 5 x 3 x 175 = 1,008,000
 auto=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${big[@]}" --out "$TMP/big.csv")
 n=$(($(wc -l < "$TMP/big.csv") - 1))
 printf "%d configurations, --engine auto: %.1f s (%.0f/s); at the SimGrid rate above it would take %.0f s\n" \
   "$n" "$auto" "$(calc "$n / $auto")" "$(calc "$n * $sg / $(($(wc -l < "$TMP/simgrid.csv") - 1))")"
-cut -d, -f12 "$TMP/big.csv" | sort | uniq -c | sed 's/^/  engine /'
+tail -n +2 "$TMP/big.csv" | cut -d, -f7,12 | sort | uniq -c | sed 's/^/  status,engine /'
