@@ -1,6 +1,8 @@
 // JSON form of a Program, file reading with format detection, atomic writes.
 #include <unistd.h>
 
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,9 +21,14 @@ const json& field(const json& j, const char* name, const std::string& source) {
   return j.at(name);
 }
 
+bool is_int(const json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT_MAX);
+  return v.is_number_integer() && v.get<std::int64_t>() >= INT_MIN && v.get<std::int64_t>() <= INT_MAX;
+}
+
 int int_field(const json& j, const char* name, const std::string& source) {
   const json& v = field(j, name, source);
-  if (!v.is_number_integer()) throw Error(source + ": field '" + std::string(name) + "' must be an integer");
+  if (!is_int(v)) throw Error(source + ": field '" + std::string(name) + "' must be an integer (32 bits)");
   return v.get<int>();
 }
 
@@ -30,7 +37,7 @@ std::vector<int> int_list(const json& j, const char* name, const std::string& so
   std::vector<int> out;
   if (!v.is_array()) throw Error(source + ": field '" + std::string(name) + "' must be a list of integers");
   for (const auto& x : v) {
-    if (!x.is_number_integer()) throw Error(source + ": field '" + std::string(name) + "' must be a list of integers");
+    if (!is_int(x)) throw Error(source + ": field '" + std::string(name) + "' must be a list of integers (32 bits)");
     out.push_back(x.get<int>());
   }
   return out;
@@ -65,11 +72,11 @@ Program parse_json(std::string_view text, const std::string& source) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past a double
     throw Error(source + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
-  if (j.value("format", "") != "pipetwin-schedule") {
+  if (!j.contains("format") || j["format"] != "pipetwin-schedule") {
     throw Error(source + ": field 'format' must be \"pipetwin-schedule\"");
   }
   Program p;
@@ -78,6 +85,10 @@ Program parse_json(std::string_view text, const std::string& source) {
   p.schedule = name.get<std::string>();
   p.num_ranks = int_field(j, "ranks", source);
   p.stages_per_rank = int_field(j, "stages_per_rank", source);
+  if (static_cast<std::int64_t>(p.num_ranks) * p.stages_per_rank > kMaxStages) {
+    throw Error(source + ": fields 'ranks' x 'stages_per_rank' make more than the " + std::to_string(kMaxStages) +
+                " stages pipetwin reads");
+  }
   p.num_microbatches = int_field(j, "microbatches", source);
   const json& recompute = field(j, "recompute", source);
   if (!recompute.is_string()) throw Error(source + ": field 'recompute' must be a string");
@@ -90,7 +101,7 @@ Program parse_json(std::string_view text, const std::string& source) {
   p.weight_versions = int_list(j, "weight_versions", source);
   if (j.contains("partition")) {
     for (const auto& range : j.at("partition")) {
-      if (!range.is_array() || range.size() != 2 || !range[0].is_number_integer() || !range[1].is_number_integer()) {
+      if (!range.is_array() || range.size() != 2 || !is_int(range[0]) || !is_int(range[1])) {
         throw Error(source + ": field 'partition' must be a list of [begin, end] pairs");
       }
       p.partition.push_back({range[0].get<int>(), range[1].get<int>()});

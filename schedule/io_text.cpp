@@ -8,6 +8,7 @@
 //   rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0STEP
 //   rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1STEP
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -123,6 +124,10 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
     V = std::max(1, S / K);
   }
   const int M = h.microbatches.value_or(std::max(1, max_mb + 1));
+  if (static_cast<std::int64_t>(K) * V > kMaxStages) {
+    throw Error(source + ": " + std::to_string(K) + " ranks x " + std::to_string(V) + " stages per rank is more than the " +
+                std::to_string(kMaxStages) + " stages pipetwin reads");
+  }
   Program p = make_program(h.schedule, K, V, M, RecomputePolicy::None);
   if (!h.stage_to_rank.empty()) {
     p.stage_to_rank.clear();

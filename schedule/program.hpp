@@ -23,6 +23,10 @@ enum class RecomputePolicy { None, Full, ExceptLast };
 std::string_view recompute_name(RecomputePolicy policy);
 RecomputePolicy parse_recompute(std::string_view name);  // throws pipetwin::Error
 
+// The most stages (K x V, so also ranks) a Program may have: the readers and
+// the validator refuse more before anything is sized by it.
+inline constexpr int kMaxStages = 1'000'000;
+
 // Layers [begin, end) of the model's layer sequence held by one stage.
 struct LayerRange {
   int begin = 0;

@@ -68,28 +68,44 @@ Trace parse_chrome_trace(const std::string& text, const std::string& source) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past a double
     throw Error(source + ": not a Chrome trace (invalid or truncated JSON: " + e.what() + ")");
   }
   if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
     throw Error(source + ": not a Chrome trace (no 'traceEvents' list)");
   }
   Trace trace;
-  trace.metadata = doc.value("otherData", json::object());
+  if (doc.contains("otherData")) trace.metadata = doc["otherData"];
+  if (!trace.metadata.is_object()) trace.metadata = json::object();
   const auto& events = doc["traceEvents"];
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto& e = events[i];
-    if (e.is_object() && e.value("ph", "") == "C" && e.contains("args") && e["args"].contains("value")) {
-      trace.counters.push_back({e.value("name", ""), e.value("pid", 0), e.value("ts", 0.0) / kMicro,
+    if (!e.is_object() || !e.contains("ph")) continue;
+    const std::string where = source + ": traceEvents[" + std::to_string(i) + "]";
+    // pid is a rank; ranks index the timeline, so they are bounded like stages.
+    const auto check_rank = [&](const json& v) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= kMaxStages) {
+        throw Error(where + ": field 'pid' must be a rank (integer, 0 to " + std::to_string(kMaxStages - 1) + ")");
+      }
+      return v.get<int>();
+    };
+    const auto number_or = [&](const char* field, double fallback) {
+      if (!e.contains(field)) return fallback;
+      if (!e[field].is_number()) throw Error(where + ": field '" + std::string(field) + "' must be a number");
+      return e[field].get<double>();
+    };
+    if (e["ph"] == "C" && e.contains("args") && e["args"].is_object() && e["args"].contains("value")) {
+      if (!e["args"]["value"].is_number()) throw Error(where + ": field 'args.value' must be a number");
+      trace.counters.push_back({e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "",
+                                e.contains("pid") ? check_rank(e["pid"]) : 0, number_or("ts", 0.0) / kMicro,
                                 e["args"]["value"].get<double>()});
       continue;
     }
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
-    const std::string where = source + ": traceEvents[" + std::to_string(i) + "]";
+    if (e["ph"] != "X") continue;
     for (const char* field : {"name", "pid", "ts", "dur"}) {
       if (!e.contains(field)) throw Error(where + ": missing field '" + std::string(field) + "'");
     }
-    if (!e["pid"].is_number_integer() || e["pid"].get<int>() < 0) throw Error(where + ": field 'pid' must be a rank (integer >= 0)");
+    check_rank(e["pid"]);
     if (!e["ts"].is_number() || !e["dur"].is_number() || e["dur"].get<double>() < 0) {
       throw Error(where + ": fields 'ts' and 'dur' must be numbers, 'dur' not negative");
     }

@@ -2,6 +2,7 @@
 // action that is wrong (or, for a missing action, at the action that needs it).
 #include "schedule/validate.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -244,6 +245,10 @@ void check_shape(const Program& p) {
   if (p.num_ranks < 1) bad("ranks must be at least 1, got " + std::to_string(p.num_ranks));
   if (p.stages_per_rank < 1) bad("stages per rank must be at least 1, got " + std::to_string(p.stages_per_rank));
   if (p.num_microbatches < 1) bad("micro-batches must be at least 1, got " + std::to_string(p.num_microbatches));
+  if (static_cast<std::int64_t>(p.num_ranks) * p.stages_per_rank > kMaxStages) {
+    bad(std::to_string(p.num_ranks) + " ranks x " + std::to_string(p.stages_per_rank) + " stages per rank is more than " +
+        std::to_string(kMaxStages) + " stages");
+  }
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

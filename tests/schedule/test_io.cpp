@@ -85,6 +85,32 @@ TEST(Text, LinesOfOtherWhitespaceAreBlank) {
   EXPECT_EQ(p.ranks.size(), 1u);
 }
 
+TEST(Csv, AStagePastTheLimitIsRefusedBeforeAnythingIsSized) {
+  // Found by fuzz_schedule_csv: one row naming stage 777777777 made the reader
+  // size a stage map of 777777778 entries (seconds and gigabytes) before
+  // finding that the other stages appear on no rank.
+  EXPECT_NE(error_of([] { ps::parse_csv("0F01,2B0,777777777F01\n", "big.csv"); })
+                .find("big.csv: 1 ranks x 777777778 stages per rank is more than the 1000000 stages"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_text("ranks 2\nstages_per_rank 2000000000\nrank 0: 0F0\nrank 1: 1F0\n", "big.txt"); })
+                .find("big.txt: 2 ranks x 2000000000 stages per rank is more than"),
+            std::string::npos);
+}
+
+TEST(Json, NumbersPastTheirRangeAreErrors) {
+  // Found by fuzz_schedule_json: a number too large for a double made
+  // nlohmann::json throw out_of_range, which escaped as another exception.
+  EXPECT_NE(error_of([] { ps::parse_json("404e0404e4", "n.json"); }).find("n.json: not valid JSON"), std::string::npos);
+  auto j = ps::to_json(ps::build_schedule("gpipe", {2, 2}));
+  const auto wrapped = std::string(j).replace(j.find("\"ranks\": 2"), 10, "\"ranks\": 4294967298");  // 2^32 + 2
+  EXPECT_NE(error_of([&] { ps::parse_json(wrapped, "p.json"); }).find("field 'ranks' must be an integer (32 bits)"),
+            std::string::npos);
+  const auto huge = std::string(j).replace(j.find("\"stages_per_rank\": 1"), 20, "\"stages_per_rank\": 1500000000");
+  EXPECT_NE(error_of([&] { ps::parse_json(huge, "p.json"); }).find("'ranks' x 'stages_per_rank' make more than"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { ps::parse_json("{\"format\": 7}", "f.json"); }).find("f.json: field 'format'"), std::string::npos);
+}
+
 TEST(Json, ErrorsNameTheField) {
   EXPECT_NE(error_of([] { ps::parse_json("{", "p.json"); }).find("p.json: not valid JSON"), std::string::npos);
   auto j = ps::to_json(ps::build_schedule("gpipe", {2, 2}));

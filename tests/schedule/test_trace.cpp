@@ -70,3 +70,33 @@ TEST(Trace, BadFilesNameTheEventAndField) {
   EXPECT_NE(error_of("{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"0F0\",\"pid\":-1,\"ts\":1,\"dur\":1}]}").find("field 'pid'"),
             std::string::npos);
 }
+
+TEST(Trace, OddValuesAreErrorsNotOtherExceptions) {
+  // What fuzz_trace reaches: numbers past a double, fields of the wrong JSON
+  // type (nlohmann::json throws its own exceptions for them), and a pid that
+  // would size the timeline to a billion ranks.
+  const auto error_of = [](const std::string& text) {
+    try {
+      ps::parse_chrome_trace(text, "odd.json");
+    } catch (const pipetwin::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of("{\"traceEvents\": [{\"ts\": 1e999}]}").find("odd.json: not a Chrome trace"), std::string::npos);
+  EXPECT_NE(error_of("{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"0F0\",\"pid\":999999999,\"ts\":1,\"dur\":1}]}")
+                .find("traceEvents[0]: field 'pid' must be a rank (integer, 0 to 999999)"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"traceEvents\": [{\"ph\":\"C\",\"name\":\"m\",\"pid\":0,\"ts\":1,\"args\":{\"value\":\"a\"}}]}")
+                .find("traceEvents[0]: field 'args.value' must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"traceEvents\": [{\"ph\":\"C\",\"pid\":0,\"ts\":\"t\",\"args\":{\"value\":1}}]}")
+                .find("traceEvents[0]: field 'ts' must be a number"),
+            std::string::npos);
+  // Events of another kind, or with a "ph" that is not a string, are skipped as before.
+  const auto t = ps::parse_chrome_trace("{\"traceEvents\": [{\"ph\": 5}, {\"ph\":\"X\",\"name\":\"0F0\",\"pid\":1,"
+                                        "\"ts\":0,\"dur\":2}], \"otherData\": 3}",
+                                        "ok.json");
+  EXPECT_EQ(t.timeline.ranks.size(), 2u);
+  EXPECT_TRUE(t.metadata.is_object());
+}

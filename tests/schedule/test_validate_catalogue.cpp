@@ -150,6 +150,16 @@ TEST(Validate, ShapeErrorsNameTheField) {
   p.stage_to_rank.pop_back();
   EXPECT_THROW(ps::validate(p), pipetwin::Error);
   p = ps::build_schedule("1f1b", {2, 2});
+  p.stages_per_rank = 1 << 30;  // K x V past an int: refused before anything multiplies them
+  try {
+    ps::validate(p);
+    FAIL();
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 ranks x 1073741824 stages per rank is more than 1000000 stages"),
+              std::string::npos)
+        << e.what();
+  }
+  p = ps::build_schedule("1f1b", {2, 2});
   p.stage_to_rank[1] = ps::RankId{5};
   try {
     ps::validate(p);
