@@ -95,9 +95,9 @@ int run(const Options& o) {
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
-  std::printf("%s (%zu layers, %.1fM parameters, %s) on %d x %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
+  std::printf("%s (%zu layers, %.1fM parameters, %s) on %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
               model.name.c_str(), model.layers.size(), model.params() / 1e6,
-              std::string(pm::precision_name(model.precision)).c_str(), r.stages(), hw.device.name.c_str(),
+              std::string(pm::precision_name(model.precision)).c_str(), hw.describe_devices(r.ranks).c_str(),
               r.schedule.c_str(), r.microbatches, r.microbatch_size, o.recompute.c_str(),
               std::string(pm::method_name(method)).c_str());
   std::printf("%s", table(model, chosen).c_str());

@@ -129,9 +129,9 @@ nlohmann::json Scenario::describe() const {
 }
 
 std::string Scenario::headline() const {
-  char line[512];
-  std::snprintf(line, sizeof line, "%s on %d x %s (%s), %s, K=%d V=%d M=%d, batch %g, recompute %s",
-                model.name.c_str(), program.num_ranks, hardware.device.name.c_str(),
+  char line[4096];
+  std::snprintf(line, sizeof line, "%s on %s (%s), %s, K=%d V=%d M=%d, batch %g, recompute %s",
+                model.name.c_str(), hardware.describe_devices(program.num_ranks).c_str(),
                 std::string(models::topology_name(hardware.topology.kind)).c_str(), program.schedule.c_str(),
                 program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
                 std::string(schedule::recompute_name(program.recompute)).c_str());

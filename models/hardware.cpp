@@ -2,7 +2,9 @@
 #include "models/hardware.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "schedule/error.hpp"
 
@@ -70,9 +72,11 @@ Link link_from_yaml(const YamlFields& y) {
   return {y.non_negative_number("latency_us") * kUs, y.positive_number("bandwidth_gbps") * kGB};
 }
 
-void apply_device(Device& d, const YamlFields& y) {
-  y.reject_unknown({"name", "peak_flops_fp32", "peak_flops_half", "memory_gb", "memory_bandwidth_gbps", "efficiency",
-                    "op_overhead_us", "transfer_overhead_us"});
+void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
+  std::vector<std::string> known{"name",       "peak_flops_fp32", "peak_flops_half",     "memory_gb", "memory_bandwidth_gbps",
+                                 "efficiency", "op_overhead_us",  "transfer_overhead_us"};
+  if (preset_allowed) known.push_back("preset");
+  y.reject_unknown(known);
   if (y.has("name")) d.name = y.text("name");
   if (y.has("peak_flops_fp32")) d.peak_flops_fp32 = y.positive_number("peak_flops_fp32");
   if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
@@ -112,15 +116,27 @@ void apply_topology(Topology& t, const YamlFields& y) {
 // A field that neither the file nor its preset gives: the error names the
 // line of the mapping that should hold it (the file's first line when that
 // mapping is absent too).
+const char* kMissing = "missing (give it, or start from a preset with 'preset:')";
+
+void check_device(const Device& d, const std::function<void(const std::string&)>& missing) {
+  if (d.peak_flops_fp32 <= 0) missing("peak_flops_fp32");
+  if (d.peak_flops_half <= 0) missing("peak_flops_half");
+  if (d.memory_bytes <= 0) missing("memory_gb");
+}
+
+YamlFields device_entry(const YamlFields& y, std::size_t i) {
+  return YamlFields(y.node()["devices"][i], y.source(), "devices[" + std::to_string(i) + "].");
+}
+
 void check_complete(const Hardware& h, const YamlFields& y) {
   const auto missing = [&](const std::string& section, const std::string& field) {
-    const std::string what = "missing (give it, or start from a preset with 'preset:')";
-    if (y.has(section)) y.child(section).fail(field, what);
-    y.fail(section + "." + field, what);
+    if (y.has(section)) y.child(section).fail(field, kMissing);
+    y.fail(section + "." + field, kMissing);
   };
-  if (h.device.peak_flops_fp32 <= 0) missing("device", "peak_flops_fp32");
-  if (h.device.peak_flops_half <= 0) missing("device", "peak_flops_half");
-  if (h.device.memory_bytes <= 0) missing("device", "memory_gb");
+  if (h.devices.empty()) check_device(h.device, [&](const std::string& field) { missing("device", field); });
+  for (std::size_t i = 0; i < h.devices.size(); ++i) {
+    check_device(h.devices[i], [&](const std::string& field) { device_entry(y, i).fail(field, kMissing); });
+  }
   if (h.topology.intra.bandwidth <= 0) missing("topology", "intra");
   if (h.topology.kind == TopologyKind::PcieTree && h.topology.bridge.bandwidth <= 0) missing("topology", "bridge");
   if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology", "inter");
@@ -129,7 +145,7 @@ void check_complete(const Hardware& h, const YamlFields& y) {
 }  // namespace
 
 Hardware hardware_from_yaml(const YamlFields& y) {
-  y.reject_unknown({"preset", "name", "source", "device", "topology"});
+  y.reject_unknown({"preset", "name", "source", "device", "devices", "topology"});
   Hardware h;
   if (y.has("preset")) {
     try {
@@ -144,8 +160,57 @@ Hardware hardware_from_yaml(const YamlFields& y) {
   if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
   if (y.has("device")) apply_device(h.device, y.child("device"));
   if (y.has("topology")) apply_topology(h.topology, y.child("topology"));
+  if (y.has("devices")) {
+    const YAML::Node list = y.node()["devices"];
+    if (!list.IsSequence() || list.size() == 0) y.fail("devices", "expected a non-empty list of devices, one per rank");
+    if (list.size() > 100'000) y.fail("devices", "lists more than 100000 devices");
+    h.devices.clear();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const YamlFields entry = device_entry(y, i);
+      Device d = h.device;
+      if (entry.has("preset")) {
+        try {
+          d = preset(entry.text("preset")).device;
+        } catch (const Error& e) {
+          entry.fail("preset", e.what());
+        }
+      }
+      apply_device(d, entry, /*preset_allowed=*/true);
+      h.devices.push_back(d);
+    }
+  }
   check_complete(h, y);
+  if (!h.devices.empty() && h.device.peak_flops_fp32 <= 0) h.device = h.devices.front();
   return h;
+}
+
+std::vector<Device> Hardware::rank_devices(int ranks) const {
+  if (devices.empty()) return std::vector<Device>(ranks, device);
+  if (ranks > static_cast<int>(devices.size())) {
+    throw Error("hardware " + name + " lists " + std::to_string(devices.size()) + " devices (devices:), not enough for " +
+                std::to_string(ranks) + " ranks");
+  }
+  return {devices.begin(), devices.begin() + ranks};
+}
+
+std::string Hardware::describe_devices(int ranks) const {
+  const auto list = devices.empty() ? std::vector<Device>(1, device) : rank_devices(ranks);
+  const auto same = [](const Device& a, const Device& b) {
+    return a.name == b.name && a.peak_flops_fp32 == b.peak_flops_fp32 && a.peak_flops_half == b.peak_flops_half &&
+           a.efficiency.max == b.efficiency.max && a.efficiency.half_flops == b.efficiency.half_flops &&
+           a.memory_bytes == b.memory_bytes && a.memory_bandwidth == b.memory_bandwidth &&
+           a.op_overhead_s == b.op_overhead_s && a.transfer_overhead_s == b.transfer_overhead_s;
+  };
+  if (std::all_of(list.begin(), list.end(), [&](const Device& d) { return same(d, list.front()); })) {
+    return std::to_string(ranks) + " x " + list.front().name;
+  }
+  std::string out;
+  for (const auto& d : list) {
+    char memory[32];
+    std::snprintf(memory, sizeof memory, " (%g GB)", d.memory_bytes / 1e9);
+    out += (out.empty() ? "" : ", ") + d.name + memory;
+  }
+  return out;
 }
 
 Hardware load_hardware(const std::string& name_or_path) {

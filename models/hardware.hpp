@@ -1,6 +1,12 @@
 // Devices, links and topologies, the hardware presets, and the YAML hardware
 // spec (a preset name, a file, or a file that overrides a preset's fields).
 //
+// Heterogeneous hardware lists one device per rank under `devices:`, each
+// starting from the file's `device` (or from its own `preset:`):
+//
+//   preset: v100
+//   devices: [{}, {}, {preset: p100}, {preset: p100}]     # ranks 0-1 V100, 2-3 P100
+//
 // Units in code: seconds, bytes, FLOP/s, bytes/s. Units in YAML: *_us
 // (microseconds), memory_gb and *_gbps (10^9 bytes, 10^9 bytes/s), FLOP/s.
 #pragma once
@@ -71,8 +77,13 @@ struct Topology {
 struct Hardware {
   std::string name;
   std::string source;  // where the figures come from
-  Device device;
+  Device device;       // every rank's device, unless `devices` lists them one by one
   Topology topology;
+  std::vector<Device> devices;  // heterogeneous hardware: rank r on devices[r]; empty: `device` everywhere
+  // The device of each of `ranks` ranks; throws when `devices` lists fewer.
+  std::vector<Device> rank_devices(int ranks) const;
+  // "4 x V100 PCIe", or the devices one by one when they differ.
+  std::string describe_devices(int ranks) const;
 };
 
 const std::vector<std::string>& preset_names();

@@ -33,7 +33,7 @@ struct PartitionRequest {
   int microbatch_size = 1;       // samples per micro-batch
   schedule::RecomputePolicy recompute = schedule::RecomputePolicy::None;
   Optimizer optimizer = Optimizer::Adam;
-  std::vector<Device> devices;   // one per rank; empty: the hardware's device on every rank
+  std::vector<Device> devices;   // one per rank; empty: the hardware's (Hardware::rank_devices)
   int stages() const { return ranks * virtual_stages; }
 };
 

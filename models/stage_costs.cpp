@@ -9,7 +9,7 @@ namespace pipetwin::models {
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m), hardware_(hw), request_(r) {
   const int n = static_cast<int>(m.layers.size());
-  devices_ = r.devices.empty() ? std::vector<Device>(r.ranks, hw.device) : r.devices;
+  devices_ = r.devices.empty() ? hw.rank_devices(r.ranks) : r.devices;
   if (static_cast<int>(devices_.size()) != r.ranks) {
     throw Error("partition: " + std::to_string(devices_.size()) + " devices given for " + std::to_string(r.ranks) +
                 " ranks");

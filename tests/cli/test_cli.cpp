@@ -126,6 +126,14 @@ TEST_F(Cli, PartitionComparesWithUniformAndFlowsIntoTheSchedule) {
                        "/transformer-24.yaml --hardware v100 -k 4 -m 32");
   EXPECT_EQ(oom.code, 1);
   EXPECT_TRUE(has(oom.out, "over by")) << oom.out;
+  const auto mixed = run("partition --model " + model + " --hardware " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                         "/v100-p100-mixed.yaml -k 4");
+  EXPECT_EQ(mixed.code, 0) << mixed.out;
+  EXPECT_TRUE(has(mixed.out, "on V100 PCIe (16 GB), V100 PCIe (16 GB), P100 (16 GB), P100 (16 GB)")) << mixed.out;
+  const auto too_few = run("partition --model " + model + " --hardware " + std::string(PIPETWIN_EXAMPLES_DIR) +
+                           "/v100-p100-mixed.yaml -k 8");
+  EXPECT_EQ(too_few.code, 1) << too_few.out;
+  EXPECT_TRUE(has(too_few.out, "lists 4 devices (devices:), not enough for 8 ranks")) << too_few.out;
   const auto bad_hw = run("partition --model " + model + " --hardware tpu-v9 -k 2");
   EXPECT_EQ(bad_hw.code, 1);
   EXPECT_TRUE(has(bad_hw.out, "neither a preset")) << bad_hw.out;

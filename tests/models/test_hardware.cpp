@@ -113,6 +113,24 @@ TEST_F(Files, HardwareYamlFromScratch) {
   EXPECT_DOUBLE_EQ(h.topology.path(0, 2).bandwidth, 12.5e9);
 }
 
+TEST_F(Files, HeterogeneousHardwareListsOneDevicePerRank) {
+  const auto h = pm::load_hardware(std::string(PIPETWIN_EXAMPLES_DIR) + "/v100-p100-mixed.yaml");
+  ASSERT_EQ(h.devices.size(), 4u);
+  EXPECT_EQ(h.devices[1].name, "V100 PCIe");
+  EXPECT_EQ(h.devices[2].name, "P100");
+  EXPECT_DOUBLE_EQ(h.devices[2].peak_flops_half, 18.7e12);
+  EXPECT_EQ(h.rank_devices(2)[1].name, "V100 PCIe");
+  EXPECT_EQ(h.describe_devices(2), "2 x V100 PCIe");
+  EXPECT_EQ(h.describe_devices(4), "V100 PCIe (16 GB), V100 PCIe (16 GB), P100 (16 GB), P100 (16 GB)");
+  EXPECT_NE(error_of([&] { h.rank_devices(5); }).find("lists 4 devices (devices:), not enough for 5 ranks"), std::string::npos);
+  // An entry overrides fields of the file's device.
+  const auto o = pm::load_hardware(write("over.yaml", "preset: a100\ndevices:\n  - {memory_gb: 40}\n  - {}\n"));
+  EXPECT_DOUBLE_EQ(o.rank_devices(2)[0].memory_bytes, 40e9);
+  EXPECT_DOUBLE_EQ(o.rank_devices(2)[1].memory_bytes, 80e9);
+  EXPECT_DOUBLE_EQ(o.rank_devices(2)[0].peak_flops_half, 312e12);
+  EXPECT_EQ(pm::preset("a100").rank_devices(3).size(), 3u);  // no list: the same device on every rank
+}
+
 struct BadFile {
   std::string name, text, expected;  // expected: "<line>: field '<field>'" and a reason
   bool hardware;
@@ -145,6 +163,14 @@ TEST_F(Files, MalformedFilesNameFileLineAndField) {
       {"hw_unknown_preset", "preset: b200\n", ":1: field 'preset': unknown hardware preset 'b200'", true},
       {"hw_unknown_topology", "preset: a100\ntopology:\n  kind: torus\n", ":3: field 'topology.kind': unknown topology", true},
       {"hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency: {max: 1.5}\n", ":3: field 'device.efficiency.max'", true},
+      {"hw_devices_not_a_list", "preset: a100\ndevices: 4\n", ":2: field 'devices': expected a non-empty list", true},
+      {"hw_devices_unknown_field", "preset: a100\ndevices:\n  - {}\n  - {memory: 40}\n", ":4: field 'devices[1].memory': unknown",
+       true},
+      {"hw_devices_unknown_preset", "preset: a100\ndevices:\n  - {preset: b200}\n",
+       ":3: field 'devices[0].preset': unknown hardware preset 'b200'", true},
+      {"hw_devices_missing_field",
+       "name: x\ntopology:\n  intra: {latency_us: 1, bandwidth_gbps: 10}\ndevices:\n  - {peak_flops_fp32: 1e12, peak_flops_half: 2e12}\n",
+       ":5: field 'devices[0].memory_gb': missing", true},
       {"hw_link_not_a_mapping", "preset: a100\ntopology:\n  intra: 300\n", ":3: field 'topology.intra': expected a mapping", true},
   };
   for (const auto& c : cases) {
@@ -153,7 +179,7 @@ TEST_F(Files, MalformedFilesNameFileLineAndField) {
         error_of([&] { c.hardware ? (void)pm::load_hardware(path) : (void)pm::load_model(path); });
     // "<file>:<line>: field '<field>': <reason>", every time.
     ASSERT_EQ(msg.rfind(path + ":", 0), 0u) << c.name << ": " << msg;
-    EXPECT_TRUE(std::regex_search(msg.substr(path.size() + 1), std::regex("^[0-9]+: (field '[a-z0-9_.]+'|malformed YAML)")))
+    EXPECT_TRUE(std::regex_search(msg.substr(path.size() + 1), std::regex("^[0-9]+: (field '[a-z0-9_.\\[\\]]+'|malformed YAML)")))
         << c.name << ": " << msg;
     EXPECT_NE(msg.find(path + c.expected), std::string::npos) << c.name << ": " << msg;
   }

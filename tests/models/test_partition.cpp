@@ -187,6 +187,21 @@ TEST(Partition, ASlowerDeviceGetsLessWork) {
   EXPECT_GT(p.stages[0].layers.end - p.stages[0].layers.begin, p.stages[1].layers.end - p.stages[1].layers.begin);
 }
 
+TEST(Partition, AHeterogeneousHardwareFileGivesTheSlowerRanksLessWork) {
+  const auto model = pm::mlp_model({512, 10, std::vector<std::int64_t>(15, 2048)}, pm::Precision::FP32, "mlp");
+  const auto hw = pm::load_hardware(std::string(PIPETWIN_EXAMPLES_DIR) + "/v100-p100-mixed.yaml");  // 2 V100, 2 P100
+  pm::PartitionRequest r;
+  r.ranks = 4;
+  const auto p = pm::partition_model(model, hw, r);
+  const auto layers = [&](int s) { return p.stages[s].layers.end - p.stages[s].layers.begin; };
+  EXPECT_GT(layers(0) + layers(1), layers(2) + layers(3));
+  r.devices = hw.devices;  // the same as naming them in the request
+  EXPECT_DOUBLE_EQ(pm::partition_model(model, hw, r).bottleneck_s, p.bottleneck_s);
+  r.devices.clear();
+  r.ranks = 5;
+  EXPECT_THROW(pm::partition_model(model, hw, r), pipetwin::Error);
+}
+
 TEST(Partition, RecomputeAndFewerMicrobatchesInFlightMakeItFit) {
   const auto model = pm::load_model(std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-24.yaml");
   pm::PartitionRequest r;
