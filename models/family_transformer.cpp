@@ -6,8 +6,14 @@
 //   block  F = 8sd² + 4sdf + 4s²d            (QKV+O, FFN, QKᵀ and AV)
 //          I = 8sd² + 4sdf + 8s²d            (QKᵀ and AV have two activation operands)
 //          W = 8sd² + 4sdf
-//          stashed s(8d + 2f) + 2as²          (norm/projection inputs, Q K V, FFN hidden
-//                                               before and after GELU, scores and probs)
+//          stashed s(8d + 2f) + as² + 4s       (what LibTorch keeps: norm and projection
+//                                               inputs, Q K V, attention probabilities,
+//                                               FFN hidden before and after GELU, the
+//                                               norms' mean and rstd; not the output)
+//   head   stashed s(2d + V) + 2s           (norm input and output, log-probabilities)
+//
+// MLP layer i: ReLU on its input unless first, then the linear map, so that
+// each activation is kept by exactly one layer (the one that reads it).
 #include "models/families.hpp"
 
 namespace pipetwin::models {
@@ -46,7 +52,7 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     b.cost.input_grad_flops = matmul + 8 * s * s * d;
     b.cost.weight_grad_flops = matmul;
     b.cost.params = 4 * t.d_model * t.d_model + 2 * t.d_model * t.d_ff + 9 * t.d_model + t.d_ff;
-    b.cost.stashed_elems = static_cast<std::int64_t>(s * (8 * d + 2 * f) + 2 * a * s * s);
+    b.cost.stashed_elems = static_cast<std::int64_t>(s * (8 * d + 2 * f) + a * s * s + 4 * s);
     b.cost.output_elems = t.seq_len * t.d_model;
     m.layers.push_back(b);
   }
@@ -56,7 +62,7 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   head.cost.input_grad_flops = 2 * s * d * V + s * V;
   head.cost.weight_grad_flops = 2 * s * d * V;
   head.cost.params = 2 * t.d_model + t.d_model * t.vocab + t.vocab;
-  head.cost.stashed_elems = t.seq_len * t.d_model + t.seq_len * t.vocab;
+  head.cost.stashed_elems = 2 * t.seq_len * t.d_model + t.seq_len * t.vocab + 2 * t.seq_len;
   head.cost.output_elems = 1;  // the loss
   m.layers.push_back(head);
   return m;
@@ -77,13 +83,15 @@ Model mlp_model(const MlpSpec& spec, Precision precision, std::string name) {
     if (i > 0) l.inputs = {static_cast<int>(i) - 1};
     l.shape.in_features = widths[i];
     l.shape.out_features = widths[i + 1];
-    l.shape.relu = !last;
+    l.shape.relu = i > 0;  // on the input
     const double macs = static_cast<double>(widths[i]) * static_cast<double>(widths[i + 1]);
     l.cost.forward_flops = 2 * macs;
     l.cost.input_grad_flops = i == 0 ? 0 : 2 * macs;  // no gradient for the data
     l.cost.weight_grad_flops = 2 * macs;
     l.cost.params = widths[i] * widths[i + 1] + widths[i + 1];
-    l.cost.stashed_elems = widths[i] + widths[i + 1];
+    // ReLU(input), kept once for both ReLU and the linear map (the data is not
+    // counted); the last layer also keeps its log-probabilities.
+    l.cost.stashed_elems = (i > 0 ? widths[i] : 0) + (last ? widths[i + 1] : 0);
     l.cost.output_elems = last ? 1 : widths[i + 1];
     m.layers.push_back(l);
   }

@@ -25,7 +25,7 @@ enum class LayerKind {
   Embedding,         // token + position embedding: vocab x d_model, seq x d_model
   TransformerBlock,  // pre-norm self-attention + feed-forward, with residuals
   LmHead,            // final norm, linear to the vocabulary, softmax cross-entropy
-  Linear,            // in_features -> out_features (+ ReLU unless last)
+  Linear,            // (ReLU on the input unless first) in_features -> out_features
   Conv,              // conv k x k (+ batch norm + ReLU), stride
   SepConv,           // depthwise k x k + pointwise 1 x 1 (+ batch norm + ReLU)
   Pool,              // k x k average or max pool, stride
