@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace pipetwin::cli {
 
@@ -15,5 +17,10 @@ Run add_info_command(CLI::App& app);
 Run add_partition_command(CLI::App& app);
 Run add_simulate_command(CLI::App& app);
 Run add_sweep_command(CLI::App& app);
+Run add_run_command(CLI::App& app);
+
+// The process's own arguments (main's argv), for commands that start copies of it.
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
 
 }  // namespace pipetwin::cli

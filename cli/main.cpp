@@ -11,7 +11,16 @@
 #include "cli/commands.hpp"
 #include "schedule/error.hpp"
 
+namespace pipetwin::cli {
+namespace {
+std::vector<std::string> g_command_line;
+}
+void set_command_line(int argc, char** argv) { g_command_line.assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return g_command_line; }
+}  // namespace pipetwin::cli
+
 int main(int argc, char** argv) {
+  pipetwin::cli::set_command_line(argc, argv);
   CLI::App app{"pipetwin: simulate, run, calibrate and compare pipeline-parallel training schedules"};
   app.set_version_flag("--version", "pipetwin 0.1.0");
   app.require_subcommand(1);
@@ -25,6 +34,7 @@ int main(int argc, char** argv) {
   add(pipetwin::cli::add_partition_command);
   add(pipetwin::cli::add_simulate_command);
   add(pipetwin::cli::add_sweep_command);
+  add(pipetwin::cli::add_run_command);
   add(pipetwin::cli::add_info_command);
   try {
     app.parse(argc, argv);

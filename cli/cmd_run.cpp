@@ -1,0 +1,153 @@
+// `pipetwin run`: execute one configuration for real with LibTorch.
+//
+// Without RANK in the environment this process is the launcher: it checks
+// the configuration, then starts K processes of itself (torchrun-style
+// environment) and watches them. With RANK set (by the launcher, torchrun,
+// Slurm or mpirun) it is one rank; rank 0 prints the summary and writes the
+// measured trace.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "cli/scenario.hpp"
+#include "exec/launcher.hpp"
+#include "exec/run.hpp"
+#include "models/summary.hpp"
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+#include "schedule/trace.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+struct Options {
+  ScenarioOptions scenario;
+  int steps = 3;
+  std::string device = "cpu", trace, save_weights, summary_out;
+  double lr = 0.001;
+  std::uint64_t seed = 0;
+  int threads = 0, master_port = 0;
+  double timeout = 120;
+  bool json = false;
+};
+
+nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rank : r.ranks) {
+    ranks.push_back({{"rank", rank.rank}, {"host", rank.host}, {"threads", rank.threads},
+                     {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
+                     {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
+                     {"clock_uncertainty_s", rank.clock_uncertainty_s}});
+  }
+  nlohmann::json stages = nlohmann::json::array();
+  const auto memory = schedule::account_memory(sc.program);
+  for (int s = 0; s < sc.program.num_stages(); ++s) {
+    const auto [i, j] = sc.program.partition.at(s);
+    const double predicted = memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j), sc.costs->input_bytes(i));
+    stages.push_back({{"stage", s}, {"peak_stash_bytes", r.stage_peak_stash_bytes.at(s)},
+                      {"predicted_peak_stash_bytes", predicted}, {"weight_versions", r.stage_weight_versions.at(s)}});
+  }
+  return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s}, {"losses", r.losses},
+          {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages}};
+}
+
+void print_text(const exec::RunResult& r, const Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,
+                const Options& o) {
+  std::printf("%s\n", sc.headline().c_str());
+  std::printf("measured     %zu steps on %s (Gloo/NCCL), median step %d shown; step times:", r.step_times_s.size(),
+              o.device.c_str(), r.representative_step);
+  for (const double t : r.step_times_s) std::printf(" %.4g", t);
+  std::printf(" s\n");
+  std::printf("step time    %.6g s   throughput %.6g samples/s\n", s.step_time_s, s.throughput);
+  std::printf("bubble       %.2f%% overall; idle per rank:", 100 * s.bubble);
+  for (const double i : s.idle) std::printf(" %.1f%%", 100 * i);
+  std::printf("\n");
+  if (!r.losses.empty()) std::printf("loss         %.5g -> %.5g\n", r.losses.front(), r.losses.back());
+  std::printf("stash        peak bytes per stage, measured (predicted by the IR's accounting):\n");
+  for (const auto& st : m["stages"]) {
+    std::printf("  stage %d: %.4g MB (%.4g MB)%s\n", st["stage"].get<int>(), st["peak_stash_bytes"].get<double>() / 1e6,
+                st["predicted_peak_stash_bytes"].get<double>() / 1e6,
+                st["weight_versions"].get<int>() > 1
+                    ? (", " + std::to_string(st["weight_versions"].get<int>()) + " weight versions").c_str()
+                    : "");
+  }
+  std::printf("ranks        peak allocated / peak RSS (MB), threads, clock offset to rank 0 (uncertainty):\n");
+  for (const auto& rank : r.ranks) {
+    std::printf("  rank %d on %s: %.1f / %.1f, %d, %+.1f us (+-%.1f us)\n", rank.rank, rank.host.c_str(),
+                rank.peak_allocated_bytes / 1e6, rank.peak_rss_bytes / 1e6, rank.threads, rank.clock_offset_s * 1e6,
+                rank.clock_uncertainty_s * 1e6);
+  }
+  if (!o.trace.empty()) std::printf("trace        %s (Chrome trace of step %d: open in Perfetto)\n", o.trace.c_str(), r.representative_step);
+}
+
+int run_rank(const Options& o, const exec::RankEnv& env) {
+  const auto sc = build_scenario(o.scenario);
+  exec::RunConfig c;
+  c.model = sc->model;
+  c.program = sc->program;
+  c.microbatch_size = sc->request.microbatch_size;
+  c.steps = o.steps;
+  c.device = o.device;
+  c.optimizer = o.scenario.optimizer;
+  c.lr = o.lr;
+  c.seed = o.seed;
+  c.threads = o.threads;
+  c.timeout_s = o.timeout;
+  c.save_weights = o.save_weights;
+  const auto result = exec::run_rank(c, env);
+  if (!result) return 0;
+
+  const auto& timeline = result->steps.at(result->representative_step);
+  auto summary = models::summarize(timeline, sc->samples, *sc->costs, sc->program.partition, "measured");
+  const auto measured = measured_json(*result, *sc);
+  auto j = sc->describe();
+  j["device"] = o.device;
+  j["summary"] = summary.to_json();
+  j["measured"] = measured;
+  if (!o.trace.empty()) {
+    auto meta = j;
+    meta["producer"] = "pipetwin run";
+    meta["step"] = result->representative_step;
+    schedule::write_chrome_trace(o.trace, {timeline, meta, {}});
+  }
+  if (!o.summary_out.empty()) schedule::write_file_atomic(o.summary_out, j.dump(1) + "\n");
+  if (o.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+  } else {
+    print_text(*result, *sc, summary, measured, o);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_run_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  o->scenario.hardware = "cpu";
+  o->scenario.optimizer = "adam";
+  auto* cmd = app.add_subcommand("run", "Train one configuration for real: LibTorch, one process per rank, c10d");
+  add_scenario_options(cmd, o->scenario);
+  cmd->get_option("--hardware")->required(false)->description(
+      "Hardware preset or YAML file, for the partition and the predicted memory (default: cpu)");
+  cmd->add_option("--steps", o->steps, "Mini-batches to train")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the weights and of the synthetic data")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Intra-op threads per rank (0: cores / ranks on this host)")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_option("--trace", o->trace, "Write the measured timeline (median step) as a Chrome trace");
+  cmd->add_option("--summary", o->summary_out, "Write the JSON summary to this file");
+  cmd->add_option("--save-weights", o->save_weights, "Directory: every layer's weights after the last step");
+  cmd->add_option("--master-port", o->master_port, "Port of the launcher's rendezvous store (0: any free port)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--timeout", o->timeout, "Seconds to wait for a peer (rendezvous, each transfer)")
+      ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
+  cmd->add_flag("--json", o->json, "Machine-readable summary");
+  return [o] {
+    if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
+    build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
+    exec::launch_local(command_line(), {o->scenario.ranks, o->master_port, o->timeout, 5.0});
+    return 0;
+  };
+}
+
+}  // namespace pipetwin::cli

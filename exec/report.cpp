@@ -1,0 +1,149 @@
+// The torch-free half of exec/: the torchrun environment, what each rank
+// reports to rank 0, and how rank 0 assembles the run from the reports.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "exec/report.hpp"
+#include "schedule/error.hpp"
+
+namespace pipetwin::exec {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const auto v = env(name);
+  if (!v) return fallback;
+  try {
+    std::size_t used = 0;
+    const int x = std::stoi(*v, &used);
+    if (used != v->size() || x < lo || x > hi) throw std::invalid_argument(*v);
+    return x;
+  } catch (const std::exception&) {
+    throw Error(std::string("environment variable ") + name + "='" + *v + "' is not an integer in [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+}
+
+nlohmann::json timeline_to_json(const schedule::Timeline& t) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rank : t.ranks) {
+    nlohmann::json actions = nlohmann::json::array();
+    for (const auto& a : rank) actions.push_back({schedule::to_string(a.action), a.start, a.end});
+    ranks.push_back(actions);
+  }
+  return ranks;
+}
+
+schedule::Timeline timeline_from_json(const nlohmann::json& j) {
+  schedule::Timeline t;
+  for (const auto& rank : j) {
+    auto& out = t.ranks.emplace_back();
+    for (const auto& a : rank) {
+      out.push_back({schedule::parse_action(a.at(0).get<std::string>()), a.at(1).get<double>(), a.at(2).get<double>()});
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+std::optional<RankEnv> rank_env_from_environment() {
+  if (!env("RANK")) return std::nullopt;
+  RankEnv e;
+  e.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 16);
+  e.rank = env_int("RANK", 0, 0, e.world_size - 1);
+  e.local_world_size = env_int("LOCAL_WORLD_SIZE", 1, 1, 1 << 16);
+  e.local_rank = env_int("LOCAL_RANK", 0, 0, e.local_world_size - 1);
+  e.master_addr = env("MASTER_ADDR").value_or("127.0.0.1");
+  e.master_port = env_int("MASTER_PORT", 29500, 1, 65535);
+  e.store_hosted = env("PIPETWIN_STORE_HOSTED").has_value();
+  return e;
+}
+
+nlohmann::json RankReport::to_json() const {
+  nlohmann::json steps_json = nlohmann::json::array();
+  for (const auto& t : steps) steps_json.push_back(timeline_to_json(t));
+  return {{"rank", rank},
+          {"host", host},
+          {"threads", threads},
+          {"clock_offset_s", clock_offset_s},
+          {"clock_uncertainty_s", clock_uncertainty_s},
+          {"steps", steps_json},
+          {"losses", losses},
+          {"stage_peak_stash_bytes", stage_peak_stash_bytes},
+          {"stage_peak_versions", stage_peak_versions},
+          {"peak_allocated_bytes", peak_allocated_bytes},
+          {"baseline_bytes", baseline_bytes},
+          {"peak_rss_bytes", peak_rss_bytes}};
+}
+
+RankReport RankReport::from_json(const nlohmann::json& j) {
+  RankReport r;
+  r.rank = j.at("rank").get<int>();
+  r.host = j.at("host").get<std::string>();
+  r.threads = j.at("threads").get<int>();
+  r.clock_offset_s = j.at("clock_offset_s").get<double>();
+  r.clock_uncertainty_s = j.at("clock_uncertainty_s").get<double>();
+  for (const auto& s : j.at("steps")) r.steps.push_back(timeline_from_json(s));
+  r.losses = j.at("losses").get<std::vector<double>>();
+  r.stage_peak_stash_bytes = j.at("stage_peak_stash_bytes").get<std::vector<std::pair<int, double>>>();
+  r.stage_peak_versions = j.at("stage_peak_versions").get<std::vector<std::pair<int, int>>>();
+  r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();
+  r.baseline_bytes = j.at("baseline_bytes").get<double>();
+  r.peak_rss_bytes = j.at("peak_rss_bytes").get<double>();
+  return r;
+}
+
+RunResult assemble(std::vector<RankReport> reports, int stages) {
+  std::sort(reports.begin(), reports.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  RunResult out;
+  const std::size_t k = reports.size();
+  const std::size_t steps = k == 0 ? 0 : reports.front().steps.size();
+  double first = 0, last = 0;
+  for (std::size_t s = 0; s < steps; ++s) {
+    schedule::Timeline t;
+    t.ranks.resize(k);
+    double begin = 1e300, end = -1e300;
+    for (std::size_t r = 0; r < k; ++r) {
+      if (reports[r].steps.size() != steps) throw Error("rank " + std::to_string(r) + " reported a different number of steps");
+      t.ranks[r] = reports[r].steps[s].ranks.at(r);
+      for (const auto& a : t.ranks[r]) {
+        begin = std::min(begin, a.start);
+        end = std::max(end, a.end);
+      }
+    }
+    if (s == 0) first = begin;
+    last = end;
+    for (auto& rank : t.ranks) {
+      for (auto& a : rank) {
+        a.start -= begin;
+        a.end -= begin;
+      }
+    }
+    out.step_times_s.push_back(t.makespan());
+    out.steps.push_back(std::move(t));
+  }
+  out.wall_s = steps > 0 ? last - first : 0;
+  // The median step, leaving out the first (warm-up) when there are others.
+  std::vector<int> order;
+  for (int s = steps > 1 ? 1 : 0; s < static_cast<int>(steps); ++s) order.push_back(s);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return out.step_times_s[a] < out.step_times_s[b]; });
+  out.representative_step = order.empty() ? 0 : order[(order.size() - 1) / 2];
+  out.stage_peak_stash_bytes.assign(stages, 0);
+  out.stage_weight_versions.assign(stages, 1);
+  for (const auto& r : reports) {
+    for (const auto& [stage, bytes] : r.stage_peak_stash_bytes) out.stage_peak_stash_bytes.at(stage) = bytes;
+    for (const auto& [stage, versions] : r.stage_peak_versions) out.stage_weight_versions.at(stage) = versions;
+    if (!r.losses.empty()) out.losses = r.losses;
+  }
+  out.ranks = std::move(reports);
+  return out;
+}
+
+}  // namespace pipetwin::exec

@@ -1,0 +1,84 @@
+// Execution of a schedule IR Program for real: one process per rank, each
+// building its stages' layers with LibTorch, walking its action list through
+// the schedule's RankInterpreter, exchanging activations and gradients with
+// c10d point-to-point messages (Gloo on the CPU, NCCL on CUDA).
+//
+//   launcher (pipetwin run)        TCPStore  <-- rendezvous, clocks, results
+//     |-- rank 0: stage 0 ... --Gloo/NCCL--> rank 1: stage 1 ... --> rank K-1
+//
+// This header includes no LibTorch header: the CLI and the tests use it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "schedule/program.hpp"
+#include "schedule/timeline.hpp"
+
+namespace pipetwin::exec {
+
+// Where this process sits, torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+struct RankEnv {
+  int rank = 0, world_size = 1;
+  int local_rank = 0, local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool store_hosted = false;  // the launcher holds the TCPStore: rank 0 is a client
+};
+// Reads the torchrun environment; nullopt when RANK is not set.
+// Throws pipetwin::Error naming the variable that is malformed.
+std::optional<RankEnv> rank_env_from_environment();
+
+struct RunConfig {
+  models::Model model;        // in topological order
+  schedule::Program program;  // complete (lowered), validated, partitioned
+  int microbatch_size = 1;
+  int steps = 1;
+  std::string device = "cpu";      // cpu | cuda
+  std::string optimizer = "sgd";   // sgd | momentum | adam
+  double lr = 0.01;
+  std::uint64_t seed = 0;
+  int threads = 0;                 // intra-op threads per rank; 0: cores / ranks on this host
+  double timeout_s = 120;          // rendezvous and each transfer
+  std::string save_weights;        // directory: one file per layer after the last step
+};
+
+// What one rank measured, sent to rank 0 at the end.
+struct RankReport {
+  int rank = 0;
+  std::string host;
+  int threads = 1;
+  double clock_offset_s = 0;       // added to this rank's clock to read rank 0's
+  double clock_uncertainty_s = 0;  // half the best round trip of the alignment
+  std::vector<schedule::Timeline> steps;  // one rank filled; seconds on rank 0's clock
+  std::vector<double> losses;             // per step, on the rank holding the last stage
+  std::vector<std::pair<int, double>> stage_peak_stash_bytes;  // (stage, bytes)
+  std::vector<std::pair<int, int>> stage_peak_versions;        // (stage, weight versions)
+  double peak_allocated_bytes = 0, baseline_bytes = 0, peak_rss_bytes = 0;
+  nlohmann::json to_json() const;
+  static RankReport from_json(const nlohmann::json& j);
+};
+
+// Everything rank 0 gathered.
+struct RunResult {
+  std::vector<RankReport> ranks;
+  std::vector<schedule::Timeline> steps;  // every rank, each step shifted to start at 0
+  std::vector<double> step_times_s;
+  std::vector<double> losses;
+  double wall_s = 0;                      // all steps, first action to last
+  int representative_step = 0;            // the median step (warm-up excluded)
+  std::vector<double> stage_peak_stash_bytes;
+  std::vector<int> stage_weight_versions;
+};
+
+// Runs this process's rank to the end. Rank 0 returns what it gathered, the
+// other ranks nullopt. Throws pipetwin::Error naming the rank, step and action
+// (or the peer) when anything goes wrong.
+std::optional<RunResult> run_rank(const RunConfig& config, const RankEnv& env);
+
+}  // namespace pipetwin::exec

@@ -1,0 +1,120 @@
+// The executor's backend of the schedule interpreter (internal to exec/:
+// includes LibTorch). The RankInterpreter decides what runs next; this only
+// carries each action out and times it:
+//
+//   F  run the stage forward; stash what backward needs (only the input when
+//      the micro-batch is recomputed); hand the outputs to SEND_F or to the
+//      next stage on this rank
+//   R  re-run the forward of a checkpointed micro-batch, with autograd
+//   B  backward from the received gradient (the loss on the last stage)
+//   I  the same, linear weight gradients queued;   W  run that queue
+//   STEP  the stage's optimizer step
+//   SEND_*  post an asynchronous c10d send;  RECV_*  blocking c10d receive
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "exec/run.hpp"
+#include "exec/torch_comm.hpp"
+#include "exec/torch_layers.hpp"
+#include "exec/torch_memory.hpp"
+#include "exec/torch_stage.hpp"
+#include "exec/torch_task.hpp"
+#include "schedule/interpreter.hpp"
+
+namespace pipetwin::exec {
+
+// Times actions on rank 0's clock: host time on the CPU, CUDA events on GPUs.
+class ActionClock {
+ public:
+  virtual ~ActionClock() = default;
+  virtual void begin_step() = 0;
+  virtual std::size_t start() = 0;
+  virtual void stop(std::size_t token) = 0;
+  // (start, end) of every token since begin_step().
+  virtual std::vector<std::pair<double, double>> resolve() = 0;
+};
+std::unique_ptr<ActionClock> make_clock(const Comm& comm, bool cuda);
+
+class TorchBackend final : public schedule::Backend {
+ public:
+  TorchBackend(const RunConfig& config, Comm& comm, at::Device device, MemoryMeter* meter);
+
+  void begin_step(int step, const Batch& batch);
+  // Waits for this step's sends; returns the rank's timed actions.
+  std::vector<schedule::TimedAction> end_step();
+  double step_loss() const { return loss_; }
+  bool holds_last_stage() const;
+
+  void compute(schedule::RankId rank, const schedule::Action& action) override;
+  void send(schedule::RankId rank, const schedule::Action& action, schedule::RankId peer) override;
+  bool recv(schedule::RankId rank, const schedule::Action& action, schedule::RankId peer) override;
+
+  const std::map<int, std::unique_ptr<Stage>>& stages() const { return stages_; }
+  // Per local stage, the peak bytes its stashes held (measured).
+  std::vector<std::pair<int, double>> stage_peak_stash_bytes() const;
+
+ private:
+  struct Stash {
+    std::vector<at::Tensor> inputs;  // as received; leaves when autograd runs through them
+    std::vector<at::Tensor> roots;   // outputs with their graph, or the loss
+    bool checkpointed = false;
+    int version = 0;
+    WeightGradQueue deferred;        // linear weight gradients between I and W
+    std::int64_t device_bytes = 0;   // CUDA: allocator growth across the forward
+  };
+
+  Stage& stage(int s);
+  Stash& stash(int s, int mb, const char* op);
+  void forward(int s, int mb);
+  void recompute(int s, int mb);
+  void backward(int s, int mb, bool input_only);
+  void weight_grad(int s, int mb);
+  // Hands a forward's outputs or a backward's input gradients to the next
+  // stage: into the inbox when it is on this rank, else to the outbox.
+  void deliver(const schedule::MessageKey& key, std::vector<at::Tensor> tensors, int from_stage, std::int64_t in_flight);
+  void release_outputs(const Stage& st, const std::vector<at::Tensor>& outputs) const;
+  std::vector<at::Tensor> take(const schedule::MessageKey& key, const char* what);
+  std::vector<at::Tensor> leaves(const Stage& st, const std::vector<at::Tensor>& inputs) const;
+  at::Tensor slice(const at::Tensor& t, int mb) const;
+  int tag(const schedule::MessageKey& key) const;
+  void reap_sends(bool wait_all);
+  void account_cuda_stash(int s, std::int64_t delta);
+  void sample_stash();
+
+  const RunConfig& config_;
+  Comm& comm_;
+  at::Device device_;
+  MemoryMeter* meter_;  // null on CUDA
+  std::unique_ptr<ActionClock> clock_;
+  std::map<int, std::unique_ptr<Stage>> stages_;
+  std::map<std::pair<int, int>, Stash> stash_;
+  struct Outgoing {
+    std::vector<at::Tensor> tensors;
+    int from_stage = 0;
+    std::int64_t in_flight = 0;  // bytes only the message holds
+  };
+  struct Sending {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<at::Tensor> tensors;
+    int from_stage = 0;
+    std::int64_t in_flight = 0;
+  };
+  std::map<schedule::MessageKey, std::vector<at::Tensor>> inbox_;
+  std::map<schedule::MessageKey, Outgoing> outbox_;
+  std::vector<Sending> sending_;
+  std::map<int, std::int64_t> in_flight_;  // per stage: its outputs still being sent
+  std::vector<std::pair<schedule::Action, std::size_t>> timed_;
+  std::map<int, std::int64_t> cuda_stash_;  // CUDA: allocator growth of live stashes
+  std::map<int, std::int64_t> stash_peak_;   // per stage, sampled between actions
+  int step_ = 0;
+  Batch batch_;
+  at::Tensor loss_sum_;
+  double loss_ = 0;
+};
+
+}  // namespace pipetwin::exec

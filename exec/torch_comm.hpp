@@ -1,0 +1,69 @@
+// A rank's connections (internal to exec/: includes LibTorch): the TCPStore
+// (rendezvous, clock alignment, gathering results) and the c10d process
+// group that carries activations and gradients.
+//
+//   Gloo (CPU):  one group; every message has its own tag, so receives may be
+//                posted in any order.
+//   NCCL (CUDA): NCCL ignores tags and pairs sends and receives in issue
+//                order on one stream per peer pair; two groups, one per
+//                direction (lower -> higher rank, higher -> lower), keep the
+//                two ways of a pair apart, and the executor checks that each
+//                channel's receives come in its sends' order.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "exec/run.hpp"
+
+namespace pipetwin::exec {
+
+class Comm {
+ public:
+  // Rendezvous: connects to (or, for rank 0 without a launcher, hosts) the
+  // store, waits for every rank, aligns the clocks, creates the group.
+  Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout);
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+
+  // Point-to-point. send() returns at once; keep the work (and the tensors)
+  // until it completes. recv() returns when the data is there (CPU) or is
+  // ordered before later work on the current stream (CUDA).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag);
+  void recv(std::vector<at::Tensor>& tensors, int src, int tag);
+
+  // This rank's clock, aligned to rank 0's (seconds).
+  double now() const;
+  double clock_offset() const { return offset_s_; }
+  double clock_uncertainty() const { return uncertainty_s_; }
+
+  // Small values through the store (results, errors). fetch() blocks until set.
+  void publish(const std::string& key, const std::string& value);
+  std::string fetch(const std::string& key);
+  void barrier(const std::string& name);
+
+  std::string host() const { return host_; }
+
+ private:
+  void join(std::chrono::milliseconds timeout);
+  void align_clocks();
+
+  RankEnv env_;
+  bool cuda_ = false;
+  std::string host_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> group_;       // Gloo, or NCCL lower -> higher
+  c10::intrusive_ptr<c10d::Backend> group_down_;  // NCCL higher -> lower
+  double offset_s_ = 0, uncertainty_s_ = 0;
+};
+
+// Seconds on this process's monotonic clock.
+double monotonic_now();
+
+}  // namespace pipetwin::exec

@@ -1,0 +1,159 @@
+// Stage: parameters, cuts, forward, optimizer and weight versions.
+#include "exec/torch_stage.hpp"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "exec/torch_layers.hpp"
+#include "schedule/error.hpp"
+
+namespace pipetwin::exec {
+
+std::vector<CutTensor> cut_tensors(const models::Model& model, int position) {
+  const int n = static_cast<int>(model.layers.size());
+  std::set<int> crossing;
+  for (int l = position; l < n; ++l) {
+    const auto& inputs = model.layers[l].inputs;
+    if (inputs.empty()) crossing.insert(-1);
+    for (const int p : inputs) {
+      if (p < position) crossing.insert(p);
+    }
+  }
+  std::vector<CutTensor> out;
+  for (const int p : crossing) {
+    if (p < 0) {
+      out.push_back({-1, input_shape(model), input_dtype(model), false});
+    } else {
+      out.push_back({p, output_shape(model, p), dtype_of(model.precision), true});
+    }
+  }
+  return out;
+}
+
+Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
+             std::uint64_t seed, at::Device device, const std::string& optimizer, double lr)
+    : model_(model),
+      index_(index),
+      layers_(layers),
+      last_(last),
+      versioned_(weight_versions > 1),
+      in_cut_(cut_tensors(model, layers.begin)),
+      out_cut_(last ? std::vector<CutTensor>{} : cut_tensors(model, layers.end)) {
+  for (const auto& cut : out_cut_) {
+    bool inside = cut.producer < layers.begin;
+    for (int l = layers.begin; l < layers.end; ++l) {
+      for (const int p : model.layers[l].inputs) inside = inside || p == cut.producer;
+    }
+    read_inside_.push_back(inside);
+  }
+  std::vector<at::Tensor> all;
+  for (int l = layers.begin; l < layers.end; ++l) {
+    auto& p = live_.emplace_back();
+    for (auto& t : init_layer(model, l, seed)) {
+      p.push_back(t.to(device, dtype_of(model.precision)).detach().requires_grad_(true));
+      all.push_back(p.back());
+    }
+  }
+  if (all.empty()) return;
+  if (optimizer == "adam") {
+    optimizer_ = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(lr));
+  } else if (optimizer == "momentum") {
+    optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr).momentum(0.9));
+  } else if (optimizer == "sgd") {
+    optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr));
+  } else {
+    throw Error("unknown optimizer '" + optimizer + "' (valid: sgd, momentum, adam)");
+  }
+}
+
+std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
+                                       const at::Tensor& targets) const {
+  std::unordered_map<int, at::Tensor> values;
+  for (std::size_t i = 0; i < in_cut_.size(); ++i) values[in_cut_[i].producer] = inputs.at(i);
+  std::vector<at::Tensor> args;
+  for (int l = layers_.begin; l < layers_.end; ++l) {
+    const auto& producers = model_.layers[l].inputs;
+    args.clear();
+    if (producers.empty()) args.push_back(values.at(-1));
+    for (const int p : producers) args.push_back(values.at(p));
+    const bool loss = is_loss_layer(model_, l);
+    values[l] = forward_layer(model_, l, args, params.at(l - layers_.begin), loss ? targets : at::Tensor());
+  }
+  if (last_) return {values.at(layers_.end - 1)};
+  std::vector<at::Tensor> out;
+  for (const auto& c : out_cut_) {
+    const at::Tensor& t = values.at(c.producer);
+    // A tensor passing through gets a node of its own, so that its gradient
+    // reaches this stage's input like any other.
+    out.push_back(c.producer < layers_.begin && t.requires_grad() ? t.view_as(t) : t);
+  }
+  return out;
+}
+
+int Stage::acquire() {
+  ++users_[version_];
+  std::set<int> alive{version_};
+  for (const auto& [v, n] : users_) {
+    if (n > 0) alive.insert(v);
+  }
+  peak_versions_ = std::max(peak_versions_, static_cast<int>(alive.size()));
+  return version_;
+}
+
+const Params& Stage::params(int version) {
+  if (!versioned_) return live_;
+  auto it = versions_.find(version);
+  if (it == versions_.end()) {
+    if (version != version_) throw Error("stage " + std::to_string(index_) + ": weight version " + std::to_string(version) + " is gone");
+    Params copy;
+    for (const auto& layer : live_) {
+      auto& out = copy.emplace_back();
+      for (const auto& t : layer) out.push_back(t.detach().clone().requires_grad_(true));
+    }
+    it = versions_.emplace(version, std::move(copy)).first;
+  }
+  return it->second;
+}
+
+void Stage::release(int version) {
+  if (--users_[version] <= 0) users_.erase(version);
+  if (!versioned_) return;
+  const auto it = versions_.find(version);
+  if (it == versions_.end()) return;
+  torch::NoGradGuard no_grad;
+  for (std::size_t l = 0; l < live_.size(); ++l) {
+    for (std::size_t i = 0; i < live_[l].size(); ++i) {
+      at::Tensor& g = it->second[l][i].mutable_grad();
+      if (!g.defined()) continue;
+      at::Tensor& into = live_[l][i].mutable_grad();
+      if (into.defined()) {
+        into.add_(g);
+      } else {
+        into = g.clone();
+      }
+      g = at::Tensor();
+    }
+  }
+  if (!users_.count(version) && version != version_) versions_.erase(it);
+}
+
+void Stage::step() {
+  if (optimizer_) {
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+  ++version_;
+  std::erase_if(versions_, [&](const auto& v) { return !users_.count(v.first); });
+}
+
+std::map<int, std::vector<at::Tensor>> Stage::weights() const {
+  std::map<int, std::vector<at::Tensor>> out;
+  for (std::size_t l = 0; l < live_.size(); ++l) {
+    auto& w = out[layers_.begin + static_cast<int>(l)];
+    for (const auto& t : live_[l]) w.push_back(t.detach().to(at::kCPU).clone());
+  }
+  return out;
+}
+
+}  // namespace pipetwin::exec

