@@ -14,6 +14,7 @@
 #include "models/summary.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
+#include "schedule/measured_costs.hpp"
 #include "schedule/trace.hpp"
 
 namespace pipetwin::cli {
@@ -53,14 +54,16 @@ nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
 void print_text(const exec::RunResult& r, const Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,
                 const Options& o) {
   std::printf("%s\n", sc.headline().c_str());
-  std::printf("measured     %zu steps on %s (Gloo/NCCL), median step %d shown; step times:", r.step_times_s.size(),
-              o.device.c_str(), r.representative_step);
+  std::printf("measured     %zu steps on %s (%s), median step %d shown; step times:", r.step_times_s.size(),
+              o.device.c_str(), o.device == "cuda" ? "NCCL" : "Gloo", r.representative_step);
   for (const double t : r.step_times_s) std::printf(" %.4g", t);
   std::printf(" s\n");
   std::printf("step time    %.6g s   throughput %.6g samples/s\n", s.step_time_s, s.throughput);
   std::printf("bubble       %.2f%% overall; idle per rank:", 100 * s.bubble);
   for (const double i : s.idle) std::printf(" %.1f%%", 100 * i);
   std::printf("\n");
+  std::printf("efficiency   %.3f: the schedule allows %.6g s on these per-stage times with free transfers\n",
+              m["pipeline_efficiency"].get<double>(), m["bubble_limited_step_s"].get<double>());
   if (!r.losses.empty()) std::printf("loss         %.5g -> %.5g\n", r.losses.front(), r.losses.back());
   std::printf("stash        peak bytes per stage, measured (predicted by the IR's accounting):\n");
   for (const auto& st : m["stages"]) {
@@ -98,7 +101,12 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
 
   const auto& timeline = result->steps.at(result->representative_step);
   auto summary = models::summarize(timeline, sc->samples, *sc->costs, sc->program.partition, "measured");
-  const auto measured = measured_json(*result, *sc);
+  auto measured = measured_json(*result, *sc);
+  // Pipeline efficiency: the step the schedule's dependencies allow on the
+  // measured per-stage times (transfers free), against the measured step.
+  const double bound = schedule::bubble_limited_step(timeline, sc->program);
+  measured["bubble_limited_step_s"] = bound;
+  measured["pipeline_efficiency"] = summary.step_time_s > 0 ? bound / summary.step_time_s : 0;
   auto j = sc->describe();
   j["device"] = o.device;
   j["summary"] = summary.to_json();
