@@ -67,6 +67,10 @@ std::vector<Bad> catalogue() {
       model("model_non_utf8", "family: \xff\xfe\n", "m.yaml:1: field 'family'"),
       model("model_tabs", "family: mlp\n\tinput: 8\n", "m.yaml"),
       model("model_truncated", "family: transfor", "m.yaml:1: field 'family': unknown family"),
+      model("model_too_many_layers", "family: transformer\nlayers: 100001\nd_model: 16\nd_ff: 32\nheads: 2\nseq_len: 4\nvocab: 10\n",
+            "m.yaml:2: field 'layers': must be at most 100000"),
+      model("model_resnet_too_wide", "family: resnet\nimage: 32\nstem_channels: 64\nstages: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nclasses: 10\n",
+            "m.yaml:4: field 'stages': 15 stages double the stem's 64 channels"),
       {"model_missing_file", {}, sim, "m.yaml: cannot open"},
       // Hardware specs.
       hw("hw_unknown_preset", "preset: b200\n", "hw.yaml:1: field 'preset': unknown hardware preset"),
@@ -103,6 +107,10 @@ std::vector<Bad> catalogue() {
             "s.json: field 'ranks' must be an integer"),
       sched("json_missing_field", "s.json", "{\"format\":\"pipetwin-schedule\",\"schedule\":\"x\"}", "s.json: missing field 'ranks'"),
       sched("json_wrong_format", "s.json", "{\"format\":\"other\"}", "s.json: field 'format'"),
+      sched("json_number_past_a_double", "s.json", "{\"format\":\"pipetwin-schedule\",\"ranks\":404e0404}", "s.json: not valid JSON"),
+      sched("csv_stage_past_the_limit", "s.csv", "0F01,2B0,777777777F01\n", "s.csv: 1 ranks x 777777778 stages per rank is more than"),
+      sched("text_stages_per_rank_past_the_limit", "s.txt", "stages_per_rank 2000000000\n" + kSched2,
+            "s.txt: 2 ranks x 2000000000 stages per rank is more than"),
       sched("empty_schedule", "s.txt", "\n\n", "s.txt: empty file"),
       // Traces.
       trace("trace_truncated", "{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"0F0\"", "t.json: not valid JSON"),
