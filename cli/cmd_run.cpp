@@ -112,7 +112,10 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   j["summary"] = summary.to_json();
   j["measured"] = measured;
   if (!o.trace.empty()) {
-    auto meta = j;
+    auto meta = trace_metadata(*sc, o.scenario);
+    meta["device"] = o.device;
+    meta["summary"] = j["summary"];
+    meta["measured"] = j["measured"];
     meta["producer"] = "pipetwin run";
     meta["step"] = result->representative_step;
     schedule::write_chrome_trace(o.trace, {timeline, meta, {}});

@@ -26,7 +26,7 @@ int run(const Options& o) {
   const std::string engine = result.engine == "simgrid" ? "simgrid " + sim::simgrid_version() : "fast critical path";
   const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine);
   if (!o.trace.empty()) {
-    auto meta = sc->describe();
+    auto meta = trace_metadata(*sc, o.scenario);
     meta["producer"] = "pipetwin simulate";
     meta["summary"] = summary.to_json();
     meta["engine_reason"] = result.why;

@@ -14,6 +14,7 @@
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
+#include "schedule/memory.hpp"
 #include "schedule/validate.hpp"
 
 namespace pipetwin::cli {
@@ -111,6 +112,20 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (validate) schedule::validate(sc->program);  // throws with the grid if anything is wrong
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
+}
+
+nlohmann::json trace_metadata(const Scenario& sc, const ScenarioOptions& o) {
+  auto j = sc.describe();
+  j["model_spec"] = schedule::read_file(o.model);
+  j["hardware_spec"] = std::filesystem::exists(o.hardware) ? schedule::read_file(o.hardware) : o.hardware;
+  const auto memory = schedule::account_memory(sc.program);
+  std::vector<double> stash;
+  for (int s = 0; s < sc.program.num_stages(); ++s) {
+    const auto [i, j2] = sc.program.partition.at(s);
+    stash.push_back(memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j2), sc.costs->input_bytes(i)));
+  }
+  j["predicted_stash_bytes_per_stage"] = stash;
+  return j;
 }
 
 nlohmann::json Scenario::describe() const {

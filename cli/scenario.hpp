@@ -36,6 +36,11 @@ struct Scenario {
 
 // Throws pipetwin::Error naming the option or file at fault.
 std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o);
+
+// What a trace records of its configuration, so that it stands alone for
+// compare and calibrate: describe(), the model spec's text, the hardware
+// (preset name or file text), and the IR's predicted stash bytes per stage.
+nlohmann::json trace_metadata(const Scenario& scenario, const ScenarioOptions& o);
 // The same from an already loaded model (in topological order) and hardware;
 // `validate` runs the schedule validator (generated schedules are valid by
 // construction, which the tests check over the whole generator grid).
