@@ -12,6 +12,7 @@ APT_PACKAGES=(
   libsimgrid-dev libboost-graph-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev
   libspdlog-dev libfmt-dev libgloo-dev
+  iproute2  # tests/exec: two network namespaces joined by a veth pair
   clang libclang-rt-14-dev llvm  # scripts/sanitize.sh: ASan/UBSan/libFuzzer runtimes, llvm-symbolizer
 )
 
