@@ -124,6 +124,7 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
     V = std::max(1, S / K);
   }
   const int M = h.microbatches.value_or(std::max(1, max_mb + 1));
+  if (V < 1) throw Error(source + ": stages per rank must be at least 1, got " + std::to_string(V));
   if (static_cast<std::int64_t>(K) * V > kMaxStages) {
     throw Error(source + ": " + std::to_string(K) + " ranks x " + std::to_string(V) + " stages per rank is more than the " +
                 std::to_string(kMaxStages) + " stages pipetwin reads");

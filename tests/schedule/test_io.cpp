@@ -97,6 +97,14 @@ TEST(Csv, AStagePastTheLimitIsRefusedBeforeAnythingIsSized) {
             std::string::npos);
 }
 
+TEST(Text, ANegativeStageCountIsAnError) {
+  // Found by fuzz_schedule_text: 'stages_per_rank -1' sized the stage map with
+  // -4 (std::length_error, not a pipetwin error).
+  EXPECT_NE(error_of([] { ps::parse_text("stages_per_rank -1\nrank 0: 0F0 0B0\nrank 1: 1F0 1B0\n", "neg.txt"); })
+                .find("neg.txt: stages per rank must be at least 1, got -1"),
+            std::string::npos);
+}
+
 TEST(Json, NumbersPastTheirRangeAreErrors) {
   // Found by fuzz_schedule_json: a number too large for a double made
   // nlohmann::json throw out_of_range, which escaped as another exception.
