@@ -229,17 +229,18 @@ void TorchBackend::forward(int s, int mb) {
   sh.checkpointed = p.recomputes(ps::StageId{s}, ps::MicrobatchId{mb});
   sh.version = st.acquire();
   const std::int64_t before = device_.is_cuda() ? MemoryMeter::cuda_live_bytes(device_.index()) : 0;
+  const Params& params = st.params(sh.version);  // a new weight version is weights, not stash
   std::vector<at::Tensor> outputs;
   {
     std::optional<MemoryMeter::Tag> tag;
     if (meter_ != nullptr) tag.emplace(*meter_, s);
     if (sh.checkpointed) {
       torch::NoGradGuard no_grad;
-      outputs = st.forward(inputs, st.params(sh.version), targets);
+      outputs = st.forward(inputs, params, targets);
       sh.inputs = std::move(inputs);
     } else {
       sh.inputs = leaves(st, inputs);
-      outputs = st.forward(sh.inputs, st.params(sh.version), targets);
+      outputs = st.forward(sh.inputs, params, targets);
     }
   }
   std::vector<at::Tensor> sent;

@@ -71,6 +71,7 @@ class Builder {
     c.forward_flops = static_cast<double>(a.elems());
     c.input_grad_flops = static_cast<double>(a.elems());
     c.output_elems = a.elems();
+    c.keeps_input = false;
     return add_layer(name, LayerKind::Add, spatial(a, a.channels, 0, 1), c, {a.layer, b.layer}, {-1, a.channels, a.height, a.width});
   }
 
@@ -83,6 +84,7 @@ class Builder {
     }
     LayerCost c;
     c.output_elems = channels * parts[0].height * parts[0].width;
+    c.keeps_input = false;
     return add_layer(name, LayerKind::Concat, spatial(parts[0], channels, 0, 1), c, inputs,
                      {-1, channels, parts[0].height, parts[0].width});
   }
@@ -112,6 +114,7 @@ class Builder {
     c.weight_grad_flops = 2.0 * static_cast<double>(in.channels * classes);
     c.params = in.channels * classes + classes;
     c.stashed_elems = in.channels + classes;
+    c.keeps_input = false;  // the pooled features, not the input
     c.output_elems = 1;
     add_layer("head", LayerKind::ClassifierHead, s, c, {in.layer}, {-1, 1, 1, 1});
   }

@@ -92,6 +92,7 @@ Model mlp_model(const MlpSpec& spec, Precision precision, std::string name) {
     // ReLU(input), kept once for both ReLU and the linear map (the data is not
     // counted); the last layer also keeps its log-probabilities.
     l.cost.stashed_elems = (i > 0 ? widths[i] : 0) + (last ? widths[i + 1] : 0);
+    l.cost.keeps_input = i == 0;  // ReLU keeps its output, not its input
     l.cost.output_elems = last ? 1 : widths[i + 1];
     m.layers.push_back(l);
   }

@@ -52,6 +52,10 @@ struct LayerCost {
   double weight_grad_flops = 0;
   std::int64_t params = 0;
   std::int64_t stashed_elems = 0;  // what backward needs, per sample
+  // True when stashed_elems includes the layer's input (its first op keeps
+  // it). A stage keeps its received input for backward in any case, so a
+  // stage starting at a layer that does not counts its input on top.
+  bool keeps_input = true;
   std::int64_t output_elems = 0;   // what crosses a cut after this layer, per sample
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };

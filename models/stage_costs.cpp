@@ -15,14 +15,32 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
                 " ranks");
   }
   const double b = r.microbatch_size;
-  for (auto* prefix : {&forward_, &input_grad_, &weight_grad_}) prefix->assign(r.ranks, std::vector<double>(n + 1, 0));
+  for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
+    prefix->assign(r.ranks, std::vector<double>(n + 1, 0));
+  }
   for (int k = 0; k < r.ranks; ++k) {
     const Device& d = devices_[k];
     for (int l = 0; l < n; ++l) {
       const auto& c = m.layers[l].cost;
-      forward_[k][l + 1] = forward_[k][l] + d.compute_seconds(c.forward_flops * b, m.precision);
-      input_grad_[k][l + 1] = input_grad_[k][l] + d.compute_seconds(c.input_grad_flops * b, m.precision);
-      weight_grad_[k][l + 1] = weight_grad_[k][l] + d.compute_seconds(c.weight_grad_flops * b, m.precision);
+      const std::string_view kind = kind_name(m.layers[l].kind);
+      const double f = c.forward_flops * b;
+      double in = 0, w = 0;
+      if (d.has_kind(kind)) {
+        // A calibrated kind times the layer's whole backward on its curve,
+        // shared between I and W in proportion to their work.
+        const double bwd = (c.input_grad_flops + c.weight_grad_flops) * b;
+        const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision);
+        in = bwd > 0 ? t * c.input_grad_flops * b / bwd : 0;
+        w = bwd > 0 ? t - in : 0;
+      } else {
+        in = d.compute_seconds(c.input_grad_flops * b, m.precision);
+        w = d.compute_seconds(c.weight_grad_flops * b, m.precision);
+      }
+      forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision);
+      forward_nograd_[k][l + 1] = forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision);
+      recompute_[k][l + 1] = recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision);
+      input_grad_[k][l + 1] = input_grad_[k][l] + in;
+      weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
     }
   }
   params_.assign(n + 1, 0);
@@ -52,12 +70,18 @@ double StageCostModel::step_s(int i, int j, int s) const {
   // Read gradients, read and write weights, master copy and each optimizer state.
   const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(request_.optimizer));
   const Device& d = device_of(s);
-  return d.memory_bandwidth > 0 ? d.op_overhead_s + traffic / d.memory_bandwidth : 0;
+  return d.memory_bandwidth > 0 ? d.step_overhead() + traffic / d.memory_bandwidth : 0;
+}
+
+double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
+  // Checkpointed micro-batches run their forward without autograd (with
+  // except-last, all but the last one: the stage's F is counted as theirs).
+  return request_.recompute == schedule::RecomputePolicy::None ? forward_s(i, j, s) : forward_nograd_s(i, j, s);
 }
 
 double StageCostModel::compute_s(int i, int j, int s) const {
-  double t = forward_s(i, j, s) + backward_s(i, j, s);
-  if (request_.recompute != schedule::RecomputePolicy::None) t += forward_s(i, j, s);
+  double t = scheduled_forward_s(i, j, s) + backward_s(i, j, s);
+  if (request_.recompute != schedule::RecomputePolicy::None) t += recompute_s(i, j, s);
   return t;
 }
 
@@ -81,7 +105,10 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
-  return (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+  const double layers = (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+  // The received input stays with the micro-batch (its gradient is read
+  // there); the model input (i = 0) is data, counted by neither.
+  return i > 0 && i < j && !model_.layers[i].cost.keeps_input ? layers + input_bytes(i) : layers;
 }
 
 double StageCostModel::memory_bytes(int i, int j, int s) const {

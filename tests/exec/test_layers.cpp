@@ -12,6 +12,7 @@
 #include "exec/torch_task.hpp"
 #include "models/families.hpp"
 #include "models/layer_graph.hpp"
+#include "models/stage_costs.hpp"
 
 namespace pe = pipetwin::exec;
 namespace pm = pipetwin::models;
@@ -39,7 +40,9 @@ TEST_P(Families, EveryLayerHasTheModelsParametersAndOutputSize) {
     std::int64_t params = 0;
     for (const auto& t : pe::init_layer(m, l, 7)) params += t.numel();
     EXPECT_EQ(params, m.layers[l].cost.params) << m.layers[l].name;
-    if (!pe::is_loss_layer(m, l)) EXPECT_EQ(numel(pe::output_shape(m, l)), m.layers[l].cost.output_elems) << m.layers[l].name;
+    if (!pe::is_loss_layer(m, l)) {
+      EXPECT_EQ(numel(pe::output_shape(m, l)), m.layers[l].cost.output_elems) << m.layers[l].name;
+    }
   }
 }
 
@@ -183,6 +186,36 @@ TEST_P(Chains, StashedBytesOfAWholeStageMatchTheModel) {
   double model = 0;
   for (const auto& l : m.layers) model += 4.0 * static_cast<double>(l.cost.stashed_elems) * 4;
   EXPECT_NEAR(static_cast<double>(meter.stage_bytes(9) - before), model, 64.0 * n) << GetParam();
+}
+
+// A stage from every split point to the end, as the executor runs it: its
+// received input is kept too, which the stage cost model counts.
+TEST_P(Chains, StashedBytesOfEveryLaterStageMatchTheStageCostModel) {
+  auto& meter = pe::MemoryMeter::install(64);
+  const auto m = tiny(GetParam());
+  const int n = static_cast<int>(m.layers.size());
+  const pe::SyntheticTask task(m, 5, 4);
+  const auto batch = task.minibatch(0);
+  pm::PartitionRequest request;
+  request.microbatch_size = 4;
+  const pm::StageCostModel costs(m, pm::preset("cpu"), request);
+  for (int p = 1; p < n; ++p) {
+    pe::Stage st(m, 0, {p, n}, true, 1, 5, at::kCPU, "sgd", 0.1);
+    std::vector<at::Tensor> inputs;
+    for (const auto& c : st.in_cut()) {
+      std::vector<std::int64_t> shape{4};
+      shape.insert(shape.end(), c.shape.begin(), c.shape.end());
+      inputs.push_back(torch::randn(shape).requires_grad_(true));
+    }
+    const auto before = meter.stage_bytes(9);
+    std::vector<at::Tensor> loss;
+    {
+      pe::MemoryMeter::Tag tag(meter, 9);
+      loss = st.forward(inputs, st.params(st.acquire()), batch.targets);
+    }
+    const double kept = static_cast<double>(meter.stage_bytes(9) - before) + 4.0 * static_cast<double>(inputs[0].numel());
+    EXPECT_NEAR(kept, costs.activation_bytes(p, n), 64.0 * n) << GetParam() << " from layer " << p;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, Chains, ::testing::Values("transformer", "mlp"));
