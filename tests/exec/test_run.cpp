@@ -117,6 +117,7 @@ TEST_P(Equivalence, WeightsEqualThoseOfOneRank) {
   const double diff = max_difference(load_weights(dir), ref);
   EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
   EXPECT_LT(diff, 2e-6) << c.schedule << " K=" << c.k << " recompute " << c.recompute;
+  std::printf("%s K=%d recompute %s: max |w - w(K=1)| = %.3g\n", c.schedule.c_str(), c.k, c.recompute.c_str(), diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, Equivalence,
