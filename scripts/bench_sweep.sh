@@ -35,9 +35,9 @@ printf "%d configurations: fast path %.2f s (%.0f/s), SimGrid %.2f s (%.0f/s), r
 # 4 x 25 x 2 x 5 = 1,000 configurations, every one runnable: SimGrid, then the fast path.
 k1000=(--model "$MODEL" --hardware a100 --ranks 1,2,3,4 --microbatches "$(seq -s, 1 25)" --schedules gpipe,1f1b
        --microbatch-size 1,2,4,8,16)
-sg=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine simgrid --out "$TMP/sg1000.csv")
-fast=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine fast --out "$TMP/fast1000.csv")
-printf "%d configurations: SimGrid %.2f s, fast path %.2f s\n" "$(($(wc -l < "$TMP/sg1000.csv") - 1))" "$sg" "$fast"
+sg1000=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine simgrid --out "$TMP/sg1000.csv")
+fast1000=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine fast --out "$TMP/fast1000.csv")
+printf "%d configurations: SimGrid %.2f s, fast path %.2f s\n" "$(($(wc -l < "$TMP/sg1000.csv") - 1))" "$sg1000" "$fast1000"
 
 big=(--microbatches "$(seq -s, 1 64)" --microbatch-size "$(seq -s, 1 175)")  # 6 x 64 x 5 x 3 x 175 = 1,008,000
 auto=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${big[@]}" --out "$TMP/big.csv")
