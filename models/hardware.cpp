@@ -2,6 +2,7 @@
 #include "models/hardware.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,43 @@
 namespace pipetwin::models {
 
 double Efficiency::at(double flops) const { return half_flops <= 0 ? max : max * flops / (flops + half_flops); }
+
+std::string_view pass_name(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "forward";
+    case Pass::Backward: return "backward";
+    case Pass::ForwardNoGrad: return "forward_nograd";
+    case Pass::Recompute: return "recompute";
+  }
+  return "?";
+}
+
+const Efficiency& KindEfficiency::of(Pass pass) const {
+  switch (pass) {
+    case Pass::Backward: return backward;
+    case Pass::ForwardNoGrad: return forward_nograd ? *forward_nograd : forward;
+    case Pass::Recompute: return recompute ? *recompute : forward;
+    case Pass::Forward: break;
+  }
+  return forward;
+}
+
+double ActionOverheads::of(Pass pass) const {
+  switch (pass) {
+    case Pass::Backward: return backward_s;
+    case Pass::ForwardNoGrad: return forward_nograd_s.value_or(forward_s);
+    case Pass::Recompute: return recompute_s.value_or(forward_s);
+    case Pass::Forward: break;
+  }
+  return forward_s;
+}
+
+double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const {
+  if (flops <= 0) return 0;
+  const auto it = kinds.find(std::string(kind));
+  if (it == kinds.end()) return compute_seconds(flops, p);
+  return op_overhead_s + flops / (peak_flops(p) * it->second.of(pass).at(flops));
+}
 
 double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
 
@@ -72,9 +110,64 @@ Link link_from_yaml(const YamlFields& y) {
   return {y.non_negative_number("latency_us") * kUs, y.positive_number("bandwidth_gbps") * kGB};
 }
 
+Efficiency efficiency_from_yaml(const YamlFields& e, Efficiency curve = {}) {
+  e.reject_unknown({"max", "half_flops"});
+  if (e.has("max")) {
+    curve.max = e.positive_number("max");
+    if (curve.max > 1) e.fail("max", "is a share of peak and must be at most 1");
+  }
+  if (e.has("half_flops")) curve.half_flops = e.non_negative_number("half_flops");
+  return curve;
+}
+
+const std::vector<std::string>& layer_kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto k : {LayerKind::Embedding, LayerKind::TransformerBlock, LayerKind::LmHead, LayerKind::Linear,
+                         LayerKind::Conv, LayerKind::SepConv, LayerKind::Pool, LayerKind::Add, LayerKind::Concat,
+                         LayerKind::ResidualBlock, LayerKind::ClassifierHead}) {
+      out.emplace_back(kind_name(k));
+    }
+    return out;
+  }();
+  return names;
+}
+
+// kinds: {transformer_block: {forward: {max, half_flops}, backward: {...}, forward_nograd: ..., recompute: ...}}
+void apply_kinds(Device& d, const YamlFields& y) {
+  const YAML::Node list = y.node()["kinds"];
+  if (!list.IsMap()) y.fail("kinds", "expected a mapping from layer kind to its curves");
+  const YamlFields kinds = y.child("kinds");
+  kinds.reject_unknown(layer_kind_names());
+  for (const auto& entry : list) {
+    const std::string kind = entry.first.Scalar();
+    const YamlFields k = kinds.child(kind);
+    k.reject_unknown({"forward", "backward", "forward_nograd", "recompute"});
+    auto it = d.kinds.find(kind);
+    if (it == d.kinds.end()) {
+      // A new kind starts from the device's curve in every pass it does not give.
+      it = d.kinds.emplace(kind, KindEfficiency{d.efficiency, d.efficiency, {}, {}}).first;
+    }
+    KindEfficiency& c = it->second;
+    if (k.has("forward")) c.forward = efficiency_from_yaml(k.child("forward"), c.forward);
+    if (k.has("backward")) c.backward = efficiency_from_yaml(k.child("backward"), c.backward);
+    if (k.has("forward_nograd")) c.forward_nograd = efficiency_from_yaml(k.child("forward_nograd"), c.of(Pass::ForwardNoGrad));
+    if (k.has("recompute")) c.recompute = efficiency_from_yaml(k.child("recompute"), c.of(Pass::Recompute));
+  }
+}
+
+void apply_action_overheads(ActionOverheads& a, const YamlFields& y) {
+  y.reject_unknown({"forward", "backward", "forward_nograd", "recompute"});
+  if (y.has("forward")) a.forward_s = y.non_negative_number("forward") * kUs;
+  if (y.has("backward")) a.backward_s = y.non_negative_number("backward") * kUs;
+  if (y.has("forward_nograd")) a.forward_nograd_s = y.non_negative_number("forward_nograd") * kUs;
+  if (y.has("recompute")) a.recompute_s = y.non_negative_number("recompute") * kUs;
+}
+
 void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
-  std::vector<std::string> known{"name",       "peak_flops_fp32", "peak_flops_half",     "memory_gb", "memory_bandwidth_gbps",
-                                 "efficiency", "op_overhead_us",  "transfer_overhead_us"};
+  std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
+                                 "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
+                                 "kinds",          "action_overhead_us",   "step_overhead_us"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.text("name");
@@ -84,15 +177,10 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
   if (y.has("op_overhead_us")) d.op_overhead_s = y.non_negative_number("op_overhead_us") * kUs;
   if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;
-  if (y.has("efficiency")) {
-    const YamlFields e = y.child("efficiency");
-    e.reject_unknown({"max", "half_flops"});
-    if (e.has("max")) {
-      d.efficiency.max = e.positive_number("max");
-      if (d.efficiency.max > 1) e.fail("max", "is a share of peak and must be at most 1");
-    }
-    if (e.has("half_flops")) d.efficiency.half_flops = e.non_negative_number("half_flops");
-  }
+  if (y.has("efficiency")) d.efficiency = efficiency_from_yaml(y.child("efficiency"), d.efficiency);
+  if (y.has("kinds")) apply_kinds(d, y);
+  if (y.has("action_overhead_us")) apply_action_overheads(d.action_overhead, y.child("action_overhead_us"));
+  if (y.has("step_overhead_us")) d.step_overhead_s = y.non_negative_number("step_overhead_us") * kUs;
 }
 
 void apply_topology(Topology& t, const YamlFields& y) {
@@ -145,7 +233,8 @@ void check_complete(const Hardware& h, const YamlFields& y) {
 }  // namespace
 
 Hardware hardware_from_yaml(const YamlFields& y) {
-  y.reject_unknown({"preset", "name", "source", "device", "devices", "topology"});
+  // calibration: what `pipetwin calibrate` fitted the file on and its residuals (read by people, not here).
+  y.reject_unknown({"preset", "name", "source", "device", "devices", "topology", "calibration"});
   Hardware h;
   if (y.has("preset")) {
     try {
@@ -195,12 +284,7 @@ std::vector<Device> Hardware::rank_devices(int ranks) const {
 
 std::string Hardware::describe_devices(int ranks) const {
   const auto list = devices.empty() ? std::vector<Device>(1, device) : rank_devices(ranks);
-  const auto same = [](const Device& a, const Device& b) {
-    return a.name == b.name && a.peak_flops_fp32 == b.peak_flops_fp32 && a.peak_flops_half == b.peak_flops_half &&
-           a.efficiency.max == b.efficiency.max && a.efficiency.half_flops == b.efficiency.half_flops &&
-           a.memory_bytes == b.memory_bytes && a.memory_bandwidth == b.memory_bandwidth &&
-           a.op_overhead_s == b.op_overhead_s && a.transfer_overhead_s == b.transfer_overhead_s;
-  };
+  const auto same = [](const Device& a, const Device& b) { return a == b; };
   if (std::all_of(list.begin(), list.end(), [&](const Device& d) { return same(d, list.front()); })) {
     return std::to_string(ranks) + " x " + list.front().name;
   }
@@ -210,6 +294,103 @@ std::string Hardware::describe_devices(int ranks) const {
     std::snprintf(memory, sizeof memory, " (%g GB)", d.memory_bytes / 1e9);
     out += (out.empty() ? "" : ", ") + d.name + memory;
   }
+  return out;
+}
+
+namespace {
+
+// Shortest text that reads back to the same double.
+std::string num(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string curve(const Efficiency& e) { return "{max: " + num(e.max) + ", half_flops: " + num(e.half_flops) + "}"; }
+std::string link(const Link& l) {
+  return "{latency_us: " + num(l.latency_s / kUs) + ", bandwidth_gbps: " + num(l.bandwidth / kGB) + "}";
+}
+
+void device_yaml(std::string& out, const Device& d, const std::string& indent) {
+  const auto field = [&](const std::string& key, const std::string& value) { out += indent + key + ": " + value + "\n"; };
+  field("name", quoted(d.name));
+  field("peak_flops_fp32", num(d.peak_flops_fp32));
+  field("peak_flops_half", num(d.peak_flops_half));
+  field("memory_gb", num(d.memory_bytes / kGB));
+  if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", num(d.memory_bandwidth / kGB));
+  field("efficiency", curve(d.efficiency));
+  field("op_overhead_us", num(d.op_overhead_s / kUs));
+  field("transfer_overhead_us", num(d.transfer_overhead_s / kUs));
+  if (d.step_overhead_s) field("step_overhead_us", num(*d.step_overhead_s / kUs));
+  const ActionOverheads& a = d.action_overhead;
+  if (a != ActionOverheads{}) {
+    std::string v = "{forward: " + num(a.forward_s / kUs) + ", backward: " + num(a.backward_s / kUs);
+    if (a.forward_nograd_s) v += ", forward_nograd: " + num(*a.forward_nograd_s / kUs);
+    if (a.recompute_s) v += ", recompute: " + num(*a.recompute_s / kUs);
+    field("action_overhead_us", v + "}");
+  }
+  if (!d.kinds.empty()) {
+    out += indent + "kinds:\n";
+    for (const auto& [kind, c] : d.kinds) {
+      out += indent + "  " + kind + ":\n";
+      out += indent + "    forward: " + curve(c.forward) + "\n";
+      out += indent + "    backward: " + curve(c.backward) + "\n";
+      if (c.forward_nograd) out += indent + "    forward_nograd: " + curve(*c.forward_nograd) + "\n";
+      if (c.recompute) out += indent + "    recompute: " + curve(*c.recompute) + "\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string hardware_to_yaml(const Hardware& h, const std::string& header_comment, const std::string& extra) {
+  std::string out;
+  if (!header_comment.empty()) {
+    std::size_t begin = 0;
+    while (begin <= header_comment.size()) {
+      const auto end = header_comment.find('\n', begin);
+      const std::string line = header_comment.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+      out += line.empty() ? "#\n" : "# " + line + "\n";
+      if (end == std::string::npos) break;
+      begin = end + 1;
+    }
+  }
+  out += "name: " + quoted(h.name) + "\n";
+  out += "source: " + quoted(h.source) + "\n";
+  out += "device:\n";
+  device_yaml(out, h.device, "  ");
+  const Topology& t = h.topology;
+  out += "topology:\n";
+  out += "  kind: " + std::string(topology_name(t.kind)) + "\n";
+  out += "  devices_per_host: " + std::to_string(t.devices_per_host) + "\n";
+  out += "  devices_per_switch: " + std::to_string(t.devices_per_switch) + "\n";
+  out += "  host_cores: " + std::to_string(t.host_cores) + "\n";
+  out += "  intra: " + link(t.intra) + "\n";
+  if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
+  if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";
+  if (!h.devices.empty()) {
+    out += "devices:\n";
+    for (const auto& d : h.devices) {
+      std::string entry;
+      device_yaml(entry, d, "    ");
+      entry.replace(0, 2, "- ");
+      out += entry;
+    }
+  }
+  if (!extra.empty()) out += extra + (extra.back() == '\n' ? "" : "\n");
   return out;
 }
 

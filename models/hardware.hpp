@@ -11,7 +11,10 @@
 // (microseconds), memory_gb and *_gbps (10^9 bytes, 10^9 bytes/s), FLOP/s.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/model.hpp"
@@ -25,6 +28,34 @@ struct Efficiency {
   double max = 1.0;
   double half_flops = 0;
   double at(double flops) const;
+  friend bool operator==(const Efficiency&, const Efficiency&) = default;
+};
+
+// The passes of a layer that time differently. A checkpointed micro-batch's
+// forward runs without autograd (ForwardNoGrad); its recompute runs the
+// forward again with autograd (Recompute); Backward is the layer's whole
+// backward (input and weight gradients: B = I + W).
+enum class Pass { Forward, Backward, ForwardNoGrad, Recompute };
+std::string_view pass_name(Pass pass);  // forward, backward, forward_nograd, recompute
+inline constexpr Pass kPasses[] = {Pass::Forward, Pass::Backward, Pass::ForwardNoGrad, Pass::Recompute};
+
+// Per layer kind (calibrated): the efficiency of each pass, overriding the
+// device's `efficiency`. forward_nograd and recompute default to forward.
+struct KindEfficiency {
+  Efficiency forward, backward;
+  std::optional<Efficiency> forward_nograd, recompute;
+  const Efficiency& of(Pass pass) const;
+  friend bool operator==(const KindEfficiency&, const KindEfficiency&) = default;
+};
+
+// Fixed time per compute action of a stage, whatever its layers: the
+// framework's cost of entering a stage's forward or backward (not per layer,
+// unlike op_overhead). forward_nograd and recompute default to forward.
+struct ActionOverheads {
+  double forward_s = 0, backward_s = 0;
+  std::optional<double> forward_nograd_s, recompute_s;
+  double of(Pass pass) const;
+  friend bool operator==(const ActionOverheads&, const ActionOverheads&) = default;
 };
 
 struct Device {
@@ -36,15 +67,26 @@ struct Device {
   double memory_bandwidth = 0;   // bytes/s
   double op_overhead_s = 0;      // per compute operation (kernel launch)
   double transfer_overhead_s = 0;  // per transfer, on top of the link
+  // Calibrated refinements (absent from the presets):
+  std::map<std::string, KindEfficiency> kinds;  // by kind_name(): per-kind curves
+  ActionOverheads action_overhead;              // per compute action of a stage
+  std::optional<double> step_overhead_s;        // optimizer step's fixed cost; default op_overhead_s
   double peak_flops(Precision p) const;
   // Time of one operation of `flops` work at this device's efficiency.
   double compute_seconds(double flops, Precision p) const;
+  // Time of one layer's pass of `flops` work: the kind's curve when `kinds`
+  // has one, else compute_seconds(). 0 for no work.
+  double layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const;
+  bool has_kind(std::string_view kind) const { return kinds.find(std::string(kind)) != kinds.end(); }
+  double step_overhead() const { return step_overhead_s.value_or(op_overhead_s); }
+  friend bool operator==(const Device&, const Device&) = default;
 };
 
 struct Link {
   double latency_s = 0;
   double bandwidth = 0;  // bytes/s, each direction
   double seconds(double bytes) const { return latency_s + bytes / bandwidth; }
+  friend bool operator==(const Link&, const Link&) = default;
 };
 
 enum class TopologyKind {
@@ -69,6 +111,7 @@ struct Topology {
   Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared)
   Link bridge;  // switch-host bridge (PCIe tree)
   Link inter;   // host-network (multi-host)
+  friend bool operator==(const Topology&, const Topology&) = default;
   std::vector<Hop> route(int from_device, int to_device) const;
   // The route as one link: latencies add up, the narrowest hop sets the bandwidth.
   Link path(int from_device, int to_device) const;
@@ -89,6 +132,11 @@ struct Hardware {
 const std::vector<std::string>& preset_names();
 Hardware preset(const std::string& name);  // throws, listing the valid names
 Hardware hardware_from_yaml(const YamlFields& fields);
+// The hardware as a self-contained YAML file (no preset) that
+// hardware_from_yaml() reads back to the same values (17 significant digits).
+// `extra` (a YAML mapping's text, e.g. "calibration:\n  ...") is appended.
+std::string hardware_to_yaml(const Hardware& hardware, const std::string& header_comment = "",
+                             const std::string& extra = "");
 // A preset name, or a YAML file (which may start from `preset:` and override fields).
 Hardware load_hardware(const std::string& name_or_path);
 

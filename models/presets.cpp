@@ -14,7 +14,16 @@ constexpr double T = 1e12, G = 1e9, us = 1e-6;
 
 Device device(std::string name, double fp32, double half, double mem_gb, double bw_gbps, Efficiency eff,
               double op_overhead_us, double transfer_overhead_us) {
-  return {std::move(name), fp32, half, eff, mem_gb * G, bw_gbps * G, op_overhead_us * us, transfer_overhead_us * us};
+  Device d;
+  d.name = std::move(name);
+  d.peak_flops_fp32 = fp32;
+  d.peak_flops_half = half;
+  d.efficiency = eff;
+  d.memory_bytes = mem_gb * G;
+  d.memory_bandwidth = bw_gbps * G;
+  d.op_overhead_s = op_overhead_us * us;
+  d.transfer_overhead_s = transfer_overhead_us * us;
+  return d;
 }
 
 Topology all_to_all(double latency_us, double gbps) {

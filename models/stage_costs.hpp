@@ -20,11 +20,21 @@ class StageCostModel {
   int rank_of(int stage) const { return stage % request_.ranks; }
   const Device& device_of(int stage) const { return devices_[rank_of(stage)]; }
 
-  // Seconds of one micro-batch's action on stage s's device, layer by layer.
-  double forward_s(int i, int j, int s) const { return sum(forward_, i, j, s); }
-  double input_grad_s(int i, int j, int s) const { return sum(input_grad_, i, j, s); }
-  double weight_grad_s(int i, int j, int s) const { return sum(weight_grad_, i, j, s); }
-  double backward_s(int i, int j, int s) const { return input_grad_s(i, j, s) + weight_grad_s(i, j, s); }
+  // Seconds of one micro-batch's action on stage s's device: layer by layer,
+  // plus the device's fixed cost per action (action_overhead).
+  double forward_s(int i, int j, int s) const { return sum(forward_, i, j, s) + action(Pass::Forward, i, j, s); }
+  // The forward of a checkpointed micro-batch (no autograd), and its recompute.
+  double forward_nograd_s(int i, int j, int s) const {
+    return sum(forward_nograd_, i, j, s) + action(Pass::ForwardNoGrad, i, j, s);
+  }
+  double recompute_s(int i, int j, int s) const { return sum(recompute_, i, j, s) + action(Pass::Recompute, i, j, s); }
+  double input_grad_s(int i, int j, int s) const { return sum(input_grad_, i, j, s) + action(Pass::Backward, i, j, s); }
+  double weight_grad_s(int i, int j, int s) const { return sum(weight_grad_, i, j, s) + action(Pass::Backward, i, j, s); }
+  double backward_s(int i, int j, int s) const {
+    return sum(input_grad_, i, j, s) + sum(weight_grad_, i, j, s) + action(Pass::Backward, i, j, s);
+  }
+  // The forward that F runs under this request's recompute policy.
+  double scheduled_forward_s(int i, int j, int s) const;
   // Optimizer step: memory-bound over weights, gradients and optimizer state.
   double step_s(int i, int j, int s) const;
 
@@ -53,12 +63,13 @@ class StageCostModel {
     const auto& p = prefix[rank_of(s)];
     return p[j] - p[i];
   }
+  double action(Pass pass, int i, int j, int s) const { return j > i ? device_of(s).action_overhead.of(pass) : 0; }
 
   const Model& model_;
   const Hardware& hardware_;
   PartitionRequest request_;
   std::vector<Device> devices_;
-  std::vector<std::vector<double>> forward_, input_grad_, weight_grad_;  // [rank][position]
+  std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_;
   std::vector<std::int64_t> cut_;
   std::vector<schedule::StageMemory> stash_counts_;

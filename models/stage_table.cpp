@@ -16,11 +16,11 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
   for (int s = 0; s < S; ++s) {
     const auto [i, j] = program.partition[s];
     schedule::StageCosts t;
-    t.forward_s = costs.forward_s(i, j, s);
+    t.forward_s = costs.scheduled_forward_s(i, j, s);
     t.input_grad_s = costs.input_grad_s(i, j, s);
     t.weight_grad_s = costs.weight_grad_s(i, j, s);
-    t.backward_s = t.input_grad_s + t.weight_grad_s;
-    t.recompute_s = t.forward_s;
+    t.backward_s = costs.backward_s(i, j, s);
+    t.recompute_s = costs.recompute_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     if (s + 1 < S) {

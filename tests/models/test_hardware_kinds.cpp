@@ -1,0 +1,221 @@
+// Calibrated hardware fields: per-kind efficiency curves, per-action
+// overheads, the optimizer step's overhead; loading, writing and reading back,
+// their errors (file:line: field), and how the stage costs use them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "models/families.hpp"
+#include "models/hardware.hpp"
+#include "models/stage_costs.hpp"
+#include "models/stage_table.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+
+namespace pm = pipetwin::models;
+namespace ps = pipetwin::schedule;
+
+namespace {
+
+class Kinds : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("pipetwin_kinds_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto path = (dir_ / name).string();
+    ps::write_file_atomic(path, text);
+    return path;
+  }
+  std::string error_of(const std::string& text) {
+    const auto path = write("bad.yaml", text);
+    try {
+      pm::load_hardware(path);
+    } catch (const pipetwin::Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  std::filesystem::path dir_;
+};
+
+const char* kCalibrated =
+    "preset: cpu\n"
+    "name: cpu-lab\n"
+    "device:\n"
+    "  op_overhead_us: 0\n"
+    "  step_overhead_us: 120\n"
+    "  action_overhead_us: {forward: 30, backward: 50, recompute: 35}\n"
+    "  kinds:\n"
+    "    transformer_block:\n"
+    "      forward: {max: 0.4, half_flops: 2e6}\n"
+    "      backward: {max: 0.35, half_flops: 3e6}\n"
+    "      forward_nograd: {max: 0.45}\n"
+    "    lm_head:\n"
+    "      backward: {half_flops: 1e6}\n"
+    "calibration:\n"
+    "  fitted_on: [a.json]\n";
+
+pm::Model small_transformer() {
+  pm::TransformerSpec t{4, 128, 512, 4, 64, 1000};
+  return pm::transformer_model(t, pm::Precision::FP32, "t");
+}
+
+}  // namespace
+
+TEST_F(Kinds, CalibratedFieldsLoadOnTopOfAPreset) {
+  const auto h = pm::load_hardware(write("hw.yaml", kCalibrated));
+  const pm::Device& d = h.device;
+  EXPECT_EQ(h.name, "cpu-lab");
+  EXPECT_DOUBLE_EQ(d.peak_flops_fp32, 50e9);  // from the preset
+  EXPECT_DOUBLE_EQ(d.op_overhead_s, 0);
+  EXPECT_DOUBLE_EQ(d.step_overhead(), 120e-6);
+  EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Forward), 30e-6);
+  EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Backward), 50e-6);
+  EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Recompute), 35e-6);
+  EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::ForwardNoGrad), 30e-6);  // defaults to forward
+  ASSERT_EQ(d.kinds.size(), 2u);
+  const auto& block = d.kinds.at("transformer_block");
+  EXPECT_DOUBLE_EQ(block.of(pm::Pass::Forward).max, 0.4);
+  EXPECT_DOUBLE_EQ(block.of(pm::Pass::ForwardNoGrad).max, 0.45);
+  EXPECT_DOUBLE_EQ(block.of(pm::Pass::ForwardNoGrad).half_flops, 2e6);  // starts from forward
+  EXPECT_EQ(block.of(pm::Pass::Recompute), block.forward);
+  // A kind given only in part starts from the device's curve.
+  const auto& head = d.kinds.at("lm_head");
+  EXPECT_EQ(head.forward, pm::preset("cpu").device.efficiency);
+  EXPECT_DOUBLE_EQ(head.backward.max, pm::preset("cpu").device.efficiency.max);
+  EXPECT_DOUBLE_EQ(head.backward.half_flops, 1e6);
+  // Layer times: the kind's curve, else the device's.
+  EXPECT_DOUBLE_EQ(d.layer_seconds("transformer_block", pm::Pass::Forward, 8e6, pm::Precision::FP32),
+                   8e6 / (50e9 * 0.4 * 8e6 / (8e6 + 2e6)));
+  EXPECT_DOUBLE_EQ(d.layer_seconds("embedding", pm::Pass::Forward, 8e6, pm::Precision::FP32),
+                   d.compute_seconds(8e6, pm::Precision::FP32));
+  EXPECT_DOUBLE_EQ(d.layer_seconds("transformer_block", pm::Pass::Backward, 0, pm::Precision::FP32), 0);
+}
+
+TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
+  pm::Hardware h = pm::load_hardware(write("hw.yaml", kCalibrated));
+  h.device.transfer_overhead_s = 1.0 / 3 * 1e-5;
+  h.device.memory_bandwidth = 7.123456789e9;
+  h.device.action_overhead.forward_nograd_s = 0.1e-6;
+  h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321};
+  h.topology.intra = {12.3456789e-6, 1.987654321e9};
+  h.source = "a \"quoted\" source\nover two lines";
+  const std::string text = pm::hardware_to_yaml(h, "first line\n\nthird line", "calibration:\n  note: kept\n");
+  EXPECT_EQ(text.rfind("# first line\n#\n# third line\n", 0), 0u) << text;
+  const auto back = pm::load_hardware(write("back.yaml", text));
+  EXPECT_EQ(back.name, h.name);
+  EXPECT_EQ(back.source, h.source);
+  EXPECT_EQ(back.device.kinds, h.device.kinds);
+  EXPECT_EQ(back.device.action_overhead, h.device.action_overhead);
+  EXPECT_EQ(back.device.step_overhead_s, h.device.step_overhead_s);
+  EXPECT_DOUBLE_EQ(back.device.transfer_overhead_s, h.device.transfer_overhead_s);
+  EXPECT_DOUBLE_EQ(back.device.memory_bandwidth, h.device.memory_bandwidth);
+  EXPECT_DOUBLE_EQ(back.device.memory_bytes, h.device.memory_bytes);
+  EXPECT_DOUBLE_EQ(back.topology.intra.latency_s, h.topology.intra.latency_s);
+  EXPECT_DOUBLE_EQ(back.topology.intra.bandwidth, h.topology.intra.bandwidth);
+  EXPECT_EQ(back.topology.kind, h.topology.kind);
+  EXPECT_EQ(back.topology.host_cores, h.topology.host_cores);
+  // Every preset too, and heterogeneous hardware.
+  for (const auto& name : pm::preset_names()) {
+    const auto p = pm::preset(name);
+    const auto q = pm::load_hardware(write(name + ".yaml", pm::hardware_to_yaml(p)));
+    EXPECT_EQ(q.device.name, p.device.name) << name;
+    EXPECT_DOUBLE_EQ(q.device.peak_flops_half, p.device.peak_flops_half) << name;
+    EXPECT_DOUBLE_EQ(q.topology.path(0, 5).latency_s, p.topology.path(0, 5).latency_s) << name;
+  }
+  const auto mixed = pm::load_hardware(std::string(PIPETWIN_EXAMPLES_DIR) + "/v100-p100-mixed.yaml");
+  const auto mixed_back = pm::load_hardware(write("mixed.yaml", pm::hardware_to_yaml(mixed)));
+  ASSERT_EQ(mixed_back.devices.size(), mixed.devices.size());
+  EXPECT_EQ(mixed_back.describe_devices(4), mixed.describe_devices(4));
+}
+
+TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"preset: cpu\ndevice:\n  kinds:\n    transformer_blok:\n      forward: {max: 0.5}\n",
+       ":4: field 'device.kinds.transformer_blok': unknown (valid: embedding, transformer_block"},
+      {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      forwards: {max: 0.5}\n",
+       ":5: field 'device.kinds.lm_head.forwards': unknown (valid: forward, backward, forward_nograd, recompute)"},
+      {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      backward: {max: 1.5}\n",
+       ":5: field 'device.kinds.lm_head.backward.max': is a share of peak and must be at most 1"},
+      {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      recompute: {half_flops: -3}\n",
+       ":5: field 'device.kinds.lm_head.recompute.half_flops': must not be negative, got -3"},
+      {"preset: cpu\ndevice:\n  kinds: [lm_head]\n", ":3: field 'device.kinds': expected a mapping"},
+      {"preset: cpu\ndevice:\n  action_overhead_us: {forward: -1}\n",
+       ":3: field 'device.action_overhead_us.forward': must not be negative, got -1"},
+      {"preset: cpu\ndevice:\n  action_overhead_us: {step: 1}\n",
+       ":3: field 'device.action_overhead_us.step': unknown (valid: forward, backward, forward_nograd, recompute)"},
+      {"preset: cpu\ndevice:\n  step_overhead_us: fast\n", ":3: field 'device.step_overhead_us': expected a number, got 'fast'"},
+      {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
+       ":4: field 'devices[1].kinds.conv.forward.max': must be positive, got 0"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string e = error_of(text);
+    EXPECT_NE(e.find("bad.yaml" + expected), std::string::npos) << text << "\n -> " << e;
+  }
+}
+
+TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
+  const auto h = pm::load_hardware(write("hw.yaml", kCalibrated));
+  const pm::Model m = small_transformer();  // embedding, 4 blocks, head
+  pm::PartitionRequest r;
+  r.ranks = 2;
+  r.microbatches = 4;
+  r.microbatch_size = 3;
+  r.recompute = ps::RecomputePolicy::Full;
+  const pm::StageCostModel costs(m, h, r);
+  const pm::Device& d = h.device;
+  const auto block = m.layers[1].cost;
+  const auto fp32 = pm::Precision::FP32;
+  const double f = block.forward_flops * 3, b = (block.input_grad_flops + block.weight_grad_flops) * 3;
+  EXPECT_DOUBLE_EQ(costs.forward_s(1, 3, 0), 30e-6 + 2 * d.layer_seconds("transformer_block", pm::Pass::Forward, f, fp32));
+  EXPECT_DOUBLE_EQ(costs.forward_nograd_s(1, 2, 0),
+                   30e-6 + d.layer_seconds("transformer_block", pm::Pass::ForwardNoGrad, f, fp32));
+  EXPECT_DOUBLE_EQ(costs.recompute_s(1, 2, 0), 35e-6 + d.layer_seconds("transformer_block", pm::Pass::Forward, f, fp32));
+  EXPECT_NEAR(costs.backward_s(1, 2, 0), 50e-6 + d.layer_seconds("transformer_block", pm::Pass::Backward, b, fp32), 1e-15);
+  // I and W share the backward in proportion to their work, each with the action's overhead.
+  EXPECT_NEAR(costs.input_grad_s(1, 2, 0) + costs.weight_grad_s(1, 2, 0), costs.backward_s(1, 2, 0) + 50e-6, 1e-15);
+  EXPECT_NEAR((costs.input_grad_s(1, 2, 0) - 50e-6) / (costs.weight_grad_s(1, 2, 0) - 50e-6),
+              block.input_grad_flops / block.weight_grad_flops, 1e-9);
+  EXPECT_DOUBLE_EQ(costs.forward_s(2, 2, 0), 0);  // no layers, no action
+  // With recompute, F runs without autograd and R with it.
+  ps::Program p = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::Full});
+  p.partition = {{0, 3}, {3, 6}};
+  const auto table = pm::stage_table(costs, h, p);
+  EXPECT_DOUBLE_EQ(table[0].forward_s, costs.forward_nograd_s(0, 3, 0));
+  EXPECT_DOUBLE_EQ(table[0].recompute_s, costs.recompute_s(0, 3, 0));
+  EXPECT_DOUBLE_EQ(table[1].backward_s, costs.backward_s(3, 6, 1));
+  // The step: its own overhead plus the traffic over the memory bandwidth.
+  pm::Hardware unit = h;
+  unit.device.memory_bandwidth = 1;
+  unit.device.step_overhead_s = 0;
+  const double traffic = pm::StageCostModel(m, unit, r).step_s(0, 3, 0);
+  EXPECT_DOUBLE_EQ(costs.step_s(0, 3, 0), 120e-6 + traffic / d.memory_bandwidth);
+}
+
+TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
+  // No kinds: every layer on the device curve with the per-op overhead,
+  // F = R, and I and W each an operation, as before calibration existed.
+  const auto h = pm::preset("a100");
+  const pm::Model m = small_transformer();
+  pm::PartitionRequest r;
+  r.ranks = 1;
+  r.microbatch_size = 2;
+  r.recompute = ps::RecomputePolicy::Full;
+  const pm::StageCostModel costs(m, h, r);
+  double f = 0, in = 0, w = 0;
+  for (const auto& l : m.layers) {
+    f += h.device.compute_seconds(l.cost.forward_flops * 2, m.precision);
+    in += h.device.compute_seconds(l.cost.input_grad_flops * 2, m.precision);
+    w += h.device.compute_seconds(l.cost.weight_grad_flops * 2, m.precision);
+  }
+  EXPECT_NEAR(costs.forward_s(0, 6, 0), f, 1e-15);
+  EXPECT_NEAR(costs.forward_nograd_s(0, 6, 0), f, 1e-15);
+  EXPECT_NEAR(costs.recompute_s(0, 6, 0), f, 1e-15);
+  EXPECT_NEAR(costs.backward_s(0, 6, 0), in + w, 1e-15);
+  EXPECT_NEAR(costs.compute_s(0, 6, 0), 2 * f + in + w, 1e-15);
+}
