@@ -102,9 +102,12 @@ int run(const Options& o) {
               std::string(pm::method_name(method)).c_str());
   std::printf("%s", table(model, chosen).c_str());
   for (const auto& p : others) {
-    std::printf("vs %-10s bottleneck %.3f ms (%s): %s is %.1f%% faster at the bottleneck\n",
+    const bool faster = chosen.bottleneck_s <= p.bottleneck_s;
+    std::printf("vs %-10s bottleneck %.3f ms (%s): %s is %.1f%% %s at the bottleneck\n",
                 std::string(pm::method_name(p.method)).c_str(), p.bottleneck_s * 1e3, p.fits ? "fits" : "does not fit",
-                std::string(pm::method_name(method)).c_str(), 100 * (p.bottleneck_s / chosen.bottleneck_s - 1));
+                std::string(pm::method_name(method)).c_str(),
+                100 * (faster ? p.bottleneck_s / chosen.bottleneck_s - 1 : chosen.bottleneck_s / p.bottleneck_s - 1),
+                faster ? "faster" : "slower");
   }
   return 0;
 }

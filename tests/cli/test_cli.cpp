@@ -116,6 +116,9 @@ TEST_F(Cli, PartitionComparesWithUniformAndFlowsIntoTheSchedule) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "optimal partition")) << r.out;
   EXPECT_TRUE(has(r.out, "vs uniform")) << r.out;
+  EXPECT_TRUE(has(r.out, "optimal is ") && has(r.out, "% faster at the bottleneck")) << r.out;
+  const auto u = run("partition --model " + model + " --hardware v100 --ranks 8 --method uniform");
+  EXPECT_TRUE(has(u.out, "uniform is ") && has(u.out, "% slower at the bottleneck")) << u.out;  // the optimum is never beaten
   const auto j = run("partition --json --model " + model + " --hardware v100 --ranks 8");
   EXPECT_TRUE(has(j.out, "\"bottleneck_s\"")) << j.out;
   const auto s = run("schedule -s 1f1b -k 4 -m 8 --format text --model " + std::string(PIPETWIN_EXAMPLES_DIR) +
