@@ -1,0 +1,659 @@
+// fit(): observations from the traces, small constrained least-squares
+// problems (one per pass, one for the step, one for the link), and the
+// calibrated hardware built from their solutions.
+#include "calibration/fit.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "models/stage_costs.hpp"
+#include "schedule/error.hpp"
+#include "schedule/interpreter.hpp"
+
+namespace pipetwin::calibration {
+namespace ps = pipetwin::schedule;
+namespace pm = pipetwin::models;
+
+void ResidualStats::add(double predicted, double measured) {
+  const double e = predicted - measured;
+  const double rel = measured > 0 ? e / measured : 0;
+  ++count;
+  sum_sq_ += e * e;
+  sum_sq_rel_ += rel * rel;
+  max_s = std::max(max_s, std::abs(e));
+  max_rel = std::max(max_rel, std::abs(rel));
+}
+
+void ResidualStats::finish() {
+  rms_s = count > 0 ? std::sqrt(sum_sq_ / count) : 0;
+  rms_rel = count > 0 ? std::sqrt(sum_sq_rel_ / count) : 0;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// A least-squares problem y ~ X beta with bounds and dependency rules.
+
+struct Param {
+  std::string name;
+  enum class OnDependent { Tie, FixZero, FixValue } on_dependent = OnDependent::FixZero;
+  int tie_to = -1;             // OnDependent::Tie: the parameter that it shares the value of
+  double fixed_value = 0;      // OnDependent::FixValue, and the value when bounded
+  double lower = 0;            // values below are bounded: fixed at `bound_value`
+  double bound_value = 0;
+  bool strictly_above = false; // the bound is > lower (a slope), not >= lower
+  std::string why_dependent, why_bounded;
+};
+
+struct Problem {
+  std::vector<Param> params;           // in priority order: earlier ones are kept when columns are dependent
+  std::vector<std::vector<double>> x;  // rows of the design matrix, one entry per parameter
+  std::vector<double> y;
+};
+
+struct Solution {
+  std::vector<double> value;
+  std::vector<std::string> how;
+};
+
+Solution solve(const Problem& p) {
+  const std::size_t n = p.params.size(), rows = p.y.size();
+  enum class State { Free, Fixed, Tied };
+  std::vector<State> state(n, State::Free);
+  std::vector<int> tie(n, -1);
+  Solution out;
+  out.value.assign(n, 0);
+  out.how.assign(n, "fitted");
+  const auto column = [&](std::size_t j) {
+    Eigen::VectorXd c(static_cast<Eigen::Index>(rows));
+    for (std::size_t i = 0; i < rows; ++i) c(static_cast<Eigen::Index>(i)) = p.x[i][j];
+    return c;
+  };
+  // Columns of a parameter with every parameter tied to it.
+  const auto merged = [&](std::size_t j) {
+    Eigen::VectorXd c = column(j);
+    for (std::size_t k = 0; k < n; ++k) {
+      if (state[k] == State::Tied && tie[k] == static_cast<int>(j)) c += column(k);
+    }
+    return c;
+  };
+  const auto fix = [&](std::size_t j, double v, const std::string& how) {
+    state[j] = State::Fixed;
+    out.value[j] = v;
+    out.how[j] = how;
+  };
+  // 1. Dependencies: keep a column only when it adds to the rank of those kept.
+  {
+    std::vector<std::size_t> kept;
+    for (std::size_t j = 0; j < n; ++j) {
+      const Eigen::VectorXd c = column(j);
+      bool independent = c.norm() > 0;
+      if (independent) {
+        Eigen::MatrixXd m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(kept.size() + 1));
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          const Eigen::VectorXd ck = column(kept[k]);
+          m.col(static_cast<Eigen::Index>(k)) = ck / ck.norm();
+        }
+        m.col(static_cast<Eigen::Index>(kept.size())) = c / c.norm();
+        Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(m);
+        qr.setThreshold(1e-9);
+        independent = qr.rank() == static_cast<Eigen::Index>(kept.size() + 1);
+      }
+      if (independent) {
+        kept.push_back(j);
+        continue;
+      }
+      const Param& q = p.params[j];
+      if (c.norm() == 0) {
+        fix(j, q.on_dependent == Param::OnDependent::FixValue ? q.fixed_value : 0, "not observed");
+      } else if (q.on_dependent == Param::OnDependent::Tie && q.tie_to >= 0 && state[q.tie_to] == State::Free) {
+        state[j] = State::Tied;
+        tie[j] = q.tie_to;
+        out.how[j] = "tied to " + p.params[q.tie_to].name + ": " + q.why_dependent;
+      } else if (q.on_dependent == Param::OnDependent::FixValue) {
+        fix(j, q.fixed_value, "kept: " + q.why_dependent);
+      } else {
+        fix(j, 0, "fixed to 0: " + q.why_dependent);
+      }
+    }
+  }
+  // 2. Solve, then bound the worst violation and solve again.
+  for (std::size_t round = 0; round <= n; ++round) {
+    std::vector<std::size_t> free;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (state[j] == State::Free) free.push_back(j);
+    }
+    Eigen::VectorXd y(static_cast<Eigen::Index>(rows));
+    for (std::size_t i = 0; i < rows; ++i) {
+      double v = p.y[i];
+      for (std::size_t j = 0; j < n; ++j) {
+        if (state[j] == State::Fixed) v -= out.value[j] * p.x[i][j];
+      }
+      y(static_cast<Eigen::Index>(i)) = v;
+    }
+    if (!free.empty()) {
+      Eigen::MatrixXd m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(free.size()));
+      std::vector<double> scale(free.size());
+      for (std::size_t k = 0; k < free.size(); ++k) {
+        const Eigen::VectorXd c = merged(free[k]);
+        scale[k] = c.norm() > 0 ? c.norm() : 1;
+        m.col(static_cast<Eigen::Index>(k)) = c / scale[k];
+      }
+      const Eigen::VectorXd beta = m.colPivHouseholderQr().solve(y);
+      for (std::size_t k = 0; k < free.size(); ++k) out.value[free[k]] = beta(static_cast<Eigen::Index>(k)) / scale[k];
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      if (state[j] == State::Tied) out.value[j] = out.value[tie[j]];
+    }
+    // The free parameter furthest below its bound, relative to its column's weight.
+    int worst = -1;
+    double worst_by = 0;
+    for (const std::size_t j : free) {
+      const Param& q = p.params[j];
+      const double v = out.value[j];
+      const bool violates = q.strictly_above ? v <= q.lower : v < q.lower;
+      if (!violates) continue;
+      const double by = (q.lower - v) * merged(j).norm();
+      if (worst < 0 || by > worst_by) worst = static_cast<int>(j), worst_by = by;
+    }
+    if (worst < 0) break;
+    // Parameters tied to the bounded one are bounded with it.
+    for (std::size_t k = 0; k < n; ++k) {
+      if (state[k] == State::Tied && tie[k] == worst) fix(k, p.params[worst].bound_value, "bounded with " + p.params[worst].name);
+    }
+    fix(static_cast<std::size_t>(worst), p.params[worst].bound_value, p.params[worst].why_bounded);
+  }
+  return out;
+}
+
+double predict_row(const Problem& p, const Solution& s, std::size_t row) {
+  double v = 0;
+  for (std::size_t j = 0; j < p.params.size(); ++j) v += s.value[j] * p.x[row][j];
+  return v;
+}
+
+// ---------------------------------------------------------------------------
+// Observations.
+
+struct ComputeGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;
+  pm::Pass pass = pm::Pass::Forward;
+  double measured = 0;  // median over the group's actions
+};
+
+struct StepGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;
+  double measured = 0;
+};
+
+struct LinkGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;    // the sender
+  bool forward = true;
+  double bytes = 0;
+  double flight = 0;  // median of recv end - send end over receives that waited
+  double send = 0;    // median SEND duration
+  int waited = 0;     // receives that were waiting (0: flight unknown)
+};
+
+std::string num(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+pm::PartitionRequest request_of(const TraceRun& run) {
+  pm::PartitionRequest r;
+  r.ranks = run.program.num_ranks;
+  r.virtual_stages = run.program.stages_per_rank;
+  r.schedule = run.program.schedule;
+  r.microbatches = run.program.num_microbatches;
+  r.microbatch_size = run.microbatch_size;
+  r.recompute = run.program.recompute;
+  try {
+    r.optimizer = pm::parse_optimizer(run.optimizer);
+  } catch (const Error& e) {
+    throw Error(run.path + ": otherData.optimizer: " + e.what());
+  }
+  return r;
+}
+
+// Work of one layer's pass, per sample.
+double pass_flops(const pm::Layer& l, pm::Pass pass) {
+  return pass == pm::Pass::Backward ? l.cost.input_grad_flops + l.cost.weight_grad_flops : l.cost.forward_flops;
+}
+
+bool oversubscribed(const TraceRun& run, const pm::Hardware& base) {
+  if (base.topology.kind != pm::TopologyKind::SharedHost) return false;
+  const int threads = run.threads.empty() ? 1 : run.threads.front();
+  return run.ranks() * threads > base.topology.host_cores;
+}
+
+}  // namespace
+
+FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
+  check_together(runs);
+  FitResult result;
+  const pm::Model& model = runs.front().model;
+  const pm::Precision precision = model.precision;
+  pm::Device device = base.device;
+  const double base_peak = device.peak_flops(precision);
+  if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
+
+  std::vector<const TraceRun*> fitted;
+  for (const auto& run : runs) {
+    if (!oversubscribed(run, base)) fitted.push_back(&run);
+  }
+  if (fitted.empty()) {
+    for (const auto& run : runs) fitted.push_back(&run);
+    result.notes.push_back("every run has more ranks x threads than the host's " + std::to_string(base.topology.host_cores) +
+                           " cores: the curves are fitted on them, core sharing included");
+  } else if (fitted.size() < runs.size()) {
+    result.notes.push_back(std::to_string(runs.size() - fitted.size()) + " run(s) with more ranks x threads than the host's " +
+                           std::to_string(base.topology.host_cores) +
+                           " cores are left out of the fit (the simulator shares the cores among their ranks); "
+                           "their residuals are listed apart");
+  }
+  const auto is_fitted = [&](const TraceRun& run) {
+    return std::find(fitted.begin(), fitted.end(), &run) != fitted.end();
+  };
+
+  // --- Observations: per-stage medians.
+  std::vector<ComputeGroup> compute;
+  std::vector<StepGroup> steps;
+  std::vector<LinkGroup> links;
+  for (const auto& run : runs) {
+    const auto& p = run.program;
+    std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
+    std::map<int, std::vector<double>> by_step;
+    std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
+    for (std::size_t r = 0; r < run.trace.timeline.ranks.size(); ++r) {
+      for (const auto& a : run.trace.timeline.ranks[r]) {
+        const int s = a.action.stage.value;
+        const double d = a.end - a.start;
+        switch (a.action.op) {
+          case ps::Op::F:
+            by_pass[{s, p.recomputes(a.action.stage, *a.action.microbatch) ? pm::Pass::ForwardNoGrad : pm::Pass::Forward}]
+                .push_back(d);
+            break;
+          case ps::Op::R: by_pass[{s, pm::Pass::Recompute}].push_back(d); break;
+          case ps::Op::B: by_pass[{s, pm::Pass::Backward}].push_back(d); break;
+          case ps::Op::STEP: by_step[s].push_back(d); break;
+          case ps::Op::SEND_F:
+          case ps::Op::SEND_B: sends[ps::message_of(a.action)] = {static_cast<int>(r), a}; break;
+          default: break;  // I and W (zero bubble) are not fitted; receives below
+        }
+      }
+    }
+    for (const auto& [key, durations] : by_pass) compute.push_back({&run, key.first, key.second, median(durations)});
+    for (const auto& [s, durations] : by_step) steps.push_back({&run, s, median(durations)});
+    // Transfers: per (sender stage, direction).
+    const pm::StageCostModel probe(run.model, base, request_of(run));
+    std::map<std::pair<int, bool>, std::vector<double>> flights, send_durations;
+    for (std::size_t r = 0; r < run.trace.timeline.ranks.size(); ++r) {
+      for (const auto& a : run.trace.timeline.ranks[r]) {
+        if (!ps::is_recv(a.action.op)) continue;
+        const auto it = sends.find(ps::message_of(a.action));
+        if (it == sends.end()) continue;
+        const ps::TimedAction& send = it->second.second;
+        const std::pair<int, bool> key{send.action.stage.value, send.action.op == ps::Op::SEND_F};
+        const double uncertainty = run.clock_uncertainty_s.at(r) + run.clock_uncertainty_s.at(it->second.first);
+        // Waiting: the receive was posted before the message could have left.
+        if (a.start + uncertainty <= send.end) flights[key].push_back(a.end - send.end);
+      }
+    }
+    for (const auto& [key, entry] : sends) {
+      const auto& a = entry.second.action;
+      send_durations[{a.stage.value, a.op == ps::Op::SEND_F}].push_back(entry.second.end - entry.second.start);
+    }
+    for (const auto& [key, durations] : send_durations) {
+      const auto [s, forward] = key;
+      const auto [i, j] = p.partition.at(s);
+      LinkGroup g{&run, s, forward, probe.cut_bytes(forward ? j : i), 0, median(durations), 0};
+      const auto f = flights.find(key);
+      if (f != flights.end()) {
+        g.flight = median(f->second);
+        g.waited = static_cast<int>(f->second.size());
+      }
+      links.push_back(g);
+    }
+  }
+
+  // --- Compute: one problem per pass.
+  std::vector<std::string> kinds;  // in the order of the model's total work
+  {
+    std::map<std::string, double> work;
+    for (const auto& l : model.layers) work[std::string(pm::kind_name(l.kind))] += l.cost.forward_flops + l.cost.backward_flops();
+    for (const auto& [k, _] : work) kinds.push_back(k);
+    std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
+  }
+  std::map<pm::Pass, std::map<std::string, std::pair<double, double>>> curves;  // pass -> kind -> (a, b)
+  std::map<pm::Pass, double> action;
+  double fastest = base_peak;  // the highest FLOP/s any kind reaches
+  for (const pm::Pass pass : pm::kPasses) {
+    Problem prob;
+    const std::string pname(pm::pass_name(pass));
+    // Parameters: slopes (largest kind first), the action overhead, per-layer overheads.
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      Param a;
+      a.name = kinds[k] + "." + pname + ".seconds_per_flop";
+      a.on_dependent = k == 0 ? Param::OnDependent::FixValue : Param::OnDependent::Tie;
+      a.fixed_value = 1 / base_peak;
+      a.tie_to = 0;
+      a.why_dependent = "these traces do not vary this kind's work apart from the others'";
+      a.lower = 0;
+      a.strictly_above = true;
+      a.bound_value = 1 / base_peak;
+      a.why_bounded = "bounded at the peak (max 1): its fitted slope was not positive";
+      prob.params.push_back(a);
+    }
+    Param c;
+    c.name = "action." + pname + "_s";
+    c.why_dependent = "every stage of these traces holds the same layers";
+    c.why_bounded = "bounded at 0 (fitted negative)";
+    prob.params.push_back(c);
+    for (const auto& kind : kinds) {
+      Param b;
+      b.name = kind + "." + pname + ".seconds_per_layer";
+      b.why_dependent = "cannot be told apart from the other fixed costs with these partitions";
+      b.why_bounded = "bounded at 0 (fitted negative)";
+      prob.params.push_back(b);
+    }
+    const std::size_t nk = kinds.size();
+    std::vector<const ComputeGroup*> rows;
+    for (const auto& g : compute) {
+      if (g.pass != pass || !is_fitted(*g.run)) continue;
+      std::vector<double> x(prob.params.size(), 0);
+      const auto [i, j] = g.run->program.partition.at(g.stage);
+      for (int l = i; l < j; ++l) {
+        const auto& layer = g.run->model.layers[l];
+        const double w = pass_flops(layer, pass) * g.run->microbatch_size;
+        if (w <= 0) continue;
+        const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
+        x[k] += w;
+        x[nk + 1 + k] += 1;
+      }
+      x[nk] = 1;
+      prob.x.push_back(x);
+      prob.y.push_back(g.measured);
+      rows.push_back(&g);
+    }
+    if (rows.empty()) continue;
+    const Solution sol = solve(prob);
+    for (std::size_t k = 0; k < nk; ++k) {
+      const double a = sol.value[k], b = sol.value[nk + 1 + k];
+      bool observed = false;
+      for (const auto& x : prob.x) observed = observed || x[k] > 0;
+      if (!observed) continue;
+      curves[pass][kinds[k]] = {a, b};
+      if (sol.how[k] == "fitted") fastest = std::max(fastest, 1 / a);
+    }
+    action[pass] = sol.value[nk];
+    for (std::size_t j = 0; j < prob.params.size(); ++j) {
+      result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+    }
+  }
+  // Forward without data (every run recomputes): the recompute is the same forward, with autograd.
+  if (!curves.count(pm::Pass::Forward) && curves.count(pm::Pass::Recompute)) {
+    curves[pm::Pass::Forward] = curves[pm::Pass::Recompute];
+    action[pm::Pass::Forward] = action[pm::Pass::Recompute];
+    curves.erase(pm::Pass::Recompute);
+    action.erase(pm::Pass::Recompute);
+    result.notes.push_back("no forward with autograd outside recompute: the recompute's fit is used for both");
+  }
+  if (!curves.count(pm::Pass::Forward) || !curves.count(pm::Pass::Backward)) {
+    throw Error("calibrate: the traces hold no forward or no backward actions to fit (I/W-split schedules are not fitted)");
+  }
+
+  // --- The device: peak raised to the fastest kind, curves as efficiencies.
+  const double peak = fastest;
+  if (peak > base_peak) {
+    result.notes.push_back("peak FLOP/s (" + std::string(pm::precision_name(precision)) + ") raised from " + num(base_peak) +
+                           " to " + num(peak) + ": a kind ran faster than the base device's peak");
+    if (precision == pm::Precision::FP32) {
+      device.peak_flops_fp32 = peak;
+      device.peak_flops_half = std::max(device.peak_flops_half, peak);
+    } else {
+      device.peak_flops_half = peak;
+    }
+  }
+  const auto efficiency = [&](std::pair<double, double> ab) {
+    const auto [a, b] = ab;
+    return pm::Efficiency{std::min(1.0, 1 / (a * peak)), b / a};
+  };
+  device.kinds.clear();
+  for (const auto& kind : kinds) {
+    if (!curves[pm::Pass::Forward].count(kind) && !curves[pm::Pass::Backward].count(kind)) continue;
+    pm::KindEfficiency k{device.efficiency, device.efficiency, {}, {}};
+    if (curves[pm::Pass::Forward].count(kind)) k.forward = efficiency(curves[pm::Pass::Forward][kind]);
+    if (curves[pm::Pass::Backward].count(kind)) k.backward = efficiency(curves[pm::Pass::Backward][kind]);
+    if (curves.count(pm::Pass::ForwardNoGrad) && curves[pm::Pass::ForwardNoGrad].count(kind)) {
+      k.forward_nograd = efficiency(curves[pm::Pass::ForwardNoGrad][kind]);
+    }
+    if (curves.count(pm::Pass::Recompute) && curves[pm::Pass::Recompute].count(kind)) {
+      k.recompute = efficiency(curves[pm::Pass::Recompute][kind]);
+    }
+    device.kinds[kind] = k;
+  }
+  device.op_overhead_s = 0;  // the fixed cost per layer is in each kind's curve
+  device.action_overhead = {action[pm::Pass::Forward], action[pm::Pass::Backward], {}, {}};
+  if (action.count(pm::Pass::ForwardNoGrad)) device.action_overhead.forward_nograd_s = action[pm::Pass::ForwardNoGrad];
+  if (action.count(pm::Pass::Recompute)) device.action_overhead.recompute_s = action[pm::Pass::Recompute];
+
+  // --- Optimizer step: overhead + traffic / memory bandwidth.
+  {
+    Problem prob;
+    Param slope;
+    slope.name = "step.seconds_per_byte";
+    slope.on_dependent = Param::OnDependent::FixValue;
+    slope.fixed_value = device.memory_bandwidth > 0 ? 1 / device.memory_bandwidth : 0;
+    slope.why_dependent = "every stage updates as many parameters: the base memory bandwidth is kept";
+    slope.strictly_above = true;
+    slope.bound_value = slope.fixed_value;
+    slope.why_bounded = "kept from the base (fitted slope not positive)";
+    Param c;
+    c.name = "step.overhead_s";
+    c.why_bounded = "bounded at 0 (fitted negative)";
+    prob.params = {c, slope};
+    std::vector<const StepGroup*> rows;
+    for (const auto& g : steps) {
+      if (!is_fitted(*g.run)) continue;
+      pm::Hardware unit = base;  // step_s on a unit bandwidth is the traffic in bytes
+      unit.device.memory_bandwidth = 1;
+      unit.device.step_overhead_s = 0;
+      unit.devices.clear();
+      const pm::StageCostModel probe(g.run->model, unit, request_of(*g.run));
+      const auto [i, j] = g.run->program.partition.at(g.stage);
+      prob.x.push_back({1, probe.step_s(i, j, g.stage)});
+      prob.y.push_back(g.measured);
+      rows.push_back(&g);
+    }
+    if (!rows.empty()) {
+      const Solution sol = solve(prob);
+      device.step_overhead_s = sol.value[0];
+      if (sol.value[1] > 0) device.memory_bandwidth = 1 / sol.value[1];
+      for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+    } else {
+      result.notes.push_back("no STEP actions: the optimizer step keeps the base device's cost");
+    }
+  }
+
+  // --- Transfers: the sender's overhead, then the link's latency and bandwidth.
+  pm::Topology topology = base.topology;
+  {
+    std::vector<double> send;
+    for (const auto& g : links) {
+      if (is_fitted(*g.run)) send.push_back(g.send);
+    }
+    if (!send.empty()) {
+      device.transfer_overhead_s = median(send);
+      result.coefficients.push_back({"send.overhead_s", device.transfer_overhead_s, "median of the stages' median SEND"});
+    }
+    Problem prob;
+    Param latency;
+    latency.name = "link.latency_s";
+    latency.why_bounded = "bounded at 0 (fitted negative)";
+    Param slope;
+    slope.name = "link.seconds_per_byte";
+    slope.on_dependent = Param::OnDependent::FixValue;
+    const pm::Link base_link = base.topology.path(0, 1);
+    slope.fixed_value = 1 / base_link.bandwidth;
+    slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
+    slope.strictly_above = true;
+    slope.bound_value = slope.fixed_value;
+    slope.why_bounded = "kept from the base (fitted slope not positive)";
+    prob.params = {latency, slope};
+    for (const auto& g : links) {
+      if (!is_fitted(*g.run) || g.waited == 0) continue;
+      prob.x.push_back({1, g.bytes});
+      prob.y.push_back(g.flight);
+    }
+    if (!prob.y.empty()) {
+      const Solution sol = solve(prob);
+      if (base.topology.kind != pm::TopologyKind::SharedHost && base.topology.kind != pm::TopologyKind::AllToAll) {
+        result.notes.push_back("the link fit sets the topology's intra link; routes of several hops add their latencies");
+      }
+      topology.intra.latency_s = sol.value[0];
+      topology.intra.bandwidth = 1 / sol.value[1];
+      for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+    } else if (!links.empty()) {
+      result.notes.push_back("no receive was waiting for its message: the link keeps the base latency and bandwidth");
+    }
+  }
+
+  pm::Hardware& hw = result.hardware;
+  hw = base;
+  hw.devices.clear();
+  hw.device = device;
+  hw.topology = topology;
+  hw.name = base.name + "-calibrated";
+  hw.source = "pipetwin calibrate: fitted on " + std::to_string(runs.size()) + " trace(s) of " + model.name +
+              ", starting from " + base.name;
+
+  // --- Residuals: every group against the calibrated StageCostModel.
+  for (const auto& run : runs) {
+    const bool apart = !is_fitted(run);
+    const pm::StageCostModel costs(run.model, hw, request_of(run));
+    const auto add = [&](const std::string& op, double predicted, double measured) {
+      if (apart) {
+        result.shared_core_residuals[op].add(predicted, measured);
+        return;
+      }
+      result.residuals[op].add(predicted, measured);
+      result.overall.add(predicted, measured);
+      ++result.observations;
+    };
+    for (const auto& g : compute) {
+      if (g.run != &run) continue;
+      const auto [i, j] = run.program.partition.at(g.stage);
+      double predicted = 0;
+      switch (g.pass) {
+        case pm::Pass::Forward: predicted = costs.forward_s(i, j, g.stage); break;
+        case pm::Pass::ForwardNoGrad: predicted = costs.forward_nograd_s(i, j, g.stage); break;
+        case pm::Pass::Recompute: predicted = costs.recompute_s(i, j, g.stage); break;
+        case pm::Pass::Backward: predicted = costs.backward_s(i, j, g.stage); break;
+      }
+      add(std::string(pm::pass_name(g.pass)), predicted, g.measured);
+    }
+    for (const auto& g : steps) {
+      if (g.run != &run) continue;
+      const auto [i, j] = run.program.partition.at(g.stage);
+      add("step", costs.step_s(i, j, g.stage), g.measured);
+    }
+    for (const auto& g : links) {
+      if (g.run != &run) continue;
+      add("send", hw.device.transfer_overhead_s, g.send);
+      const int to = g.forward ? g.stage + 1 : g.stage - 1;
+      if (g.waited > 0) {
+        add("transfer", hw.topology.path(run.program.rank_of(ps::StageId{g.stage}).value,
+                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes),
+            g.flight);
+      }
+    }
+  }
+  for (auto& [_, r] : result.residuals) r.finish();
+  for (auto& [_, r] : result.shared_core_residuals) r.finish();
+  result.overall.finish();
+  for (const auto& c : result.coefficients) {
+    if (c.how != "fitted" && c.how.rfind("median", 0) != 0) result.notes.push_back(c.name + ": " + c.how);
+  }
+  return result;
+}
+
+namespace {
+
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string stats_yaml(const ResidualStats& r) {
+  return "{count: " + std::to_string(r.count) + ", rms_us: " + num(r.rms_s * 1e6) + ", max_us: " + num(r.max_s * 1e6) +
+         ", rms_rel: " + num(r.rms_rel) + ", max_rel: " + num(r.max_rel) + "}";
+}
+
+}  // namespace
+
+std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& runs,
+                             const std::vector<double>& predicted_step_s, const std::vector<std::string>& engines) {
+  std::string out = "calibration:\n";
+  out += "  fitted_on:\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    std::string partition;
+    for (const auto& range : r.program.partition) {
+      partition += (partition.empty() ? "" : ", ") + std::to_string(range.begin) + ":" + std::to_string(range.end);
+    }
+    out += "    - file: " + yaml_quoted(r.path) + "\n";
+    out += "      producer: " + yaml_quoted(r.producer) + "\n";
+    out += "      model: " + yaml_quoted(r.model.name) + "\n";
+    out += "      schedule: " + r.program.schedule + "\n";
+    out += "      ranks: " + std::to_string(r.program.num_ranks) + "\n";
+    out += "      stages_per_rank: " + std::to_string(r.program.stages_per_rank) + "\n";
+    out += "      microbatches: " + std::to_string(r.program.num_microbatches) + "\n";
+    out += "      microbatch_size: " + std::to_string(r.microbatch_size) + "\n";
+    out += "      recompute: " + std::string(ps::recompute_name(r.program.recompute)) + "\n";
+    out += "      partition: [" + partition + "]\n";
+    if (!r.threads.empty()) out += "      threads: " + std::to_string(r.threads.front()) + "\n";
+    out += "      measured_step_s: " + num(r.step_time_s) + "\n";
+    if (i < predicted_step_s.size()) {
+      out += "      predicted_step_s: " + num(predicted_step_s[i]) + "\n";
+      out += "      step_error: " + num(predicted_step_s[i] / r.step_time_s - 1) + "\n";
+      if (i < engines.size()) out += "      engine: " + engines[i] + "\n";
+    }
+  }
+  out += "  observations: " + std::to_string(f.observations) + "   # per-stage medians of the step's actions\n";
+  out += "  residuals:   # predicted - measured, per op kind\n";
+  out += "    overall: " + stats_yaml(f.overall) + "\n";
+  for (const auto& [op, r] : f.residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
+  if (!f.shared_core_residuals.empty()) {
+    out += "  residuals_shared_cores:   # runs left out: more ranks than cores (per action, against an unshared core)\n";
+    for (const auto& [op, r] : f.shared_core_residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
+  }
+  out += "  coefficients:\n";
+  for (const auto& c : f.coefficients) {
+    out += "    - {name: " + c.name + ", value: " + num(c.value) + ", how: " + yaml_quoted(c.how) + "}\n";
+  }
+  if (!f.notes.empty()) {
+    out += "  notes:\n";
+    for (const auto& n : f.notes) out += "    - " + yaml_quoted(n) + "\n";
+  }
+  return out;
+}
+
+}  // namespace pipetwin::calibration

@@ -1,0 +1,230 @@
+// load_trace_run(), check_together(): every refusal names the file.
+#include "calibration/traces.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "models/families.hpp"
+#include "models/layer_graph.hpp"
+#include "models/yaml_file.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+
+namespace pipetwin::calibration {
+namespace ps = pipetwin::schedule;
+using nlohmann::json;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string TraceRun::describe() const {
+  return program.schedule + " K=" + std::to_string(program.num_ranks) + " M=" + std::to_string(program.num_microbatches) +
+         " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute));
+}
+
+namespace {
+
+const char* kHint = " (pipetwin run and simulate record the configuration in otherData)";
+
+const json& field(const json& meta, const std::string& path, const std::string& key) {
+  if (!meta.contains(key)) throw Error(path + ": otherData has no '" + key + "'" + kHint);
+  return meta[key];
+}
+
+std::string text_field(const json& meta, const std::string& path, const std::string& key) {
+  const json& v = field(meta, path, key);
+  if (!v.is_string()) throw Error(path + ": otherData." + key + " must be a string");
+  return v.get<std::string>();
+}
+
+int int_field(const json& meta, const std::string& path, const std::string& key, int max = ps::kMaxStages) {
+  const json& v = field(meta, path, key);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > max) {
+    throw Error(path + ": otherData." + key + " must be an integer from 1 to " + std::to_string(max));
+  }
+  return v.get<int>();
+}
+
+std::vector<ps::LayerRange> partition_field(const json& meta, const std::string& path, int stages, int layers,
+                                            const std::string& model) {
+  const json& v = field(meta, path, "partition");
+  const std::string where = path + ": otherData.partition";
+  if (!v.is_array()) throw Error(where + " must be a list of [begin, end] layer ranges");
+  if (static_cast<int>(v.size()) != stages) {
+    throw Error(where + " has " + std::to_string(v.size()) + " ranges for " + std::to_string(stages) + " stages");
+  }
+  std::vector<ps::LayerRange> out;
+  int next = 0;
+  for (std::size_t s = 0; s < v.size(); ++s) {
+    const json& r = v[s];
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
+      throw Error(where + "[" + std::to_string(s) + "] must be [begin, end]");
+    }
+    const auto b = r[0].get<std::int64_t>(), e = r[1].get<std::int64_t>();
+    if (b != next || e <= b || e > layers) {
+      throw Error(where + ": stage " + std::to_string(s) + " holds layers " + std::to_string(b) + ":" + std::to_string(e) +
+                  ", which does not continue a partition of model " + model + " (" + std::to_string(layers) +
+                  " layers; stage " + std::to_string(s) + " must start at layer " + std::to_string(next) + ")");
+    }
+    out.push_back({static_cast<int>(b), static_cast<int>(e)});
+    next = static_cast<int>(e);
+  }
+  if (next != layers) {
+    throw Error(where + " ends at layer " + std::to_string(next) + " but model " + model + " has " +
+                std::to_string(layers) + " layers");
+  }
+  return out;
+}
+
+// Every rank holds exactly its actions of the regenerated program.
+void check_actions(const TraceRun& run) {
+  const auto& timeline = run.trace.timeline;
+  const int K = run.program.num_ranks;
+  if (static_cast<int>(timeline.ranks.size()) > K) {
+    throw Error(run.path + ": events for rank " + std::to_string(timeline.ranks.size() - 1) + ", but its configuration (" +
+                run.describe() + ") has " + std::to_string(K) + " ranks");
+  }
+  for (int r = 0; r < K; ++r) {
+    if (r >= static_cast<int>(timeline.ranks.size()) || timeline.ranks[r].empty()) {
+      throw Error(run.path + ": rank " + std::to_string(r) + " is missing (no events with pid " + std::to_string(r) +
+                  "; its configuration, " + run.describe() + ", has " + std::to_string(K) + " ranks)");
+    }
+    std::map<std::string, int> seen;
+    for (const auto& a : timeline.ranks[r]) ++seen[ps::to_string(a.action)];
+    const auto& expected = run.program.ranks[r];
+    std::map<std::string, int> want;
+    for (const auto& a : expected) ++want[ps::to_string(a)];
+    for (const auto& a : expected) {
+      const std::string name = ps::to_string(a);
+      if (seen[name] == 0) {
+        throw Error(run.path + ": rank " + std::to_string(r) + ": action " + name + " is missing (the rank has " +
+                    std::to_string(timeline.ranks[r].size()) + " of the " + std::to_string(expected.size()) +
+                    " actions that " + run.describe() + " gives it; is the file truncated?)");
+      }
+    }
+    for (const auto& [name, count] : seen) {
+      const auto it = want.find(name);
+      if (it == want.end()) {
+        throw Error(run.path + ": rank " + std::to_string(r) + ": action " + name + " is not in its schedule (" +
+                    run.describe() + ")");
+      }
+      if (count != it->second) {
+        throw Error(run.path + ": rank " + std::to_string(r) + ": action " + name + " appears " + std::to_string(count) +
+                    " times (once in the schedule): a trace holds one step");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TraceRun load_trace_run(const std::string& path) {
+  TraceRun run;
+  run.path = path;
+  run.trace = ps::read_chrome_trace(path);  // names the file when invalid or truncated
+  const json& meta = run.trace.metadata;
+  run.model_spec = text_field(meta, path, "model_spec");
+  try {
+    run.model = models::in_topological_order(
+        models::model_from_yaml(models::YamlFields(models::parse_yaml(run.model_spec, path + " (otherData.model_spec)"),
+                                                   path + " (otherData.model_spec)")));
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    throw Error(what.rfind(path, 0) == 0 ? what : path + ": otherData.model_spec: " + what);
+  }
+  const std::string schedule = text_field(meta, path, "schedule");
+  const int K = int_field(meta, path, "ranks"), V = int_field(meta, path, "stages_per_rank");
+  const int M = int_field(meta, path, "microbatches", 1'000'000);
+  run.microbatch_size = int_field(meta, path, "microbatch_size", 1'000'000'000);
+  const std::string recompute = text_field(meta, path, "recompute");
+  try {
+    run.program = ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(recompute)});
+  } catch (const Error& e) {
+    throw Error(path + ": otherData does not name a schedule pipetwin can regenerate: " + e.what());
+  }
+  run.program.partition = partition_field(meta, path, run.program.num_stages(), static_cast<int>(run.model.layers.size()),
+                                          run.model.name);
+  run.batch = meta.contains("batch") && meta["batch"].is_number() ? meta["batch"].get<double>()
+                                                                   : static_cast<double>(M) * run.microbatch_size;
+  if (meta.contains("optimizer") && meta["optimizer"].is_string()) run.optimizer = meta["optimizer"].get<std::string>();
+  if (meta.contains("producer") && meta["producer"].is_string()) run.producer = meta["producer"].get<std::string>();
+  if (meta.contains("measured") && meta["measured"].is_object() && meta["measured"].contains("ranks")) {
+    const json& ranks = meta["measured"]["ranks"];
+    if (!ranks.is_array() || static_cast<int>(ranks.size()) != K) {
+      throw Error(path + ": otherData.measured.ranks must list the " + std::to_string(K) + " ranks");
+    }
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const json& e = ranks[r];
+      const std::string where = path + ": otherData.measured.ranks[" + std::to_string(r) + "]";
+      if (!e.is_object() || !e.contains("threads") || !e["threads"].is_number_integer()) {
+        throw Error(where + " has no integer 'threads'");
+      }
+      run.threads.push_back(e["threads"].get<int>());
+      const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
+      run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
+    }
+  } else {
+    run.clock_uncertainty_s.assign(K, 0.0);
+  }
+  check_actions(run);
+  run.step_time_s = run.trace.timeline.makespan();
+  if (!(run.step_time_s > 0)) throw Error(path + ": the step takes no time (every event has dur 0)");
+  return run;
+}
+
+namespace {
+
+// The first difference between two models, or "" when they are the same.
+std::string model_difference(const models::Model& a, const models::Model& b) {
+  if (a.name != b.name) return "model '" + b.name + "', not '" + a.name + "'";
+  if (a.precision != b.precision) {
+    return "precision " + std::string(models::precision_name(b.precision)) + ", not " +
+           std::string(models::precision_name(a.precision));
+  }
+  if (a.layers.size() != b.layers.size()) {
+    return std::to_string(b.layers.size()) + " layers, not " + std::to_string(a.layers.size());
+  }
+  for (std::size_t l = 0; l < a.layers.size(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    if (x.kind != y.kind || x.cost.forward_flops != y.cost.forward_flops ||
+        x.cost.input_grad_flops != y.cost.input_grad_flops || x.cost.weight_grad_flops != y.cost.weight_grad_flops ||
+        x.cost.params != y.cost.params || x.cost.output_elems != y.cost.output_elems) {
+      return "a different layer " + std::to_string(l) + " (" + y.name + ", " + std::string(models::kind_name(y.kind)) +
+             ")";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_together(const std::vector<TraceRun>& runs) {
+  if (runs.empty()) throw Error("calibrate: no traces given");
+  const TraceRun& first = runs.front();
+  for (const auto& run : runs) {
+    const std::string diff = model_difference(first.model, run.model);
+    if (!diff.empty()) {
+      throw Error(run.path + ": its model has " + diff + " as in " + first.path +
+                  ": calibrate traces of one model at a time");
+    }
+  }
+  const TraceRun* with_threads = nullptr;
+  for (const auto& run : runs) {
+    if (run.threads.empty()) continue;
+    if (with_threads == nullptr) with_threads = &run;
+    const int want = with_threads->threads.front();
+    for (std::size_t r = 0; r < run.threads.size(); ++r) {
+      if (run.threads[r] != want) {
+        throw Error(run.path + ": rank " + std::to_string(r) + " ran with " + std::to_string(run.threads[r]) +
+                    " intra-op threads, but " + with_threads->path + " with " + std::to_string(want) +
+                    ": a calibrated device is one thread count (pipetwin run --threads)");
+      }
+    }
+  }
+}
+
+}  // namespace pipetwin::calibration

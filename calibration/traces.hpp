@@ -1,0 +1,49 @@
+// The traces that calibration fits on: read, checked one by one against the
+// configuration each records (its otherData), and checked against each other.
+//
+// A trace stands alone (schedule/trace.hpp): otherData holds the model spec's
+// text, the schedule, K, V, M, the micro-batch size, the recompute policy and
+// the partition, so the Program it ran is regenerated here and every rank's
+// actions are compared with it. Every refusal names the file, and the field,
+// rank or action at fault.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "schedule/program.hpp"
+#include "schedule/trace.hpp"
+
+namespace pipetwin::calibration {
+
+struct TraceRun {
+  std::string path;
+  schedule::Trace trace;     // the timeline: one step, seconds
+  std::string model_spec;    // otherData.model_spec, the YAML text
+  models::Model model;       // built from it, in topological order
+  schedule::Program program; // regenerated from the configuration, with its partition
+  int microbatch_size = 1;
+  double batch = 0;
+  std::string optimizer = "adam";  // otherData.optimizer when recorded
+  std::string producer;            // "pipetwin run", "pipetwin simulate", ...
+  std::vector<int> threads;        // per rank (measured.ranks[].threads), empty when not recorded
+  std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
+  double step_time_s = 0;          // the timeline's makespan
+
+  int ranks() const { return program.num_ranks; }
+  // "1f1b K=2 M=4 mb=4 recompute none"
+  std::string describe() const;
+};
+
+// Reads and checks one trace; throws pipetwin::Error naming `path`.
+TraceRun load_trace_run(const std::string& path);
+
+// Checks that the runs can be fitted together: one model (the first trace's),
+// one intra-op thread count. Throws pipetwin::Error naming the file that differs.
+void check_together(const std::vector<TraceRun>& runs);
+
+// The median (the mean of the middle two for an even count); 0 when empty.
+double median(std::vector<double> values);
+
+}  // namespace pipetwin::calibration

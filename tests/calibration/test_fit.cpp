@@ -1,0 +1,291 @@
+// Calibration: the fit recovers the parameters that synthetic traces were made
+// with, the calibrated file reproduces those traces, and traces that do not
+// fit together are refused with the file named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "calibration/fit.hpp"
+#include "calibration/traces.hpp"
+#include "models/families.hpp"
+#include "models/hardware.hpp"
+#include "models/stage_table.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "schedule/trace.hpp"
+
+namespace pc = pipetwin::calibration;
+namespace pm = pipetwin::models;
+namespace ps = pipetwin::schedule;
+
+namespace {
+
+const std::string kModel =
+    "family: transformer\nname: transformer-small\nlayers: 4\nd_model: 128\nd_ff: 512\nheads: 4\nseq_len: 64\n"
+    "vocab: 1000\nprecision: fp32\n";
+
+// A device whose every calibrated field differs from its default.
+pm::Hardware known_hardware() {
+  pm::Hardware h = pm::preset("cpu");
+  h.name = "known";
+  h.topology.host_cores = 8;  // nothing shared: the traces are exact critical paths
+  h.topology.intra = {42e-6, 2.5e9};
+  pm::Device& d = h.device;
+  d.op_overhead_s = 0;
+  d.transfer_overhead_s = 17e-6;
+  d.memory_bandwidth = 7.5e9;
+  d.step_overhead_s = 230e-6;
+  d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
+  d.kinds["transformer_block"] = {{0.45, 3e6}, {0.38, 5e6}, pm::Efficiency{0.52, 2e6}, pm::Efficiency{0.43, 4e6}};
+  d.kinds["lm_head"] = {{0.61, 1e6}, {0.55, 7e5}, pm::Efficiency{0.66, 9e5}, pm::Efficiency{0.6, 1.1e6}};
+  d.kinds["embedding"] = {{0.02, 4e4}, {0.01, 9e4}, pm::Efficiency{0.03, 3e4}, pm::Efficiency{0.02, 5e4}};
+  return h;
+}
+
+struct Config {
+  std::string schedule;
+  int ranks, microbatches, batch;
+  std::string recompute;
+  std::vector<ps::LayerRange> partition;
+};
+
+std::vector<Config> grid() {
+  const std::vector<std::vector<ps::LayerRange>> partitions{
+      {{0, 6}}, {{0, 1}, {1, 6}}, {{0, 3}, {3, 6}}, {{0, 5}, {5, 6}}, {{0, 2}, {2, 4}, {4, 6}}, {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
+  std::vector<Config> out;
+  int i = 0;
+  for (const auto& p : partitions) {
+    const int K = static_cast<int>(p.size());
+    for (const int mb : {1, 2, 4}) {
+      const std::string schedule = ++i % 2 == 0 ? "gpipe" : "1f1b";
+      out.push_back({schedule, K, 4, 4 * mb, "none", p});
+      out.push_back({schedule, K, 2, 2 * mb, "full", p});
+    }
+  }
+  return out;
+}
+
+// The timed evaluator's timeline of `c` on `hw`, as a trace that stands alone.
+ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step = nullptr) {
+  const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
+  pm::PartitionRequest r;
+  r.ranks = c.ranks;
+  r.schedule = c.schedule;
+  r.microbatches = c.microbatches;
+  r.microbatch_size = c.batch / c.microbatches;
+  r.recompute = ps::parse_recompute(c.recompute);
+  ps::Program p = ps::build_schedule(c.schedule, {c.ranks, c.microbatches, 1, r.recompute});
+  p.partition = c.partition;
+  const pm::StageCostModel costs(model, hw, r);
+  const auto run = ps::evaluate(p, pm::stage_table(costs, hw, p));
+  if (step != nullptr) *step = run.timeline.makespan();
+  nlohmann::json partition = nlohmann::json::array();
+  for (const auto& range : c.partition) partition.push_back({range.begin, range.end});
+  nlohmann::json meta{{"producer", "test"},       {"model", model.name},     {"model_spec", kModel},
+                      {"schedule", c.schedule},   {"ranks", c.ranks},        {"stages_per_rank", 1},
+                      {"microbatches", c.microbatches}, {"microbatch_size", r.microbatch_size},
+                      {"batch", c.batch},         {"recompute", c.recompute}, {"partition", partition}};
+  return {run.timeline, meta, {}};
+}
+
+class Calibration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("pipetwin_cal_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::vector<std::string> write_grid(const pm::Hardware& hw) {
+    std::vector<std::string> files;
+    int i = 0;
+    for (const auto& c : grid()) {
+      files.push_back(path("t" + std::to_string(i++) + ".json"));
+      ps::write_chrome_trace(files.back(), synthetic_trace(c, hw));
+    }
+    return files;
+  }
+  std::filesystem::path dir_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pipetwin::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_rel(double got, double want, const std::string& what) {
+  EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << what;
+}
+
+}  // namespace
+
+TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
+  const pm::Hardware truth = known_hardware();
+  std::vector<pc::TraceRun> runs;
+  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pc::FitResult fit = pc::fit(runs, base);
+  const pm::Device& got = fit.hardware.device;
+  const pm::Device& want = truth.device;
+  ASSERT_EQ(got.kinds.size(), 3u);
+  for (const auto& [kind, w] : want.kinds) {
+    const auto& g = got.kinds.at(kind);
+    for (const pm::Pass pass : pm::kPasses) {
+      const std::string what = kind + " " + std::string(pm::pass_name(pass));
+      expect_rel(g.of(pass).max, w.of(pass).max, what + " max");
+      expect_rel(g.of(pass).half_flops, w.of(pass).half_flops, what + " half_flops");
+    }
+  }
+  for (const pm::Pass pass : pm::kPasses) {
+    expect_rel(got.action_overhead.of(pass), want.action_overhead.of(pass), "action overhead " + std::string(pm::pass_name(pass)));
+  }
+  expect_rel(got.step_overhead(), *want.step_overhead_s, "step overhead");
+  expect_rel(got.memory_bandwidth, want.memory_bandwidth, "memory bandwidth");
+  expect_rel(got.transfer_overhead_s, want.transfer_overhead_s, "send overhead");
+  expect_rel(fit.hardware.topology.intra.latency_s, truth.topology.intra.latency_s, "latency");
+  expect_rel(fit.hardware.topology.intra.bandwidth, truth.topology.intra.bandwidth, "bandwidth");
+  EXPECT_DOUBLE_EQ(got.peak_flops_fp32, want.peak_flops_fp32);  // no kind ran past the peak
+  EXPECT_LT(fit.overall.max_rel, 1e-9);
+  EXPECT_GT(fit.observations, 100);
+  for (const std::string op : {"forward", "backward", "forward_nograd", "recompute", "step", "send", "transfer"}) {
+    EXPECT_GT(fit.residuals.count(op) ? fit.residuals.at(op).count : 0, 0) << op;
+  }
+  EXPECT_TRUE(fit.notes.empty()) << fit.notes.front();
+}
+
+TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
+  const pm::Hardware truth = known_hardware();
+  const auto files = write_grid(truth);
+  std::vector<pc::TraceRun> runs;
+  for (const auto& f : files) runs.push_back(pc::load_trace_run(f));
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pc::FitResult fit = pc::fit(runs, base);
+  const std::string out = path("calibrated.yaml");
+  ps::write_file_atomic(out, pm::hardware_to_yaml(fit.hardware, "test", pc::calibration_yaml(fit, runs)));
+  const pm::Hardware loaded = pm::load_hardware(out);
+  EXPECT_EQ(loaded.name, "cpu-calibrated");
+  EXPECT_EQ(loaded.device.kinds.size(), 3u);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    double step = 0;
+    synthetic_trace(grid()[i], loaded, &step);
+    EXPECT_NEAR(step, runs[i].step_time_s, 1e-9 * runs[i].step_time_s) << files[i];
+  }
+  // The calibration section records the files and the residuals.
+  const std::string text = ps::read_file(out);
+  EXPECT_NE(text.find("fitted_on:"), std::string::npos);
+  EXPECT_NE(text.find(files.front()), std::string::npos);
+  EXPECT_NE(text.find("residuals:"), std::string::npos);
+  EXPECT_NE(text.find("forward_nograd: {count:"), std::string::npos);
+}
+
+TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
+  // One rank only: every stage holds every layer, so the kinds' slopes and
+  // fixed costs cannot be told apart; the fit still reproduces these runs.
+  const pm::Hardware truth = known_hardware();
+  std::vector<pc::TraceRun> runs;
+  int i = 0;
+  for (const auto& c : grid()) {
+    if (c.ranks != 1) continue;
+    const std::string f = path("k1_" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, truth));
+    runs.push_back(pc::load_trace_run(f));
+  }
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pc::FitResult fit = pc::fit(runs, base);
+  bool tied = false;
+  for (const auto& n : fit.notes) tied = tied || n.find("tied to transformer_block.forward") != std::string::npos;
+  EXPECT_TRUE(tied);
+  EXPECT_LT(fit.residuals.at("forward").max_rel, 1e-6);
+}
+
+TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
+  const pm::Hardware hw = known_hardware();
+  const Config c = grid()[8];  // 1f1b, K=2, partition 0:3 3:6
+  ASSERT_EQ(c.ranks, 2);
+  const ps::Trace good = synthetic_trace(c, hw);
+  const std::string ok = path("ok.json");
+  ps::write_chrome_trace(ok, good);
+
+  // Another model.
+  {
+    ps::Trace t = good;
+    std::string spec = kModel;
+    spec.replace(spec.find("layers: 4"), 9, "layers: 4\n# another\n");
+    spec.replace(spec.find("d_ff: 512"), 9, "d_ff: 256");
+    t.metadata["model_spec"] = spec;
+    const std::string f = path("other_model.json");
+    ps::write_chrome_trace(f, t);
+    const auto e = error_of([&] { pc::check_together({pc::load_trace_run(ok), pc::load_trace_run(f)}); });
+    EXPECT_NE(e.find(f + ": its model has a different layer 1"), std::string::npos) << e;
+  }
+  // A partition that does not match the model.
+  {
+    ps::Trace t = good;
+    t.metadata["partition"] = {{0, 3}, {3, 5}};
+    const std::string f = path("short_partition.json");
+    ps::write_chrome_trace(f, t);
+    const auto e = error_of([&] { pc::load_trace_run(f); });
+    EXPECT_NE(e.find(f + ": otherData.partition ends at layer 5 but model transformer-small has 6 layers"), std::string::npos) << e;
+    t.metadata["partition"] = {{0, 3}, {2, 6}};
+    ps::write_chrome_trace(f, t);
+    EXPECT_NE(error_of([&] { pc::load_trace_run(f); }).find("stage 1 holds layers 2:6"), std::string::npos);
+  }
+  // A missing rank.
+  {
+    ps::Trace t = good;
+    t.timeline.ranks.pop_back();
+    const std::string f = path("missing_rank.json");
+    ps::write_chrome_trace(f, t);
+    const auto e = error_of([&] { pc::load_trace_run(f); });
+    EXPECT_NE(e.find(f + ": rank 1 is missing"), std::string::npos) << e;
+  }
+  // A missing action.
+  {
+    ps::Trace t = good;
+    t.timeline.ranks[1].erase(t.timeline.ranks[1].begin() + 3);
+    const std::string f = path("missing_action.json");
+    ps::write_chrome_trace(f, t);
+    const auto e = error_of([&] { pc::load_trace_run(f); });
+    EXPECT_NE(e.find(f + ": rank 1: action "), std::string::npos) << e;
+    EXPECT_NE(e.find("is missing"), std::string::npos) << e;
+  }
+  // A truncated file.
+  {
+    const std::string text = ps::read_file(ok);
+    const std::string f = path("truncated.json");
+    ps::write_file_atomic(f, text.substr(0, text.size() / 2));
+    const auto e = error_of([&] { pc::load_trace_run(f); });
+    EXPECT_NE(e.find(f + ": not a Chrome trace (invalid or truncated JSON"), std::string::npos) << e;
+  }
+  // No configuration recorded.
+  {
+    ps::Trace t = good;
+    t.metadata.erase("model_spec");
+    const std::string f = path("no_spec.json");
+    ps::write_chrome_trace(f, t);
+    const auto e = error_of([&] { pc::load_trace_run(f); });
+    EXPECT_NE(e.find(f + ": otherData has no 'model_spec'"), std::string::npos) << e;
+  }
+  // Different thread counts.
+  {
+    ps::Trace t = good;
+    t.metadata["measured"] = {{"ranks", {{{"threads", 1}}, {{"threads", 1}}}}};
+    const std::string a = path("threads1.json");
+    ps::write_chrome_trace(a, t);
+    t.metadata["measured"] = {{"ranks", {{{"threads", 1}}, {{"threads", 2}}}}};
+    const std::string b = path("threads2.json");
+    ps::write_chrome_trace(b, t);
+    const auto e = error_of([&] { pc::check_together({pc::load_trace_run(a), pc::load_trace_run(b)}); });
+    EXPECT_NE(e.find(b + ": rank 1 ran with 2 intra-op threads"), std::string::npos) << e;
+  }
+}
