@@ -230,10 +230,58 @@ double pass_flops(const pm::Layer& l, pm::Pass pass) {
   return pass == pm::Pass::Backward ? l.cost.input_grad_flops + l.cost.weight_grad_flops : l.cost.forward_flops;
 }
 
+int threads_of(const TraceRun& run) { return run.threads.empty() ? 1 : run.threads.front(); }
+
 bool oversubscribed(const TraceRun& run, const pm::Hardware& base) {
   if (base.topology.kind != pm::TopologyKind::SharedHost) return false;
-  const int threads = run.threads.empty() ? 1 : run.threads.front();
-  return run.ranks() * threads > base.topology.host_cores;
+  return run.ranks() * threads_of(run) > base.topology.host_cores;
+}
+
+// What each compute action would have taken on a core of its own, when the
+// ranks share `cores` cores: its span integrated over its rank's share of the
+// cores, min(1, cores / (threads x ranks computing)) - the fair sharing that
+// the simulator replays (SimGrid's multi-core host), inverted. Indexed like
+// the timeline; transfers keep their measured durations.
+std::vector<std::vector<double>> alone_durations(const TraceRun& run, int cores) {
+  const auto& ranks = run.trace.timeline.ranks;
+  const auto busy = [](const ps::Op op) { return ps::is_compute(op) || op == ps::Op::STEP; };
+  std::vector<std::pair<double, int>> edges;
+  for (const auto& rank : ranks) {
+    for (const auto& a : rank) {
+      if (!busy(a.action.op) || a.end <= a.start) continue;
+      edges.push_back({a.start, +1});
+      edges.push_back({a.end, -1});
+    }
+  }
+  std::sort(edges.begin(), edges.end());
+  // Piecewise constant share: share[i] holds on [times[i], times[i + 1]).
+  std::vector<double> times, share;
+  int computing = 0;
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    computing += edges[i].second;
+    if (i + 1 < edges.size() && edges[i + 1].first == edges[i].first) continue;
+    times.push_back(edges[i].first);
+    const double demand = static_cast<double>(computing) * threads_of(run);
+    share.push_back(demand > cores ? cores / demand : 1.0);
+  }
+  std::vector<std::vector<double>> out(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& a : ranks[r]) {
+      double d = a.end - a.start;
+      if (busy(a.action.op) && d > 0) {
+        d = 0;
+        auto i = static_cast<std::size_t>(std::upper_bound(times.begin(), times.end(), a.start) - times.begin());
+        i = i == 0 ? 0 : i - 1;
+        for (; i < times.size() && times[i] < a.end; ++i) {
+          const double from = std::max(a.start, times[i]);
+          const double to = i + 1 < times.size() ? std::min(a.end, times[i + 1]) : a.end;
+          if (to > from) d += (to - from) * share[i];
+        }
+      }
+      out[r].push_back(d);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -247,23 +295,25 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
   const double base_peak = device.peak_flops(precision);
   if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
 
-  std::vector<const TraceRun*> fitted;
+  // Runs whose ranks share cores join the compute and step fits with the time
+  // each action would have taken alone; their transfers (posted and received
+  // by ranks waiting for a core) join only when no other run has any.
+  std::vector<const TraceRun*> unshared;
   for (const auto& run : runs) {
-    if (!oversubscribed(run, base)) fitted.push_back(&run);
+    if (!oversubscribed(run, base)) unshared.push_back(&run);
   }
-  if (fitted.empty()) {
-    for (const auto& run : runs) fitted.push_back(&run);
-    result.notes.push_back("every run has more ranks x threads than the host's " + std::to_string(base.topology.host_cores) +
-                           " cores: the curves are fitted on them, core sharing included");
-  } else if (fitted.size() < runs.size()) {
-    result.notes.push_back(std::to_string(runs.size() - fitted.size()) + " run(s) with more ranks x threads than the host's " +
-                           std::to_string(base.topology.host_cores) +
-                           " cores are left out of the fit (the simulator shares the cores among their ranks); "
-                           "their residuals are listed apart");
-  }
-  const auto is_fitted = [&](const TraceRun& run) {
-    return std::find(fitted.begin(), fitted.end(), &run) != fitted.end();
+  const bool all_shared = unshared.empty();
+  const auto is_shared = [&](const TraceRun& run) {
+    return std::find(unshared.begin(), unshared.end(), &run) == unshared.end();
   };
+  const auto transfers_from = [&](const TraceRun& run) { return all_shared || !is_shared(run); };
+  if (unshared.size() < runs.size()) {
+    result.notes.push_back(std::to_string(runs.size() - unshared.size()) + " run(s) with more ranks x threads than the host's " +
+                           std::to_string(base.topology.host_cores) +
+                           " cores: their compute is fitted as if each rank had had its share of the cores "
+                           "(min(1, cores / ranks computing)), as the simulator replays it" +
+                           (all_shared ? "; their transfers too (no other run)" : "; their transfers are not fitted"));
+  }
 
   // --- Observations: per-stage medians.
   std::vector<ComputeGroup> compute;
@@ -274,10 +324,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
     std::map<int, std::vector<double>> by_step;
     std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
+    const auto alone = is_shared(run) ? alone_durations(run, base.topology.host_cores) : std::vector<std::vector<double>>{};
     for (std::size_t r = 0; r < run.trace.timeline.ranks.size(); ++r) {
-      for (const auto& a : run.trace.timeline.ranks[r]) {
+      for (std::size_t n = 0; n < run.trace.timeline.ranks[r].size(); ++n) {
+        const auto& a = run.trace.timeline.ranks[r][n];
         const int s = a.action.stage.value;
-        const double d = a.end - a.start;
+        const double d = alone.empty() ? a.end - a.start : alone[r][n];
         switch (a.action.op) {
           case ps::Op::F:
             by_pass[{s, p.recomputes(a.action.stage, *a.action.microbatch) ? pm::Pass::ForwardNoGrad : pm::Pass::Forward}]
@@ -369,7 +421,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     const std::size_t nk = kinds.size();
     std::vector<const ComputeGroup*> rows;
     for (const auto& g : compute) {
-      if (g.pass != pass || !is_fitted(*g.run)) continue;
+      if (g.pass != pass) continue;
       std::vector<double> x(prob.params.size(), 0);
       const auto [i, j] = g.run->program.partition.at(g.stage);
       for (int l = i; l < j; ++l) {
@@ -464,7 +516,6 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     prob.params = {c, slope};
     std::vector<const StepGroup*> rows;
     for (const auto& g : steps) {
-      if (!is_fitted(*g.run)) continue;
       pm::Hardware unit = base;  // step_s on a unit bandwidth is the traffic in bytes
       unit.device.memory_bandwidth = 1;
       unit.device.step_overhead_s = 0;
@@ -490,7 +541,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
   {
     std::vector<double> send;
     for (const auto& g : links) {
-      if (is_fitted(*g.run)) send.push_back(g.send);
+      if (transfers_from(*g.run)) send.push_back(g.send);
     }
     if (!send.empty()) {
       device.transfer_overhead_s = median(send);
@@ -511,7 +562,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     slope.why_bounded = "kept from the base (fitted slope not positive)";
     prob.params = {latency, slope};
     for (const auto& g : links) {
-      if (!is_fitted(*g.run) || g.waited == 0) continue;
+      if (!transfers_from(*g.run) || g.waited == 0) continue;
       prob.x.push_back({1, g.bytes});
       prob.y.push_back(g.flight);
     }
@@ -539,11 +590,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
 
   // --- Residuals: every group against the calibrated StageCostModel.
   for (const auto& run : runs) {
-    const bool apart = !is_fitted(run);
+    const bool apart = is_shared(run) && !all_shared;
     const pm::StageCostModel costs(run.model, hw, request_of(run));
     const auto add = [&](const std::string& op, double predicted, double measured) {
       if (apart) {
-        result.shared_core_residuals[op].add(predicted, measured);
+        if (op != "send" && op != "transfer") result.shared_core_residuals[op].add(predicted, measured);
         return;
       }
       result.residuals[op].add(predicted, measured);
@@ -642,7 +693,7 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
   out += "    overall: " + stats_yaml(f.overall) + "\n";
   for (const auto& [op, r] : f.residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
   if (!f.shared_core_residuals.empty()) {
-    out += "  residuals_shared_cores:   # runs left out: more ranks than cores (per action, against an unshared core)\n";
+    out += "  residuals_shared_cores:   # runs whose ranks shared cores: each action as if alone (its share of the cores)\n";
     for (const auto& [op, r] : f.shared_core_residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
   }
   out += "  coefficients:\n";

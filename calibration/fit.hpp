@@ -22,10 +22,14 @@
 //             link: for each receive that was already waiting when its send
 //             was posted, recv end - send end = latency + bytes / bandwidth
 //             (bytes from the model's cut), clocks aligned by pipetwin run.
-//   sharing   runs with more ranks than the host has cores (shared-host) are
-//             not used for the per-kind curves: their compute is slowed by
-//             the sharing that the simulator models (SimGrid shares cores).
-//             Their residuals are reported apart.
+//   sharing   in runs with more ranks x threads than the host has cores
+//             (shared-host), each compute action counts for what it would
+//             have taken alone: its span integrated over its rank's share of
+//             the cores, min(1, cores / (threads x ranks computing)) - the
+//             fair sharing that the simulator replays (SimGrid's multi-core
+//             host), inverted. Their residuals are reported apart, so that
+//             what sharing costs beyond a fair share shows there. Their
+//             transfers are fitted only when no other run has any.
 #pragma once
 
 #include <map>
@@ -59,7 +63,7 @@ struct FitResult {
   std::vector<Coefficient> coefficients;           // raw a, b, c and link terms
   std::map<std::string, ResidualStats> residuals;  // per op kind (forward, backward, ..., step, send, transfer)
   ResidualStats overall;                           // every compute, step and transfer group
-  std::map<std::string, ResidualStats> shared_core_residuals;  // runs with more ranks than cores, per op kind
+  std::map<std::string, ResidualStats> shared_core_residuals;  // runs whose ranks shared cores, per op kind
   std::vector<std::string> notes;                  // what could not be fitted, and what was kept from the base
   int observations = 0;                            // per-stage median groups used
 };

@@ -16,6 +16,7 @@
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
 #include "schedule/trace.hpp"
+#include "sim/simulator.hpp"
 
 namespace pc = pipetwin::calibration;
 namespace pm = pipetwin::models;
@@ -68,8 +69,9 @@ std::vector<Config> grid() {
   return out;
 }
 
-// The timed evaluator's timeline of `c` on `hw`, as a trace that stands alone.
-ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step = nullptr) {
+// The timed evaluator's timeline of `c` on `hw` (SimGrid's with `simgrid`),
+// as a trace that stands alone.
+ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step = nullptr, bool simgrid = false) {
   const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
   pm::PartitionRequest r;
   r.ranks = c.ranks;
@@ -80,15 +82,16 @@ ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step 
   ps::Program p = ps::build_schedule(c.schedule, {c.ranks, c.microbatches, 1, r.recompute});
   p.partition = c.partition;
   const pm::StageCostModel costs(model, hw, r);
-  const auto run = ps::evaluate(p, pm::stage_table(costs, hw, p));
-  if (step != nullptr) *step = run.timeline.makespan();
+  const auto table = pm::stage_table(costs, hw, p);
+  const ps::Timeline timeline = simgrid ? pipetwin::sim::simulate({p, table, hw.topology}).timeline : ps::evaluate(p, table).timeline;
+  if (step != nullptr) *step = timeline.makespan();
   nlohmann::json partition = nlohmann::json::array();
   for (const auto& range : c.partition) partition.push_back({range.begin, range.end});
   nlohmann::json meta{{"producer", "test"},       {"model", model.name},     {"model_spec", kModel},
                       {"schedule", c.schedule},   {"ranks", c.ranks},        {"stages_per_rank", 1},
                       {"microbatches", c.microbatches}, {"microbatch_size", r.microbatch_size},
                       {"batch", c.batch},         {"recompute", c.recompute}, {"partition", partition}};
-  return {run.timeline, meta, {}};
+  return {timeline, meta, {}};
 }
 
 class Calibration : public ::testing::Test {
@@ -185,6 +188,45 @@ TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
   EXPECT_NE(text.find(files.front()), std::string::npos);
   EXPECT_NE(text.find("residuals:"), std::string::npos);
   EXPECT_NE(text.find("forward_nograd: {count:"), std::string::npos);
+}
+
+TEST_F(Calibration, RanksSharingCoresCountForTheirShareOfTheCores) {
+  // Two cores: the K=3 and K=4 runs share them, as SimGrid replays it. Each
+  // of their actions, integrated over its rank's share of the cores, is what
+  // it would have taken alone, so they separate the kinds as well as the
+  // others; the fit still recovers every compute parameter.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  std::vector<pc::TraceRun> runs;
+  int i = 0, shared = 0;
+  for (const auto& c : grid()) {
+    const std::string f = path("sg" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
+    runs.push_back(pc::load_trace_run(f));
+    shared += c.ranks > 2;
+  }
+  ASSERT_GT(shared, 0);
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 2;
+  const pc::FitResult fit = pc::fit(runs, base);
+  for (const auto& [kind, w] : truth.device.kinds) {
+    const auto& g = fit.hardware.device.kinds.at(kind);
+    for (const pm::Pass pass : pm::kPasses) {
+      const std::string what = kind + " " + std::string(pm::pass_name(pass));
+      EXPECT_NEAR(g.of(pass).max, w.of(pass).max, 1e-5 * w.of(pass).max) << what;
+      EXPECT_NEAR(g.of(pass).half_flops, w.of(pass).half_flops, 1e-4 * w.of(pass).half_flops) << what;
+    }
+  }
+  for (const pm::Pass pass : pm::kPasses) {
+    EXPECT_NEAR(fit.hardware.device.action_overhead.of(pass), truth.device.action_overhead.of(pass), 1e-9)
+        << pm::pass_name(pass);
+  }
+  EXPECT_NEAR(fit.hardware.device.step_overhead(), *truth.device.step_overhead_s, 1e-9);
+  EXPECT_GT(fit.shared_core_residuals.at("forward").count, 0);
+  EXPECT_LT(fit.shared_core_residuals.at("backward").max_rel, 1e-6);
+  bool said = false;
+  for (const auto& n : fit.notes) said = said || n.find("cores: their compute is fitted as if") != std::string::npos;
+  EXPECT_TRUE(said);
 }
 
 TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
