@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   add(pipetwin::cli::add_simulate_command);
   add(pipetwin::cli::add_sweep_command);
   add(pipetwin::cli::add_run_command);
+  add(pipetwin::cli::add_calibrate_command);
   add(pipetwin::cli::add_info_command);
   try {
     app.parse(argc, argv);

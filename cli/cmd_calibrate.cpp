@@ -1,0 +1,233 @@
+// `pipetwin calibrate`: fit measured traces back into a hardware profile.
+//
+//   pipetwin calibrate TRACE... --hardware BASE --out CALIBRATED.yaml [--microbench]
+//
+// Reads the traces (`pipetwin run --trace`), refuses those that do not fit
+// together, fits per-kind efficiency curves, overheads, the optimizer step and
+// the link (calibration/fit.hpp), writes a hardware file that every command
+// reads with --hardware, and replays each traced configuration on it to show
+// how well the calibrated simulator reproduces the measured step.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "calibration/fit.hpp"
+#include "calibration/traces.hpp"
+#include "cli/commands.hpp"
+#include "cli/scenario.hpp"
+#include "models/hardware.hpp"
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::vector<std::string> traces;
+  std::string hardware = "cpu", out, model, microbench_dir, engine = "auto";
+  bool microbench = false, json = false;
+  int threads = 0, steps = 4;
+};
+
+// Runs `pipetwin run ...` (this executable) and waits; its output goes to `log`.
+void run_child(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv{"pipetwin"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string line;
+  for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error("calibrate --microbench: cannot start: " + line);
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (f != nullptr) ::dup2(::fileno(stdout), 2);
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    ::execv("/proc/self/exe", raw.data());
+    std::_Exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error("calibrate --microbench: `" + line + "` failed (its output: " + log + ")");
+  }
+}
+
+// Short runs that separate what the given traces may not: the first and the
+// last layer alone on a rank (their kinds' fixed costs), several micro-batch
+// sizes on one rank (the curves' slopes), and recompute (the forward without
+// autograd, and the recompute itself).
+std::vector<std::string> microbench(const Options& o, const std::string& model_path, int layers, int threads,
+                                    const std::string& dir) {
+  fs::create_directories(dir);
+  struct Config {
+    std::string name, schedule;
+    int ranks, microbatches, batch;
+    std::string recompute, partition;
+  };
+  const std::string half = "0:" + std::to_string(layers / 2) + " " + std::to_string(layers / 2) + ":" + std::to_string(layers);
+  const std::string first = "0:1 1:" + std::to_string(layers);
+  const std::string last = "0:" + std::to_string(layers - 1) + " " + std::to_string(layers - 1) + ":" + std::to_string(layers);
+  std::vector<Config> configs{
+      {"k1_mb1", "gpipe", 1, 2, 2, "none", ""},        {"k1_mb4", "gpipe", 1, 2, 8, "none", ""},
+      {"k1_mb16", "gpipe", 1, 2, 32, "none", ""},      {"k1_mb4_recompute", "gpipe", 1, 2, 8, "full", ""},
+      {"k1_mb16_recompute", "gpipe", 1, 2, 32, "full", ""},
+  };
+  if (layers >= 2) {
+    configs.push_back({"k2_first_mb2", "gpipe", 2, 2, 4, "none", first});
+    configs.push_back({"k2_first_mb16", "gpipe", 2, 2, 32, "none", first});
+    configs.push_back({"k2_last_mb2", "gpipe", 2, 2, 4, "none", last});
+    configs.push_back({"k2_last_mb16", "gpipe", 2, 2, 32, "none", last});
+    configs.push_back({"k2_half_mb8_recompute", "1f1b", 2, 4, 32, "full", half});
+  }
+  std::vector<std::string> traces;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const auto& c = configs[i];
+    const std::string trace = dir + "/" + c.name + ".json";
+    std::vector<std::string> args{"run", "--model", model_path, "-s", c.schedule, "-k", std::to_string(c.ranks),
+                                  "-m", std::to_string(c.microbatches), "--batch", std::to_string(c.batch),
+                                  "--recompute", c.recompute, "--steps", std::to_string(o.steps), "--threads",
+                                  std::to_string(threads), "--trace", trace};
+    if (!c.partition.empty()) {
+      const std::string file = dir + "/" + c.name + ".partition";
+      schedule::write_file_atomic(file, c.partition + "\n");
+      args.insert(args.end(), {"--partition", file});
+    }
+    if (!o.json) std::printf("microbench %zu/%zu  %s\n", i + 1, configs.size(), c.name.c_str());
+    std::fflush(stdout);
+    run_child(args, dir + "/" + c.name + ".log");
+    traces.push_back(trace);
+  }
+  return traces;
+}
+
+int run(const Options& o) {
+  if (o.traces.empty() && !o.microbench) throw Error("calibrate: give traces (pipetwin run --trace FILE), --microbench, or both");
+  const models::Hardware base = models::load_hardware(o.hardware);
+  std::vector<calibration::TraceRun> runs;
+  for (const auto& path : o.traces) runs.push_back(calibration::load_trace_run(path));
+  if (!runs.empty()) calibration::check_together(runs);
+
+  if (o.microbench) {
+    const std::string dir = !o.microbench_dir.empty() ? o.microbench_dir : o.out + ".microbench";
+    fs::create_directories(dir);
+    std::string model_path = o.model;
+    int layers = 0;
+    if (model_path.empty()) {
+      if (runs.empty()) throw Error("calibrate --microbench without traces needs --model");
+      model_path = dir + "/model.yaml";
+      schedule::write_file_atomic(model_path, runs.front().model_spec);
+      layers = static_cast<int>(runs.front().model.layers.size());
+    } else {
+      layers = static_cast<int>(models::load_model(model_path).layers.size());
+    }
+    const int threads = o.threads > 0 ? o.threads : !runs.empty() && !runs.front().threads.empty() ? runs.front().threads.front() : 1;
+    for (const auto& path : microbench(o, model_path, layers, threads, dir)) runs.push_back(calibration::load_trace_run(path));
+    calibration::check_together(runs);  // the given model against the traces'
+  }
+
+  calibration::FitResult result = calibration::fit(runs, base);
+
+  // Replay every traced configuration on the calibrated hardware.
+  std::vector<double> predicted;
+  std::vector<std::string> engines;
+  for (const auto& r : runs) {
+    ScenarioOptions so;
+    so.schedule = r.program.schedule;
+    so.ranks = r.program.num_ranks;
+    so.microbatches = r.program.num_microbatches;
+    so.virtual_stages = r.program.stages_per_rank;
+    so.batch = static_cast<int>(r.batch);
+    so.recompute = std::string(schedule::recompute_name(r.program.recompute));
+    so.partition = "uniform";
+    so.optimizer = r.optimizer;
+    auto sc = build_scenario(r.model, result.hardware, so, false);
+    sc->program.partition = r.program.partition;
+    const auto p = predict(*sc, parse_engine(o.engine));
+    predicted.push_back(p.timeline.makespan());
+    engines.push_back(p.engine);
+  }
+
+  std::string header =
+      "Calibrated by pipetwin calibrate from " + std::to_string(runs.size()) + " trace(s) of " + runs.front().model.name +
+      ", starting from " + base.name + ".\nUse it like a preset: pipetwin simulate --hardware " + o.out +
+      " ...\nPer layer kind, time = max-efficiency curve of its work (FLOPs x micro-batch size); see calibration: below.";
+  const std::string text =
+      models::hardware_to_yaml(result.hardware, header, calibration::calibration_yaml(result, runs, predicted, engines));
+  schedule::write_file_atomic(o.out, text);
+
+  if (o.json) {
+    nlohmann::json j;
+    j["out"] = o.out;
+    j["traces"] = nlohmann::json::array();
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      j["traces"].push_back({{"file", runs[i].path}, {"config", runs[i].describe()}, {"measured_step_s", runs[i].step_time_s},
+                             {"predicted_step_s", predicted[i]}, {"engine", engines[i]}});
+    }
+    for (const auto& [op, r] : result.residuals) {
+      j["residuals"][op] = {{"count", r.count}, {"rms_s", r.rms_s}, {"max_s", r.max_s}, {"rms_rel", r.rms_rel}, {"max_rel", r.max_rel}};
+    }
+    j["residuals"]["overall"] = {{"count", result.overall.count}, {"rms_s", result.overall.rms_s}, {"max_s", result.overall.max_s},
+                                 {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
+    j["notes"] = result.notes;
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  const auto& d = result.hardware.device;
+  std::printf("calibrated   %s from %zu trace(s) of %s, starting from %s\n", o.out.c_str(), runs.size(),
+              runs.front().model.name.c_str(), base.name.c_str());
+  std::printf("kinds        per layer: time = (work + half) / (peak x max), work = FLOPs x micro-batch size\n");
+  for (const auto& [kind, c] : d.kinds) {
+    std::printf("  %-18s forward max %.4f half %.4g   backward max %.4f half %.4g\n", kind.c_str(), c.forward.max,
+                c.forward.half_flops, c.backward.max, c.backward.half_flops);
+  }
+  std::printf("overheads    per action: forward %.1f us, backward %.1f us; send %.1f us; step %.1f us\n",
+              d.action_overhead.forward_s * 1e6, d.action_overhead.backward_s * 1e6, d.transfer_overhead_s * 1e6,
+              d.step_overhead() * 1e6);
+  std::printf("link         latency %.1f us, bandwidth %.3g GB/s; memory bandwidth %.3g GB/s (optimizer step)\n",
+              result.hardware.topology.intra.latency_s * 1e6, result.hardware.topology.intra.bandwidth / 1e9,
+              d.memory_bandwidth / 1e9);
+  std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
+  for (const auto& [op, r] : result.residuals) {
+    std::printf("  %-16s %3d groups  %8.1f / %8.1f us   %5.2f%% / %5.2f%%\n", op.c_str(), r.count, r.rms_s * 1e6,
+                r.max_s * 1e6, 100 * r.rms_rel, 100 * r.max_rel);
+  }
+  std::printf("steps        measured -> calibrated simulation:\n");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    std::printf("  %-44s %9.4f s -> %9.4f s  %+6.2f%%  (%s)\n", runs[i].describe().c_str(), runs[i].step_time_s, predicted[i],
+                100 * (predicted[i] / runs[i].step_time_s - 1), engines[i].c_str());
+  }
+  for (const auto& n : result.notes) std::printf("note         %s\n", n.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Run add_calibrate_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("calibrate", "Fit measured traces into a calibrated hardware profile (YAML)");
+  cmd->add_option("traces", o->traces, "Measured traces (pipetwin run --trace)");
+  cmd->add_option("--hardware", o->hardware, "Base hardware (preset or YAML) the fit starts from")->capture_default_str();
+  cmd->add_option("--out", o->out, "The calibrated hardware file to write (atomically)")->required();
+  cmd->add_flag("--microbench", o->microbench,
+                "Also run short configurations through pipetwin run (one and two ranks, several micro-batch sizes, "
+                "recompute) and fit their traces too");
+  cmd->add_option("--model", o->model, "Model spec for --microbench (default: the traces' model)");
+  cmd->add_option("--microbench-dir", o->microbench_dir, "Where --microbench writes its traces (default: OUT.microbench)");
+  cmd->add_option("--threads", o->threads, "Intra-op threads per rank in --microbench (default: the traces')")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--steps", o->steps, "Steps per --microbench run")->check(CLI::Range(2, 1000))->capture_default_str();
+  cmd->add_option("--engine", o->engine, "Engine of the replay of each traced configuration")
+      ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Machine-readable summary");
+  return [o] { return run(*o); };
+}
+
+}  // namespace pipetwin::cli
