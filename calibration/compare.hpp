@@ -1,0 +1,80 @@
+// Predicted against measured: how far one step's predicted timeline (sim/,
+// `pipetwin simulate --trace`) is from the measured one (exec/, `pipetwin run
+// --trace`), or any two traces of the same configuration. Actions are matched
+// one to one by (rank, op, stage, micro-batch); the report gives the errors of
+// the step time, the bubble, each rank's busy time, each kind of action's
+// durations, the largest single mispredictions, and the peak stashed memory
+// of every stage. Every error is predicted - measured, relative ones are
+// divided by the measured value, so a trace compared with itself is exactly 0.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "schedule/trace.hpp"
+
+namespace pipetwin::calibration {
+
+// One quantity, predicted and measured.
+struct Delta {
+  double predicted = 0;
+  double measured = 0;
+  double error() const { return predicted - measured; }
+  // error / measured; 0 when both are 0; none when only the measured one is 0.
+  std::optional<double> relative() const;
+};
+
+// The durations of one kind of action: F, B, I, W, R, STEP, REDUCE_GRAD,
+// "sends" (SEND_F and SEND_B) or "receives" (RECV_F and RECV_B).
+struct OpKindErrors {
+  std::string kind;
+  int actions = 0;
+  Delta total_s;                                  // summed durations
+  std::optional<double> median_relative_error;    // of the per-action relative errors
+  std::optional<double> median_abs_relative_error;
+  int without_relative = 0;  // actions measured at 0 s but predicted longer (no relative error)
+};
+
+// One matched action, as each trace has it.
+struct MatchedAction {
+  int rank = 0;
+  schedule::Action action;
+  double predicted_start = 0, predicted_end = 0;
+  double measured_start = 0, measured_end = 0;
+  double duration_error() const { return (predicted_end - predicted_start) - (measured_end - measured_start); }
+  double start_error() const { return predicted_start - measured_start; }
+};
+
+struct Comparison {
+  std::string predicted_file, measured_file;
+  nlohmann::json configuration;  // the shared fields (model, schedule, K, V, M, ...) that were checked
+  int matched_actions = 0;
+  Delta step_time_s;
+  Delta bubble_fraction;  // its error in points is 100 * error()
+  std::vector<Delta> busy_s_per_rank;
+  std::vector<OpKindErrors> op_kinds;
+  std::optional<MatchedAction> largest_duration_error, largest_start_error;
+  // Peak stashed bytes per stage. Each trace gives the value it records:
+  // measured.stages[].peak_stash_bytes when it was measured, otherwise the IR's
+  // predicted_stash_bytes_per_stage. Empty, with `stash_note` saying which
+  // file lacks them, when either records neither.
+  std::vector<Delta> stash_bytes_per_stage;
+  std::string stash_predicted_source, stash_measured_source, stash_note;
+
+  nlohmann::json to_json() const;
+  std::string to_text() const;
+};
+
+// The configuration fields two traces must share, in otherData.
+const std::vector<std::string>& configuration_fields();
+
+// Throws pipetwin::Error naming the file and the otherData field where the two
+// traces describe different configurations, or the file, rank and action
+// where their actions do not match one to one.
+Comparison compare(const schedule::Trace& predicted, const std::string& predicted_file,
+                   const schedule::Trace& measured, const std::string& measured_file);
+Comparison compare_files(const std::string& predicted_file, const std::string& measured_file);
+
+}  // namespace pipetwin::calibration
