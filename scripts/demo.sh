@@ -23,7 +23,7 @@ echo
 echo "== 2. partition and simulate examples/transformer-small.yaml on 4 x A100"
 "$PIPETWIN" partition --model examples/transformer-small.yaml --hardware a100 --ranks 4 --schedule 1f1b --microbatches 8
 "$PIPETWIN" simulate --model examples/transformer-small.yaml --hardware a100 --schedule 1f1b --ranks 4 \
-  --microbatches 8 --batch 32 --trace "$OUT/transformer-small_1f1b_k4_m8.trace.json"
+  --microbatches 8 --batch 32 --engine simgrid --trace "$OUT/transformer-small_1f1b_k4_m8.trace.json"
 
 echo
 echo "== 3. sweep"
