@@ -1,0 +1,390 @@
+"""Shared helpers of the plots/ scripts: reading the files the pipetwin CLI
+writes (Chrome traces, run/simulate JSON summaries, sweep CSVs), the colours
+of the action kinds, clear one-line errors, and atomic output (every file is
+written to a temporary in its folder and renamed, so none is ever half written).
+
+Nothing here imports pyplot: the scripts select the Agg backend first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+
+# --- errors -----------------------------------------------------------------
+
+
+class PlotError(Exception):
+    """Bad or missing input: one line, naming the file."""
+
+
+def prog_name(script: str) -> str:
+    return os.environ.get("PIPETWIN_PLOT_PROG") or os.path.basename(script)
+
+
+def run_main(script: str, main) -> None:
+    """Runs main(argv); a PlotError becomes one line on stderr and exit 1."""
+    try:
+        main(sys.argv[1:])
+    except PlotError as e:
+        print(f"{prog_name(script)}: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def parser(script: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog_name(script), description=description)
+    p.add_argument("--out", "-o", required=True, help="output prefix: writes PREFIX.png and PREFIX.svg")
+    p.add_argument("--title", help="replace the figure's title")
+    return p
+
+
+# --- reading files ----------------------------------------------------------
+
+
+def load_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise PlotError(f"{path}: no such file") from None
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlotError(f"{path}: not JSON (invalid or truncated at line {e.lineno}: {e.msg})") from None
+    if not isinstance(doc, dict):
+        raise PlotError(f"{path}: expected a JSON object (a trace or a pipetwin summary)")
+    return doc
+
+
+OPS = ("F", "B", "I", "W", "R", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP")
+COMPUTE_OPS = ("F", "B", "I", "W", "R")  # what counts as busy, as in schedule::Timeline::busy
+_ACTION = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|STEP|F|B|I|W|R)(\d*)$")
+
+
+@dataclass(frozen=True)
+class Action:
+    rank: int
+    op: str
+    stage: int
+    microbatch: int | None
+    start: float  # seconds
+    duration: float  # seconds
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    @property
+    def name(self) -> str:
+        return f"{self.stage}{self.op}{'' if self.microbatch is None else self.microbatch}"
+
+
+@dataclass
+class Trace:
+    path: str
+    meta: dict  # otherData
+    actions: list[Action]
+
+    @property
+    def ranks(self) -> int:
+        return 1 + max((a.rank for a in self.actions), default=-1)
+
+    def step_time(self) -> float:
+        """The makespan, as schedule::Timeline::makespan: the last end."""
+        return max((a.end for a in self.actions), default=0.0)
+
+    def busy(self, rank: int) -> float:
+        return sum(a.duration for a in self.actions if a.rank == rank and a.op in COMPUTE_OPS)
+
+    def bubble(self) -> float:
+        """Mean idle share of the ranks, as schedule::Timeline::bubble_fraction."""
+        span, k = self.step_time(), self.ranks
+        if k == 0 or span <= 0:
+            return 0.0
+        return sum(1.0 - self.busy(r) / span for r in range(k)) / k
+
+
+def parse_trace(doc: dict, path: str) -> Trace:
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise PlotError(f"{path}: not a Chrome trace (no 'traceEvents' list)")
+    meta = doc.get("otherData")
+    if not isinstance(meta, dict):
+        meta = {}
+    actions = []
+    for i, e in enumerate(events):
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        where = f"{path}: traceEvents[{i}]"
+        name, pid, ts, dur = e.get("name"), e.get("pid"), e.get("ts"), e.get("dur")
+        if not isinstance(pid, int) or pid < 0:
+            raise PlotError(f"{where}: field 'pid' must be a rank (a non-negative integer)")
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+            raise PlotError(f"{where}: fields 'ts' and 'dur' must be numbers, 'dur' not negative")
+        m = _ACTION.match(name) if isinstance(name, str) else None
+        if not m:
+            raise PlotError(f"{where}: field 'name' must be an action such as 1F3, got {name!r}")
+        actions.append(Action(pid, m.group(2), int(m.group(1)), int(m.group(3)) if m.group(3) else None,
+                              ts / 1e6, dur / 1e6))
+    if not actions:
+        raise PlotError(f"{path}: the trace holds no action (no \"ph\":\"X\" event)")
+    return Trace(path, meta, actions)
+
+
+def load_trace(path: str) -> Trace:
+    return parse_trace(load_json(path), path)
+
+
+def load_summary(path: str) -> dict:
+    """A trace's otherData or a `simulate/run --json` (or run --summary) document,
+    as one dict holding the configuration, 'summary' and, if measured, 'measured'.
+    A trace's actions are kept under '_trace'."""
+    doc = load_json(path)
+    if "traceEvents" in doc:
+        trace = parse_trace(doc, path)
+        meta = dict(trace.meta)
+        meta["_trace"] = trace
+        return meta
+    if "summary" not in doc:
+        raise PlotError(f"{path}: neither a trace nor a pipetwin summary (no 'traceEvents', no 'summary')")
+    return doc
+
+
+# The fields two files must share to describe the same configuration
+# (calibration/compare.cpp checks the same ones).
+CONFIG_FIELDS = ("model", "schedule", "ranks", "stages_per_rank", "microbatches", "microbatch_size", "recompute",
+                 "partition")
+
+
+def check_same_configuration(a: dict, a_path: str, b: dict, b_path: str) -> None:
+    for field in CONFIG_FIELDS:
+        if field not in a and field not in b:
+            continue
+        if field not in a or field not in b:
+            lacking, having = (a_path, b_path) if field not in a else (b_path, a_path)
+            raise PlotError(f"{lacking}: no field '{field}' ({having} has it): "
+                            "cannot check that the files describe the same configuration")
+        if a[field] != b[field]:
+            raise PlotError(f"{b_path}: field '{field}' is {json.dumps(b[field])} but {a_path} has "
+                            f"{json.dumps(a[field])}: the files describe different configurations")
+
+
+# Sweep CSV (cli/cmd_sweep.cpp).
+SWEEP_COLUMNS = ("schedule", "recompute", "ranks", "virtual", "microbatches", "batch", "status", "step_time_s",
+                 "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb", "engine", "reason")
+
+
+def load_sweep(path: str) -> list[dict]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            missing = [c for c in SWEEP_COLUMNS if c not in header]
+            if missing:
+                raise PlotError(f"{path}: not a sweep CSV (no column '{missing[0]}'; "
+                                "expected the header pipetwin sweep writes)")
+            rows = []
+            for line, raw in enumerate(reader, start=2):
+                row = dict(raw)
+                try:
+                    for c in ("ranks", "virtual", "microbatches"):
+                        row[c] = int(raw[c])
+                    row["batch"] = float(raw["batch"])
+                    for c in ("step_time_s", "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb"):
+                        row[c] = float(raw[c]) if raw[c] not in ("", None) else None
+                except (TypeError, ValueError):
+                    raise PlotError(f"{path}:{line}: not a sweep row (a number field does not parse)") from None
+                row["microbatch_size"] = row["batch"] / row["microbatches"]
+                row["_line"] = line
+                rows.append(row)
+    except FileNotFoundError:
+        raise PlotError(f"{path}: no such file") from None
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror})") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise PlotError(f"{path}: not a sweep CSV ({e})") from None
+    if not rows:
+        raise PlotError(f"{path}: the sweep holds no row")
+    return rows
+
+
+@dataclass
+class Selection:
+    schedule: str
+    recompute: str
+    microbatch_size: float
+    rows: list[dict]
+
+    def describe(self) -> str:
+        return f"{self.schedule}, recompute {self.recompute}, micro-batch size {self.microbatch_size:g}"
+
+
+def select_rows(rows: list[dict], path: str, schedule: str | None = None, recompute: str | None = None,
+                microbatch_size: float | None = None) -> Selection:
+    """One schedule x recompute x micro-batch size of a sweep (by default the
+    first of each in the file), with one row per (K, M)."""
+    def pick(column, wanted, pool):
+        present = list(dict.fromkeys(r[column] for r in pool))
+        if wanted is None:
+            return present[0]
+        if wanted not in present:
+            shown = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in present)
+            raise PlotError(f"{path}: no row with {column} {wanted:g} (it holds {shown})" if isinstance(wanted, float)
+                            else f"{path}: no row with {column} '{wanted}' (it holds {shown})")
+        return wanted
+
+    s = pick("schedule", schedule, rows)
+    pool = [r for r in rows if r["schedule"] == s]
+    rc = pick("recompute", recompute, pool)
+    pool = [r for r in pool if r["recompute"] == rc]
+    b = pick("microbatch_size", None if microbatch_size is None else float(microbatch_size), pool)
+    pool = [r for r in pool if r["microbatch_size"] == b]
+    seen = {}
+    for r in pool:
+        key = (r["ranks"], r["microbatches"])
+        if key in seen:
+            raise PlotError(f"{path}:{r['_line']}: a second row for {s} K={key[0]} M={key[1]} "
+                            f"(first at line {seen[key]})")
+        seen[key] = r["_line"]
+    return Selection(s, rc, b, pool)
+
+
+def analytic_bubble(k: int, m: int) -> float:
+    """The fill-drain bubble of GPipe and 1F1B: (K-1)/(M+K-1)."""
+    return (k - 1) / (m + k - 1)
+
+
+# --- drawing ----------------------------------------------------------------
+
+# Okabe-Ito (colour-blind safe) for compute; light tints for transfers.
+OP_COLORS = {
+    "F": "#0072B2",
+    "B": "#D55E00",
+    "I": "#E69F00",
+    "W": "#CC79A7",
+    "R": "#009E73",
+    "STEP": "#333333",
+    "REDUCE_GRAD": "#56B4E9",
+    "SEND_F": "#9ecae1",
+    "RECV_F": "#9ecae1",
+    "SEND_B": "#f4a582",
+    "RECV_B": "#f4a582",
+}
+OP_LABELS = {
+    "F": "F forward",
+    "B": "B backward",
+    "I": "I input grad",
+    "W": "W weight grad",
+    "R": "R recompute",
+    "STEP": "optimizer step",
+    "REDUCE_GRAD": "grad all-reduce",
+    "SEND_F": "send/recv activations",
+    "SEND_B": "send/recv gradients",
+}
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """A scale and its unit so that `seconds` reads as a number from 1 to 1000."""
+    if seconds >= 1:
+        return 1.0, "s"
+    if seconds >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def fmt_time(seconds: float) -> str:
+    scale, unit = time_unit(seconds)
+    return f"{seconds * scale:.3g} {unit}"
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def describe_config(meta: dict) -> str:
+    """'transformer-small, 1f1b, K=2 M=8, micro-batch 4' from a trace's otherData."""
+    parts = []
+    if "model" in meta:
+        parts.append(str(meta["model"]))
+    if "schedule" in meta:
+        parts.append(str(meta["schedule"]))
+    shape = []
+    if "ranks" in meta:
+        shape.append(f"K={meta['ranks']}")
+    if meta.get("stages_per_rank", 1) != 1:
+        shape.append(f"V={meta['stages_per_rank']}")
+    if "microbatches" in meta:
+        shape.append(f"M={meta['microbatches']}")
+    if shape:
+        parts.append(" ".join(shape))
+    if "microbatch_size" in meta:
+        parts.append(f"micro-batch {meta['microbatch_size']}")
+    if meta.get("recompute") not in (None, "none"):
+        parts.append(f"recompute {meta['recompute']}")
+    return ", ".join(parts)
+
+
+def _check_out(prefix: str) -> str:
+    folder = os.path.dirname(os.path.abspath(prefix))
+    if not os.path.isdir(folder):
+        raise PlotError(f"{prefix}: the output folder {folder} does not exist")
+    return folder
+
+
+def _atomic(path: str, write) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    _check_out(path)
+
+    def w(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    _atomic(path, w)
+
+
+def save_figure(fig, prefix: str) -> list[str]:
+    """Writes PREFIX.png and PREFIX.svg, each through a temporary and a rename."""
+    _check_out(prefix)
+    written = []
+    for ext, opts in (("png", {"dpi": 150}), ("svg", {})):
+        path = f"{prefix}.{ext}"
+        _atomic(path, lambda tmp: fig.savefig(tmp, format=ext, bbox_inches="tight", **opts))
+        written.append(path)
+    return written
+
+
+def setup_matplotlib():
+    """Headless pyplot (Agg), whatever the environment asks for."""
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.titlesize": 10, "svg.hashsalt": "pipetwin"})
+    return plt
+
+
+def finite(x) -> bool:
+    return x is not None and math.isfinite(x)
