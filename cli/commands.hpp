@@ -19,6 +19,8 @@ Run add_simulate_command(CLI::App& app);
 Run add_sweep_command(CLI::App& app);
 Run add_run_command(CLI::App& app);
 Run add_calibrate_command(CLI::App& app);
+Run add_compare_command(CLI::App& app);
+Run add_plot_command(CLI::App& app);
 
 // The process's own arguments (main's argv), for commands that start copies of it.
 void set_command_line(int argc, char** argv);

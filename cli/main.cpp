@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   add(pipetwin::cli::add_run_command);
   add(pipetwin::cli::add_calibrate_command);
   add(pipetwin::cli::add_info_command);
+  add(pipetwin::cli::add_compare_command);
+  add(pipetwin::cli::add_plot_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
