@@ -1,0 +1,288 @@
+// pipetwin compare: the library function on hand-made traces with known
+// errors, and the command on traces that `pipetwin simulate` writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "calibration/compare.hpp"
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+#include "schedule/trace.hpp"
+
+namespace {
+
+using pipetwin::calibration::compare;
+using pipetwin::calibration::Comparison;
+using pipetwin::schedule::parse_action;
+using pipetwin::schedule::TimedAction;
+using pipetwin::schedule::Trace;
+using nlohmann::json;
+
+json configuration() {
+  return {{"model", "transformer-small"}, {"schedule", "1f1b"},         {"ranks", 2},
+          {"stages_per_rank", 1},          {"microbatches", 1},           {"microbatch_size", 4},
+          {"recompute", "none"},           {"partition", {{0, 3}, {3, 6}}}};
+}
+
+Trace make(const std::vector<std::vector<std::tuple<const char*, double, double>>>& ranks, json meta) {
+  Trace t;
+  t.metadata = std::move(meta);
+  for (const auto& rank : ranks) {
+    t.timeline.ranks.emplace_back();
+    for (const auto& [name, start, end] : rank) t.timeline.ranks.back().push_back({parse_action(name), start, end});
+  }
+  return t;
+}
+
+// K=2, M=1: the predicted step and a measured one whose every difference is known.
+Trace predicted() {
+  auto meta = configuration();
+  meta["predicted_stash_bytes_per_stage"] = {100.0, 50.0};
+  return make({{{"0F0", 0, 1}, {"0SEND_F0", 1, 1}, {"0RECV_B0", 1, 4}, {"0B0", 4, 6}, {"0STEP", 6, 6.5}},
+               {{"1RECV_F0", 0, 1}, {"1F0", 1, 2}, {"1B0", 2, 4}, {"1SEND_B0", 4, 4}, {"1STEP", 4, 4.5}}},
+              meta);
+}
+
+Trace measured() {
+  auto meta = configuration();
+  meta["predicted_stash_bytes_per_stage"] = {100.0, 50.0};  // run traces carry both; the measured value wins
+  meta["measured"] = {{"stages", {{{"stage", 0}, {"peak_stash_bytes", 110.0}}, {{"stage", 1}, {"peak_stash_bytes", 50.0}}}}};
+  return make({{{"0F0", 0, 2}, {"0SEND_F0", 2, 2.5}, {"0RECV_B0", 2.5, 6}, {"0B0", 6, 8}, {"0STEP", 8.2, 9.2}},
+               {{"1RECV_F0", 0, 2.5}, {"1F0", 2.5, 3.5}, {"1B0", 3.5, 6}, {"1SEND_B0", 6, 6}, {"1STEP", 6, 6.5}}},
+              meta);
+}
+
+std::string error_of(const Trace& p, const Trace& m) {
+  try {
+    compare(p, "p.json", m, "m.json");
+  } catch (const pipetwin::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void expect_zero(const pipetwin::calibration::Delta& d) {
+  EXPECT_EQ(d.error(), 0.0);
+  ASSERT_TRUE(d.relative().has_value());
+  EXPECT_EQ(*d.relative(), 0.0);
+}
+
+void expect_self_compare_is_zero(const Comparison& c) {
+  expect_zero(c.step_time_s);
+  EXPECT_EQ(c.bubble_fraction.error(), 0.0);
+  for (const auto& d : c.busy_s_per_rank) expect_zero(d);
+  ASSERT_FALSE(c.op_kinds.empty());
+  for (const auto& k : c.op_kinds) {
+    expect_zero(k.total_s);
+    EXPECT_EQ(k.median_relative_error.value_or(1), 0.0) << k.kind;
+    EXPECT_EQ(k.median_abs_relative_error.value_or(1), 0.0) << k.kind;
+    EXPECT_EQ(k.without_relative, 0) << k.kind;
+  }
+  ASSERT_TRUE(c.largest_duration_error && c.largest_start_error);
+  EXPECT_EQ(c.largest_duration_error->duration_error(), 0.0);
+  EXPECT_EQ(c.largest_start_error->start_error(), 0.0);
+  ASSERT_FALSE(c.stash_bytes_per_stage.empty());
+  for (const auto& d : c.stash_bytes_per_stage) expect_zero(d);
+}
+
+}  // namespace
+
+TEST(Compare, ATraceAgainstItselfIsExactlyZeroEverywhere) {
+  for (const auto& t : {predicted(), measured()}) {
+    const auto c = compare(t, "a.json", t, "a.json");
+    EXPECT_EQ(c.matched_actions, 10);
+    expect_self_compare_is_zero(c);
+    // and so is every number of the JSON report
+    const auto j = c.to_json();
+    EXPECT_EQ(j["step_time_s"]["error"], 0.0);
+    EXPECT_EQ(j["bubble_fraction"]["error_points"], 0.0);
+    for (const auto& k : j["op_kinds"]) EXPECT_EQ(k["total_relative_error"], 0.0);
+    for (const auto& s : j["stash_bytes_per_stage"]["stages"]) EXPECT_EQ(s["relative_error"], 0.0);
+  }
+}
+
+TEST(Compare, AHandMadePairGivesTheExpectedErrors) {
+  const auto c = compare(predicted(), "p.json", measured(), "m.json");
+  EXPECT_EQ(c.matched_actions, 10);
+  EXPECT_DOUBLE_EQ(c.step_time_s.predicted, 6.5);
+  EXPECT_DOUBLE_EQ(c.step_time_s.measured, 9.2);
+  EXPECT_DOUBLE_EQ(c.step_time_s.error(), -2.7);
+  EXPECT_DOUBLE_EQ(*c.step_time_s.relative(), -2.7 / 9.2);
+  EXPECT_DOUBLE_EQ(c.bubble_fraction.predicted, 1 - 3 / 6.5);
+  EXPECT_DOUBLE_EQ(c.bubble_fraction.measured, 1 - 3.75 / 9.2);
+  ASSERT_EQ(c.busy_s_per_rank.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.busy_s_per_rank[0].error(), 3 - 4.0);
+  EXPECT_DOUBLE_EQ(c.busy_s_per_rank[1].error(), 3 - 3.5);
+
+  std::map<std::string, pipetwin::calibration::OpKindErrors> kinds;
+  for (const auto& k : c.op_kinds) kinds[k.kind] = k;
+  ASSERT_EQ(c.op_kinds.size(), 5u);  // F B STEP sends receives, in that order
+  EXPECT_EQ(c.op_kinds[0].kind, "F");
+  EXPECT_EQ(c.op_kinds[4].kind, "receives");
+  EXPECT_DOUBLE_EQ(*kinds["F"].median_relative_error, -0.25);  // -0.5 and 0
+  EXPECT_DOUBLE_EQ(*kinds["F"].median_abs_relative_error, 0.25);
+  EXPECT_DOUBLE_EQ(*kinds["F"].total_s.relative(), (2 - 3.0) / 3);
+  EXPECT_DOUBLE_EQ(*kinds["B"].median_relative_error, -0.1);  // 0 and -0.2
+  EXPECT_DOUBLE_EQ(*kinds["B"].total_s.relative(), (4 - 4.5) / 4.5);
+  EXPECT_DOUBLE_EQ(*kinds["STEP"].median_relative_error, -0.25);
+  EXPECT_DOUBLE_EQ(*kinds["STEP"].total_s.relative(), (1 - 1.5) / 1.5);
+  EXPECT_DOUBLE_EQ(*kinds["sends"].median_relative_error, -0.5);  // -1 (0 s against 0.5 s) and 0 (0 s both)
+  EXPECT_DOUBLE_EQ(*kinds["sends"].total_s.relative(), -1.0);
+  EXPECT_DOUBLE_EQ(*kinds["receives"].median_relative_error, (-0.5 / 3.5 + -1.5 / 2.5) / 2);
+  EXPECT_EQ(kinds["receives"].actions, 2);
+
+  ASSERT_TRUE(c.largest_duration_error);
+  EXPECT_EQ(c.largest_duration_error->rank, 1);
+  EXPECT_EQ(pipetwin::schedule::to_string(c.largest_duration_error->action), "1RECV_F0");
+  EXPECT_DOUBLE_EQ(c.largest_duration_error->duration_error(), -1.5);
+  ASSERT_TRUE(c.largest_start_error);
+  EXPECT_EQ(c.largest_start_error->rank, 0);
+  EXPECT_EQ(pipetwin::schedule::to_string(c.largest_start_error->action), "0STEP");
+  EXPECT_DOUBLE_EQ(c.largest_start_error->start_error(), -2.2);
+
+  ASSERT_EQ(c.stash_bytes_per_stage.size(), 2u);
+  EXPECT_EQ(c.stash_predicted_source, "predicted_stash_bytes_per_stage");
+  EXPECT_EQ(c.stash_measured_source, "measured.stages[].peak_stash_bytes");
+  EXPECT_DOUBLE_EQ(c.stash_bytes_per_stage[0].error(), -10);
+  EXPECT_DOUBLE_EQ(*c.stash_bytes_per_stage[0].relative(), -10.0 / 110);
+  EXPECT_DOUBLE_EQ(*c.stash_bytes_per_stage[1].relative(), 0.0);
+
+  const auto text = c.to_text();
+  EXPECT_TRUE(has(text, "step time    predicted 6.5 s, measured 9.2 s: error -2.7 s (-29.35%)")) << text;
+  EXPECT_TRUE(has(text, "duration error: rank 1 1RECV_F0")) << text;
+  EXPECT_TRUE(has(text, "start error: rank 0 0STEP")) << text;
+  EXPECT_TRUE(has(text, "stage 0: 100 B / 110 B: -10 B (-9.09%)")) << text;
+  EXPECT_TRUE(has(text, "config       transformer-small, 1f1b, K=2 V=1 M=1, micro-batch 4, recompute none, partition [[0,3],[3,6]]")) << text;
+}
+
+TEST(Compare, ADifferentConfigurationIsRefusedNamingTheFileAndField) {
+  for (const auto& field : pipetwin::calibration::configuration_fields()) {
+    auto m = measured();
+    m.metadata[field] = field == "partition" ? json{{0, 2}, {2, 6}} : json("other");
+    const auto e = error_of(predicted(), m);
+    EXPECT_TRUE(has(e, "m.json: otherData field '" + field + "'")) << e;
+    EXPECT_TRUE(has(e, "different configurations")) << e;
+    auto lacking = measured();
+    lacking.metadata.erase(field);
+    const auto e2 = error_of(predicted(), lacking);
+    EXPECT_TRUE(has(e2, "m.json: otherData has no field '" + field + "' (p.json has")) << e2;
+  }
+}
+
+TEST(Compare, ActionsThatDoNotMatchOneToOneAreRefusedNamingRankAndAction) {
+  auto m = measured();
+  m.timeline.ranks[1].erase(m.timeline.ranks[1].begin() + 1);  // 1F0
+  auto e = error_of(predicted(), m);
+  EXPECT_TRUE(has(e, "m.json: rank 1 has no action 1F0 (p.json's rank 1 has it)")) << e;
+
+  m = measured();
+  m.timeline.ranks[0].push_back({parse_action("0F1"), 9, 10});
+  e = error_of(predicted(), m);
+  EXPECT_TRUE(has(e, "p.json: rank 0 has no action 0F1 (m.json's rank 0 has it)")) << e;
+
+  m = measured();
+  m.timeline.ranks[1].push_back(m.timeline.ranks[1].front());
+  e = error_of(predicted(), m);
+  EXPECT_TRUE(has(e, "m.json: rank 1 holds action 1RECV_F0 twice")) << e;
+
+  m = measured();
+  m.timeline.ranks.pop_back();  // a rank missing
+  e = error_of(predicted(), m);
+  EXPECT_TRUE(has(e, "m.json: rank 1 has no action 1RECV_F0")) << e;
+
+  e = error_of(predicted(), Trace{{}, configuration(), {}});
+  EXPECT_TRUE(has(e, "m.json: no actions")) << e;
+}
+
+TEST(Compare, ATraceWithoutStashBytesIsSaidSo) {
+  auto m = measured();
+  m.metadata.erase("measured");
+  m.metadata.erase("predicted_stash_bytes_per_stage");
+  const auto c = compare(predicted(), "p.json", m, "m.json");
+  EXPECT_TRUE(c.stash_bytes_per_stage.empty());
+  EXPECT_TRUE(has(c.stash_note, "m.json records no stash bytes per stage")) << c.stash_note;
+  EXPECT_TRUE(has(c.to_text(), "stash        m.json records no stash bytes")) << c.to_text();
+  EXPECT_TRUE(c.to_json()["stash_bytes_per_stage"].contains("missing"));
+}
+
+// ---- the command ------------------------------------------------------------
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(PIPETWIN_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CompareCommand : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / ("pipetwin_compare_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    const std::string common = " --model " PIPETWIN_EXAMPLES_DIR "/transformer-small.yaml --hardware cpu -s 1f1b -k 2 --batch 8";
+    ASSERT_EQ(run("simulate" + common + " -m 4 --trace " + path("p.json")).code, 0);
+    ASSERT_EQ(run("simulate" + common + " -m 8 --trace " + path("p8.json")).code, 0);
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+  static std::filesystem::path dir_;
+};
+std::filesystem::path CompareCommand::dir_;
+
+}  // namespace
+
+TEST_F(CompareCommand, ASimulatedTraceAgainstItselfReportsZero) {
+  const auto r = run("compare --json " + path("p.json") + " " + path("p.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  EXPECT_EQ(j["step_time_s"]["error"], 0.0);
+  EXPECT_EQ(j["step_time_s"]["relative_error"], 0.0);
+  EXPECT_EQ(j["bubble_fraction"]["error_points"], 0.0);
+  EXPECT_GT(j["matched_actions"].get<int>(), 20);
+  for (const auto& k : j["op_kinds"]) {
+    EXPECT_EQ(k["total_relative_error"], 0.0) << k;
+    EXPECT_EQ(k["median_relative_error"], 0.0) << k;
+  }
+  EXPECT_EQ(j["largest_duration_error"]["duration_error_s"], 0.0);
+  ASSERT_EQ(j["stash_bytes_per_stage"]["stages"].size(), 2u);
+  for (const auto& s : j["stash_bytes_per_stage"]["stages"]) EXPECT_EQ(s["error"], 0.0);
+  EXPECT_EQ(j["configuration"]["schedule"], "1f1b");
+
+  const auto text = run("compare " + path("p.json") + " " + path("p.json"));
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_TRUE(has(text.out, "(+0.00%)")) << text.out;
+  EXPECT_TRUE(has(text.out, "error +0.00 points")) << text.out;
+}
+
+TEST_F(CompareCommand, MismatchedTracesExitWithOneLineNamingFileAndField) {
+  const auto r = run("compare " + path("p.json") + " " + path("p8.json"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "pipetwin: error: " + path("p8.json") + ": otherData field 'microbatches' is 8 but " +
+                             path("p.json") + " has 4"))
+      << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
+  const auto missing = run("compare " + path("p.json") + " " + path("nothing.json"));
+  EXPECT_EQ(missing.code, 1) << missing.out;
+  EXPECT_TRUE(has(missing.out, path("nothing.json"))) << missing.out;
+}
