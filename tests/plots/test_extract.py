@@ -1,0 +1,182 @@
+"""Unit tests of the plots' data extraction: the closed-form bubble, the
+speed-up normalisation, the Gantt bars' positions, sweep selection, and the
+one-line errors for missing or mismatched inputs. No figure is drawn here."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plots"))
+import bubble  # noqa: E402
+import common  # noqa: E402
+import gantt  # noqa: E402
+import heatmap  # noqa: E402
+import memory  # noqa: E402
+import speedup  # noqa: E402
+
+HEADER = ",".join(common.SWEEP_COLUMNS)
+
+
+def trace_doc(events, meta=None):
+    return {"traceEvents": [{"ph": "X", "name": n, "pid": p, "tid": 0, "ts": ts, "dur": d} for n, p, ts, d in events],
+            "otherData": meta or {}}
+
+
+class Files(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(text))
+        return path
+
+    def sweep(self, rows):
+        return self.write("s.csv", HEADER + "\n" + "\n".join(rows) + "\n")
+
+
+class ClosedForm(unittest.TestCase):
+    def test_bubble_closed_form(self):
+        self.assertEqual(common.analytic_bubble(1, 8), 0.0)
+        self.assertAlmostEqual(common.analytic_bubble(4, 8), 3 / 11)
+        self.assertAlmostEqual(common.analytic_bubble(2, 1), 0.5)
+        self.assertEqual(bubble.analytic_series(4, [8, 1, 8]), [(1, 0.75), (8, 3 / 11)])
+
+
+class Gantt(Files):
+    def test_bars_sit_where_the_trace_puts_them(self):
+        doc = trace_doc([("0F0", 0, 0, 1000), ("0SEND_F0", 0, 1000, 0), ("1RECV_F0", 1, 0, 1500),
+                         ("1F0", 1, 1500, 2000), ("1STEP", 1, 3500, 500)])
+        trace = common.parse_trace(doc, "t.json")
+        bars = {(b.rank, b.kind): b for b in gantt.gantt_bars(trace)}
+        f = bars[(0, "F")]
+        self.assertEqual((f.lane, f.start, f.duration, f.label), ("compute", 0.0, 1e-3, "0"))
+        self.assertAlmostEqual(f.y, 0 + gantt.LANES["compute"][0])
+        r = bars[(1, "RECV_F")]
+        self.assertEqual((r.lane, r.start, r.duration), ("recv", 0.0, 1.5e-3))
+        self.assertAlmostEqual(r.y, 1 + gantt.LANES["recv"][0])
+        self.assertEqual(bars[(0, "SEND_F")].lane, "send")
+        self.assertEqual(bars[(1, "STEP")].label, "S")
+        # lanes of one rank do not overlap and stay inside the rank's unit of height
+        spans = sorted(gantt.LANES.values())
+        for (y0, h), (y1, _) in zip(spans, spans[1:]):
+            self.assertLessEqual(y0 + h, y1)
+        self.assertLessEqual(spans[-1][0] + spans[-1][1], 1.0)
+        # step time and bubble as schedule::Timeline computes them
+        self.assertAlmostEqual(trace.step_time(), 4e-3)
+        self.assertAlmostEqual(trace.bubble(), ((1 - 1 / 4) + (1 - 2 / 4)) / 2)
+
+    def test_bad_traces_name_the_file(self):
+        with self.assertRaisesRegex(common.PlotError, r"^t.json: traceEvents\[0\]: field 'name'"):
+            common.parse_trace(trace_doc([("zz", 0, 0, 1)]), "t.json")
+        with self.assertRaisesRegex(common.PlotError, r"^t.json: not a Chrome trace"):
+            common.parse_trace({"x": 1}, "t.json")
+        with self.assertRaisesRegex(common.PlotError, r"missing.json: no such file"):
+            common.load_trace(os.path.join(self.dir.name, "missing.json"))
+        bad = self.write("bad.json", '{"traceEvents": [')
+        with self.assertRaisesRegex(common.PlotError, "bad.json: not JSON"):
+            common.load_trace(bad)
+
+    def test_configurations_must_match(self):
+        a = {"model": "m", "schedule": "1f1b", "ranks": 2, "microbatches": 4}
+        common.check_same_configuration(a, "a.json", dict(a), "b.json")
+        with self.assertRaisesRegex(common.PlotError, "^b.json: field 'microbatches' is 8 but a.json has 4"):
+            common.check_same_configuration(a, "a.json", dict(a, microbatches=8), "b.json")
+        b = dict(a)
+        del b["schedule"]
+        with self.assertRaisesRegex(common.PlotError, "^b.json: no field 'schedule'"):
+            common.check_same_configuration(a, "a.json", b, "b.json")
+
+
+class Sweep(Files):
+    ROWS = [
+        "gpipe,none,2,1,1,1,ok,1.0,10,0.5,1.0,fast,",
+        "gpipe,none,2,1,4,4,ok,2.0,20,0.2,1.0,fast,",
+        "gpipe,none,4,1,1,1,ok,0.5,12,0.75,1.0,fast,",
+        "gpipe,none,4,1,4,4,oom,,,,,,\"stage 0 needs 20 GB of 16 GB\"",
+        "gpipe,none,8,1,4,4,error,,,,,,partition: cannot cut",
+        "1f1b,none,2,1,1,1,ok,1.0,11,0.5,1.0,fast,",
+        "gpipe,none,2,1,1,2,ok,1.0,40,0.5,1.0,fast,",  # micro-batch size 2
+    ]
+
+    def test_selection_defaults_to_the_first_of_each(self):
+        rows = common.load_sweep(self.sweep(self.ROWS))
+        sel = common.select_rows(rows, "s.csv")
+        self.assertEqual((sel.schedule, sel.recompute, sel.microbatch_size), ("gpipe", "none", 1.0))
+        self.assertEqual(len(sel.rows), 5)
+        self.assertEqual(len(common.select_rows(rows, "s.csv", "1f1b").rows), 1)
+        self.assertEqual(len(common.select_rows(rows, "s.csv", microbatch_size=2).rows), 1)
+        with self.assertRaisesRegex(common.PlotError, "^s.csv: no row with schedule 'zb-h1' \\(it holds gpipe, 1f1b\\)"):
+            common.select_rows(rows, "s.csv", "zb-h1")
+
+    def test_speedup_is_normalised_to_the_first_k_and_m(self):
+        path = self.sweep(self.ROWS)
+        sel = common.select_rows(common.load_sweep(path), path)
+        cells, base = speedup.speedup_table(sel, path, [2, 4, 8], [1, 4, 32])
+        self.assertEqual(base, 10)
+        self.assertEqual(cells[(2, 1)], 1.0)
+        self.assertEqual(cells[(2, 4)], 2.0)
+        self.assertEqual(cells[(4, 1)], 1.2)
+        self.assertEqual(cells[(4, 4)], "OOM")
+        self.assertEqual(cells[(8, 4)], "error")
+        self.assertIsNone(cells[(2, 32)])
+        md = speedup.markdown([("x", sel, cells, base)], [2, 4, 8], [1, 4, 32], "T")
+        self.assertIn("| **K = 2** | 1.00 | 2.00 | — |", md)
+        self.assertIn("| **K = 4** | 1.20 | OOM | — |", md)
+        with self.assertRaisesRegex(common.PlotError, "baseline K=8 M=1"):
+            speedup.speedup_table(sel, path, [8, 2], [1, 4])
+
+    def test_bubble_and_heatmap_series(self):
+        path = self.sweep(self.ROWS)
+        sel = common.select_rows(common.load_sweep(path), path)
+        self.assertEqual(bubble.simulated_series(sel), {2: [(1, 0.5), (4, 0.2)], 4: [(1, 0.75)]})
+        ks, ms, cells = heatmap.grid_of(sel, "bubble")
+        self.assertEqual((ks, ms), ([2, 4, 8], [1, 4]))
+        self.assertEqual(cells[(2, 4)], (20.0, "ok"))
+        self.assertEqual(cells[(4, 4)], (None, "oom"))
+
+    def test_bad_sweeps_name_the_file(self):
+        with self.assertRaisesRegex(common.PlotError, "no column 'ranks'"):
+            common.load_sweep(self.write("x.csv", "schedule,recompute\n"))
+        with self.assertRaisesRegex(common.PlotError, r"s.csv:2: not a sweep row"):
+            common.load_sweep(self.sweep(["gpipe,none,two,1,1,1,ok,1,1,1,1,fast,"]))
+        with self.assertRaisesRegex(common.PlotError, "holds no row"):
+            common.load_sweep(self.sweep([]))
+        dup = self.sweep(self.ROWS[:1] * 2)
+        with self.assertRaisesRegex(common.PlotError, "s.csv:3: a second row for gpipe K=2 M=1"):
+            common.select_rows(common.load_sweep(dup), dup)
+
+    def test_measured_points_come_from_run_summaries_and_refuse_another_schedule(self):
+        path = self.sweep(self.ROWS)
+        sel = common.select_rows(common.load_sweep(path), path)
+        run = self.write("run.json", {"schedule": "gpipe", "recompute": "none", "microbatch_size": 1, "ranks": 2,
+                                      "microbatches": 4, "summary": {"bubble_fraction": 0.25}})
+        self.assertEqual(bubble.measured_point(run, sel), (2, 4, 0.25))
+        other = self.write("o.json", {"schedule": "1f1b", "ranks": 2, "microbatches": 4, "summary": {}})
+        with self.assertRaisesRegex(common.PlotError, "o.json: field 'schedule' is '1f1b'"):
+            bubble.measured_point(other, sel)
+
+
+class Memory(Files):
+    def test_static_and_stash_split_and_measured_values(self):
+        doc = {"stages_per_rank": 1,
+               "predicted_stash_bytes_per_stage": [30.0, 10.0],
+               "summary": {"memory_per_stage": [{"peak_bytes": 100.0, "capacity_bytes": 1000.0},
+                                                {"peak_bytes": 60.0, "capacity_bytes": 1000.0}]},
+               "measured": {"stages": [{"peak_stash_bytes": 33.0}, {"peak_stash_bytes": 10.0}],
+                            "ranks": [{"peak_allocated_bytes": 120.0}, {"peak_allocated_bytes": 70.0}]}}
+        st = memory.stage_memory(doc, "r.json")
+        self.assertEqual([(s.static, s.stash, s.measured_stash, s.measured_allocated) for s in st],
+                         [(70.0, 30.0, 33.0, 120.0), (50.0, 10.0, 10.0, 70.0)])
+        with self.assertRaisesRegex(common.PlotError, "^x.json: no field 'summary.memory_per_stage'"):
+            memory.stage_memory({"summary": {}}, "x.json")
+
+
+if __name__ == "__main__":
+    unittest.main()
