@@ -379,7 +379,11 @@ def save_figure(fig, prefix: str) -> list[str]:
 
 def setup_matplotlib():
     """Headless pyplot (Agg), whatever the environment asks for."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError(f"{sys.executable}: matplotlib is not installed in this Python "
+                        "(run scripts/setup.sh, or set PIPETWIN_VENV to the virtualenv that has it)") from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
     plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.titlesize": 10, "svg.hashsalt": "pipetwin"})

@@ -111,10 +111,9 @@ def main(argv):
     args = p.parse_args(argv)
     sel = common.select_rows(common.load_sweep(args.sweep), args.sweep, args.schedule, args.recompute,
                              args.microbatch_size)
-    try:
-        fig = draw(sel, args.metric, args.title)
-    except common.PlotError as e:
-        raise common.PlotError(f"{args.sweep}: {e}") from None
+    if all(v is None for v, _ in grid_of(sel, args.metric)[2].values()):
+        raise common.PlotError(f"{args.sweep}: no {sel.describe()} row has a {METRICS[args.metric][0]}")
+    fig = draw(sel, args.metric, args.title)
     for path in common.save_figure(fig, args.out):
         print(f"wrote {path}")
 
