@@ -109,21 +109,26 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
   for (std::size_t s = 0; s < steps; ++s) {
     schedule::Timeline t;
     t.ranks.resize(k);
-    double begin = 1e300, end = -1e300;
+    // The step begins with its first computation (the first stage's first
+    // forward): a rank that finished the previous step early and already
+    // waits in a receive is idle from then on, as in the simulator.
+    double begin = 1e300, any = 1e300, end = -1e300;
     for (std::size_t r = 0; r < k; ++r) {
       if (reports[r].steps.size() != steps) throw Error("rank " + std::to_string(r) + " reported a different number of steps");
       t.ranks[r] = reports[r].steps[s].ranks.at(r);
       for (const auto& a : t.ranks[r]) {
-        begin = std::min(begin, a.start);
+        if (schedule::is_compute(a.action.op)) begin = std::min(begin, a.start);
+        any = std::min(any, a.start);
         end = std::max(end, a.end);
       }
     }
+    if (begin > end) begin = any;
     if (s == 0) first = begin;
     last = end;
     for (auto& rank : t.ranks) {
       for (auto& a : rank) {
-        a.start -= begin;
-        a.end -= begin;
+        a.start = std::max(a.start, begin) - begin;
+        a.end = std::max(a.end, begin) - begin;
       }
     }
     out.step_times_s.push_back(t.makespan());
