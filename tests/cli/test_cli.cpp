@@ -238,6 +238,23 @@ TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   EXPECT_TRUE(has(wrong.out, "header differs")) << wrong.out;
 }
 
+TEST_F(Cli, SweepRowsSayWhyAConfigurationCannotRun) {
+  // Transformer-24 on 4 V100s: gpipe with M=32 stashes too much to fit (an `oom` row naming the
+  // stage and the overflow), 32 ranks are more than its 26 layers (an `error` row); both engines.
+  for (const std::string engine : {"auto", "simgrid"}) {
+    const auto out = path("rows_" + engine + ".csv");
+    const auto r = run("sweep --model " + std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-24.yaml --hardware v100 -k 4,32 " +
+                       "-m 1,32 -s gpipe --engine " + engine + " --out " + out);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const std::string csv = pipetwin::schedule::read_file(out);
+    EXPECT_TRUE(has(csv, "\ngpipe,none,4,1,1,1,ok,")) << csv;
+    EXPECT_TRUE(has(csv, "\ngpipe,none,4,1,32,32,oom,,,,,,")) << csv;
+    EXPECT_TRUE(has(csv, "at best stage ") && has(csv, "over by")) << csv;
+    EXPECT_TRUE(has(csv, "\ngpipe,none,32,1,1,1,error,,,,,,")) << csv;
+    EXPECT_TRUE(has(csv, "cannot cut transformer-24 (26 layers) into 32 stages")) << csv;
+  }
+}
+
 TEST_F(Cli, SweepKilledHalfWayResumesWithoutLosingOrDuplicatingRows) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
   std::string sizes;
