@@ -167,7 +167,8 @@ void apply_action_overheads(ActionOverheads& a, const YamlFields& y) {
 void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
-                                 "kinds",          "action_overhead_us",   "step_overhead_us"};
+                                 "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
+                                 "recv_bandwidth_gbps"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.text("name");
@@ -181,6 +182,8 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("kinds")) apply_kinds(d, y);
   if (y.has("action_overhead_us")) apply_action_overheads(d.action_overhead, y.child("action_overhead_us"));
   if (y.has("step_overhead_us")) d.step_overhead_s = y.non_negative_number("step_overhead_us") * kUs;
+  if (y.has("recv_overhead_us")) d.recv_overhead_s = y.non_negative_number("recv_overhead_us") * kUs;
+  if (y.has("recv_bandwidth_gbps")) d.recv_bandwidth = y.positive_number("recv_bandwidth_gbps") * kGB;
 }
 
 void apply_topology(Topology& t, const YamlFields& y) {
@@ -335,6 +338,8 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   field("op_overhead_us", num(d.op_overhead_s / kUs));
   field("transfer_overhead_us", num(d.transfer_overhead_s / kUs));
   if (d.step_overhead_s) field("step_overhead_us", num(*d.step_overhead_s / kUs));
+  if (d.recv_overhead_s > 0) field("recv_overhead_us", num(d.recv_overhead_s / kUs));
+  if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", num(d.recv_bandwidth / kGB));
   const ActionOverheads& a = d.action_overhead;
   if (a != ActionOverheads{}) {
     std::string v = "{forward: " + num(a.forward_s / kUs) + ", backward: " + num(a.backward_s / kUs);

@@ -71,6 +71,13 @@ struct Device {
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(): per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage
   std::optional<double> step_overhead_s;        // optimizer step's fixed cost; default op_overhead_s
+  // Receiver's cost of taking a message out of the transport once it is there
+  // (a copy), on top of the link: recv_overhead + bytes / recv_bandwidth.
+  double recv_overhead_s = 0;
+  double recv_bandwidth = 0;  // bytes/s; 0: no cost per byte
+  double recv_seconds(double bytes) const {
+    return recv_overhead_s + (recv_bandwidth > 0 ? bytes / recv_bandwidth : 0);
+  }
   double peak_flops(Precision p) const;
   // Time of one operation of `flops` work at this device's efficiency.
   double compute_seconds(double flops, Precision p) const;

@@ -23,6 +23,9 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.recompute_s = costs.recompute_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
+    // A stage's receives (there are only where the neighbour is on another rank).
+    if (s > 0) t.activation_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(i));
+    if (s + 1 < S) t.gradient_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(j));
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);
       t.activation_transfer_s = hw.topology.path(rank(s), rank(s + 1)).seconds(t.activation_bytes);

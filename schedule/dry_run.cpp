@@ -68,7 +68,9 @@ class EvalBackend final : public Backend {
       return false;
     }
     const double start = clock_[r.value];
-    record(r, a, start, std::max(0.0, posted_[slot] - start));
+    const StageCosts& c = costs_[a.stage.value];
+    const double take = a.op == Op::RECV_F ? c.activation_recv_s : c.gradient_recv_s;
+    record(r, a, start, std::max(0.0, posted_[slot] - start) + take);
     return true;
   }
 

@@ -18,6 +18,8 @@ namespace pipetwin::schedule {
 struct StageCosts {
   double forward_s = 0, backward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
   double send_overhead_s = 0;        // sender-side cost of posting a transfer
+  double activation_recv_s = 0;      // receiver-side cost of its RECV_F once the message is there
+  double gradient_recv_s = 0;        // receiver-side cost of its RECV_B once the message is there
   double activation_bytes = 0;       // what its SEND_F carries (for sim/)
   double gradient_bytes = 0;         // what its SEND_B carries (for sim/)
   double activation_transfer_s = 0;  // its SEND_F's flight time, latency + bytes / bandwidth

@@ -96,6 +96,9 @@ class SimBackend final : public ps::Backend {
   bool recv(ps::RankId, const ps::Action& a, ps::RankId) override {
     const double start = sg4::Engine::get_clock();
     sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->get<int>();
+    const ps::StageCosts& t = in_.stages.at(a.stage.value);
+    const double take = a.op == ps::Op::RECV_F ? t.activation_recv_s : t.gradient_recv_s;
+    if (take > 0) sg4::this_actor::sleep_for(take);
     out_.push_back({a, start, sg4::Engine::get_clock()});
     return true;
   }

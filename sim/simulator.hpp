@@ -5,7 +5,8 @@
 //   compute (F B I W R STEP)  -> an exec of the modelled duration on the rank's host
 //   SEND_*                     -> a detached mailbox put of the modelled bytes
 //   RECV_*                     -> a blocking get; the mailbox's receiver is set up
-//                                 front, so data flows as soon as it is sent
+//                                 front, so data flows as soon as it is sent; then
+//                                 the receiver's cost of taking the message (a sleep)
 //
 // Network model: CM02 without TCP gamma or cross traffic, so a lone transfer
 // takes exactly latency + bytes / bandwidth; concurrent transfers share links.

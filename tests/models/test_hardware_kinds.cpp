@@ -49,6 +49,8 @@ const char* kCalibrated =
     "device:\n"
     "  op_overhead_us: 0\n"
     "  step_overhead_us: 120\n"
+    "  recv_overhead_us: 40\n"
+    "  recv_bandwidth_gbps: 2\n"
     "  action_overhead_us: {forward: 30, backward: 50, recompute: 35}\n"
     "  kinds:\n"
     "    transformer_block:\n"
@@ -74,6 +76,7 @@ TEST_F(Kinds, CalibratedFieldsLoadOnTopOfAPreset) {
   EXPECT_DOUBLE_EQ(d.peak_flops_fp32, 50e9);  // from the preset
   EXPECT_DOUBLE_EQ(d.op_overhead_s, 0);
   EXPECT_DOUBLE_EQ(d.step_overhead(), 120e-6);
+  EXPECT_DOUBLE_EQ(d.recv_seconds(1e6), 40e-6 + 1e6 / 2e9);
   EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Forward), 30e-6);
   EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Backward), 50e-6);
   EXPECT_DOUBLE_EQ(d.action_overhead.of(pm::Pass::Recompute), 35e-6);
@@ -113,6 +116,8 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_EQ(back.device.kinds, h.device.kinds);
   EXPECT_EQ(back.device.action_overhead, h.device.action_overhead);
   EXPECT_EQ(back.device.step_overhead_s, h.device.step_overhead_s);
+  EXPECT_DOUBLE_EQ(back.device.recv_overhead_s, h.device.recv_overhead_s);
+  EXPECT_DOUBLE_EQ(back.device.recv_bandwidth, h.device.recv_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.transfer_overhead_s, h.device.transfer_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.memory_bandwidth, h.device.memory_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.memory_bytes, h.device.memory_bytes);
@@ -150,6 +155,7 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
       {"preset: cpu\ndevice:\n  action_overhead_us: {step: 1}\n",
        ":3: field 'device.action_overhead_us.step': unknown (valid: forward, backward, forward_nograd, recompute)"},
       {"preset: cpu\ndevice:\n  step_overhead_us: fast\n", ":3: field 'device.step_overhead_us': expected a number, got 'fast'"},
+      {"preset: cpu\ndevice:\n  recv_bandwidth_gbps: 0\n", ":3: field 'device.recv_bandwidth_gbps': must be positive, got 0"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
        ":4: field 'devices[1].kinds.conv.forward.max': must be positive, got 0"},
   };
@@ -189,6 +195,10 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(table[0].forward_s, costs.forward_nograd_s(0, 3, 0));
   EXPECT_DOUBLE_EQ(table[0].recompute_s, costs.recompute_s(0, 3, 0));
   EXPECT_DOUBLE_EQ(table[1].backward_s, costs.backward_s(3, 6, 1));
+  // Receives: the receiver's cost of taking the bytes of the cut they cross.
+  EXPECT_DOUBLE_EQ(table[1].activation_recv_s, d.recv_seconds(costs.cut_bytes(3)));
+  EXPECT_DOUBLE_EQ(table[0].gradient_recv_s, d.recv_seconds(costs.cut_bytes(3)));
+  EXPECT_DOUBLE_EQ(table[0].activation_recv_s, 0);
   // The step: its own overhead plus the traffic over the memory bandwidth.
   pm::Hardware unit = h;
   unit.device.memory_bandwidth = 1;
