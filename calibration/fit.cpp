@@ -193,15 +193,36 @@ struct StepGroup {
   double measured = 0;
 };
 
+// The transfers of one (sender stage, direction): what their sends took,
+// and their receives relative to the end of the matching send.
+struct Receive {
+  double start = 0, end = 0;  // after the send's end (negative: posted before)
+  double uncertainty = 0;     // of the two ranks' aligned clocks
+};
 struct LinkGroup {
   const TraceRun* run = nullptr;
   int stage = 0;    // the sender
   bool forward = true;
   double bytes = 0;
-  double flight = 0;  // median of recv end - send end over receives that waited
-  double send = 0;    // median SEND duration
-  int waited = 0;     // receives that were waiting (0: flight unknown)
+  double send = 0;  // median SEND
+  std::vector<Receive> receives;
+  // Receives that were waiting when the message was sent: end (latency +
+  // bytes / bandwidth + the receiver's cost); those that started after it had
+  // arrived: duration (the receiver's cost). Medians; count 0 when none.
+  double flight = 0, take = 0;
+  int waited = 0, arrived = 0;
 };
+
+// Each action extended to the start of the next one on its rank: the
+// bookkeeping between actions (a few microseconds each) belongs to the action
+// before it, so that a replay of these durations keeps the rank's pace.
+ps::Timeline paced(const ps::Timeline& t) {
+  ps::Timeline out = t;
+  for (auto& rank : out.ranks) {
+    for (std::size_t n = 0; n + 1 < rank.size(); ++n) rank[n].end = std::max(rank[n].end, rank[n + 1].start);
+  }
+  return out;
+}
 
 std::string num(double x) {
   char buf[64];
@@ -242,8 +263,8 @@ bool oversubscribed(const TraceRun& run, const pm::Hardware& base) {
 // cores, min(1, cores / (threads x ranks computing)) - the fair sharing that
 // the simulator replays (SimGrid's multi-core host), inverted. Indexed like
 // the timeline; transfers keep their measured durations.
-std::vector<std::vector<double>> alone_durations(const TraceRun& run, int cores) {
-  const auto& ranks = run.trace.timeline.ranks;
+std::vector<std::vector<double>> alone_durations(const TraceRun& run, const ps::Timeline& timeline, int cores) {
+  const auto& ranks = timeline.ranks;
   const auto busy = [](const ps::Op op) { return ps::is_compute(op) || op == ps::Op::STEP; };
   std::vector<std::pair<double, int>> edges;
   for (const auto& rank : ranks) {
@@ -324,10 +345,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
     std::map<int, std::vector<double>> by_step;
     std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
-    const auto alone = is_shared(run) ? alone_durations(run, base.topology.host_cores) : std::vector<std::vector<double>>{};
-    for (std::size_t r = 0; r < run.trace.timeline.ranks.size(); ++r) {
-      for (std::size_t n = 0; n < run.trace.timeline.ranks[r].size(); ++n) {
-        const auto& a = run.trace.timeline.ranks[r][n];
+    const ps::Timeline timeline = paced(run.trace.timeline);
+    const auto alone =
+        is_shared(run) ? alone_durations(run, timeline, base.topology.host_cores) : std::vector<std::vector<double>>{};
+    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
+      for (std::size_t n = 0; n < timeline.ranks[r].size(); ++n) {
+        const auto& a = timeline.ranks[r][n];
         const int s = a.action.stage.value;
         const double d = alone.empty() ? a.end - a.start : alone[r][n];
         switch (a.action.op) {
@@ -348,17 +371,17 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     for (const auto& [s, durations] : by_step) steps.push_back({&run, s, median(durations)});
     // Transfers: per (sender stage, direction).
     const pm::StageCostModel probe(run.model, base, request_of(run));
-    std::map<std::pair<int, bool>, std::vector<double>> flights, send_durations;
-    for (std::size_t r = 0; r < run.trace.timeline.ranks.size(); ++r) {
-      for (const auto& a : run.trace.timeline.ranks[r]) {
+    std::map<std::pair<int, bool>, std::vector<Receive>> receives;
+    std::map<std::pair<int, bool>, std::vector<double>> send_durations;
+    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
+      for (const auto& a : timeline.ranks[r]) {
         if (!ps::is_recv(a.action.op)) continue;
         const auto it = sends.find(ps::message_of(a.action));
         if (it == sends.end()) continue;
         const ps::TimedAction& send = it->second.second;
-        const std::pair<int, bool> key{send.action.stage.value, send.action.op == ps::Op::SEND_F};
-        const double uncertainty = run.clock_uncertainty_s.at(r) + run.clock_uncertainty_s.at(it->second.first);
-        // Waiting: the receive was posted before the message could have left.
-        if (a.start + uncertainty <= send.end) flights[key].push_back(a.end - send.end);
+        receives[{send.action.stage.value, send.action.op == ps::Op::SEND_F}].push_back(
+            {a.start - send.end, a.end - send.end,
+             run.clock_uncertainty_s.at(r) + run.clock_uncertainty_s.at(it->second.first)});
       }
     }
     for (const auto& [key, entry] : sends) {
@@ -368,12 +391,13 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     for (const auto& [key, durations] : send_durations) {
       const auto [s, forward] = key;
       const auto [i, j] = p.partition.at(s);
-      LinkGroup g{&run, s, forward, probe.cut_bytes(forward ? j : i), 0, median(durations), 0};
-      const auto f = flights.find(key);
-      if (f != flights.end()) {
-        g.flight = median(f->second);
-        g.waited = static_cast<int>(f->second.size());
-      }
+      LinkGroup g;
+      g.run = &run;
+      g.stage = s;
+      g.forward = forward;
+      g.bytes = probe.cut_bytes(forward ? j : i);
+      g.send = median(durations);
+      g.receives = receives[key];
       links.push_back(g);
     }
   }
@@ -547,33 +571,84 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       device.transfer_overhead_s = median(send);
       result.coefficients.push_back({"send.overhead_s", device.transfer_overhead_s, "median of the stages' median SEND"});
     }
-    Problem prob;
-    Param latency;
-    latency.name = "link.latency_s";
-    latency.why_bounded = "bounded at 0 (fitted negative)";
-    Param slope;
-    slope.name = "link.seconds_per_byte";
-    slope.on_dependent = Param::OnDependent::FixValue;
+    // The link, in two passes: first from the receives that were waiting as
+    // if taking a message cost nothing, to tell which receives started after
+    // their message had arrived; their durations give the receiver's cost
+    // (affine in bytes); then the link again, net of that cost.
     const pm::Link base_link = base.topology.path(0, 1);
-    slope.fixed_value = 1 / base_link.bandwidth;
-    slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
-    slope.strictly_above = true;
-    slope.bound_value = slope.fixed_value;
-    slope.why_bounded = "kept from the base (fitted slope not positive)";
-    prob.params = {latency, slope};
-    for (const auto& g : links) {
-      if (!transfers_from(*g.run) || g.waited == 0) continue;
-      prob.x.push_back({1, g.bytes});
-      prob.y.push_back(g.flight);
-    }
-    if (!prob.y.empty()) {
+    const auto link_fit = [&](const std::function<double(double)>& take, bool record) {
+      Problem prob;
+      Param latency;
+      latency.name = "link.latency_s";
+      latency.why_bounded = "bounded at 0 (fitted negative)";
+      Param slope;
+      slope.name = "link.seconds_per_byte";
+      slope.on_dependent = Param::OnDependent::FixValue;
+      slope.fixed_value = 1 / base_link.bandwidth;
+      slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
+      slope.strictly_above = true;
+      slope.bound_value = slope.fixed_value;
+      slope.why_bounded = "kept from the base (fitted slope not positive)";
+      prob.params = {latency, slope};
+      for (auto& g : links) {
+        if (!transfers_from(*g.run)) continue;
+        std::vector<double> flights;
+        for (const auto& r : g.receives) {
+          if (r.start + r.uncertainty <= 0) flights.push_back(r.end - take(g.bytes));
+        }
+        g.waited = static_cast<int>(flights.size());
+        if (flights.empty()) continue;
+        g.flight = median(flights);
+        prob.x.push_back({1, g.bytes});
+        prob.y.push_back(g.flight);
+      }
+      if (prob.y.empty()) return base_link;
       const Solution sol = solve(prob);
+      if (record) {
+        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      }
+      return pm::Link{sol.value[0], 1 / sol.value[1]};
+    };
+    const pm::Link first = link_fit([](double) { return 0.0; }, false);
+    {
+      Problem prob;
+      Param c;
+      c.name = "recv.overhead_s";
+      c.why_bounded = "bounded at 0 (fitted negative)";
+      Param slope;
+      slope.name = "recv.seconds_per_byte";
+      slope.why_dependent = "every receive takes as many bytes";
+      slope.why_bounded = "bounded at 0 (fitted negative)";
+      prob.params = {c, slope};
+      for (auto& g : links) {
+        if (!transfers_from(*g.run)) continue;
+        std::vector<double> takes;
+        for (const auto& r : g.receives) {
+          if (r.start - r.uncertainty >= first.seconds(g.bytes)) takes.push_back(r.end - r.start);
+        }
+        g.arrived = static_cast<int>(takes.size());
+        if (takes.empty()) continue;
+        g.take = median(takes);
+        prob.x.push_back({1, g.bytes});
+        prob.y.push_back(g.take);
+      }
+      if (!prob.y.empty()) {
+        const Solution sol = solve(prob);
+        device.recv_overhead_s = sol.value[0];
+        device.recv_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
+        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      } else if (!links.empty()) {
+        result.notes.push_back("no receive started after its message had arrived: taking a message costs nothing");
+      }
+    }
+    bool any_waited = false;
+    for (const auto& g : links) any_waited = any_waited || (transfers_from(*g.run) && g.waited > 0);
+    if (any_waited) {
+      const pm::Link link = link_fit([&](double bytes) { return device.recv_seconds(bytes); }, true);
       if (base.topology.kind != pm::TopologyKind::SharedHost && base.topology.kind != pm::TopologyKind::AllToAll) {
         result.notes.push_back("the link fit sets the topology's intra link; routes of several hops add their latencies");
       }
-      topology.intra.latency_s = sol.value[0];
-      topology.intra.bandwidth = 1 / sol.value[1];
-      for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      topology.intra = link;
     } else if (!links.empty()) {
       result.notes.push_back("no receive was waiting for its message: the link keeps the base latency and bandwidth");
     }
@@ -594,7 +669,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     const pm::StageCostModel costs(run.model, hw, request_of(run));
     const auto add = [&](const std::string& op, double predicted, double measured) {
       if (apart) {
-        if (op != "send" && op != "transfer") result.shared_core_residuals[op].add(predicted, measured);
+        if (op != "send" && op != "transfer" && op != "receive") result.shared_core_residuals[op].add(predicted, measured);
         return;
       }
       result.residuals[op].add(predicted, measured);
@@ -622,11 +697,13 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       if (g.run != &run) continue;
       add("send", hw.device.transfer_overhead_s, g.send);
       const int to = g.forward ? g.stage + 1 : g.stage - 1;
+      const double take = hw.device.recv_seconds(g.bytes);
       if (g.waited > 0) {
         add("transfer", hw.topology.path(run.program.rank_of(ps::StageId{g.stage}).value,
-                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes),
-            g.flight);
+                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes) + take,
+            g.flight + take);
       }
+      if (g.arrived > 0) add("receive", take, g.take);
     }
   }
   for (auto& [_, r] : result.residuals) r.finish();

@@ -2,7 +2,9 @@
 // profile (models/hardware.hpp) whose StageCostModel reproduces them.
 //
 // What is fitted, each by least squares (Eigen), on per-stage medians of the
-// step's actions (robust to the odd slow action):
+// step's actions (robust to the odd slow action). Each action runs until the
+// next one on its rank starts: the bookkeeping between two actions belongs to
+// the one before, so that the replay keeps each rank's pace.
 //
 //   compute   per layer kind k and pass p (forward, backward, forward_nograd,
 //             recompute), the time of one layer invocation is affine in its
@@ -18,10 +20,13 @@
 //             overheads to 0) and listed in the notes; overheads are kept >= 0.
 //   step      STEP = step_overhead + traffic / memory_bandwidth, traffic the
 //             optimizer's bytes per parameter (StageCostModel::step_s).
-//   transfers the sender's cost (transfer_overhead, the median SEND), and the
-//             link: for each receive that was already waiting when its send
-//             was posted, recv end - send end = latency + bytes / bandwidth
-//             (bytes from the model's cut), clocks aligned by pipetwin run.
+//   transfers the sender's cost (transfer_overhead, the median SEND); the
+//             receiver's cost of taking a message that is there (receives
+//             that started after their message arrived: recv_overhead +
+//             bytes / recv_bandwidth); and the link: for each receive that was
+//             already waiting when its send was posted, recv end - send end =
+//             latency + bytes / bandwidth + the receiver's cost (bytes from the
+//             model's cut; clocks aligned by pipetwin run).
 //   sharing   in runs with more ranks x threads than the host has cores
 //             (shared-host), each compute action counts for what it would
 //             have taken alone: its span integrated over its rank's share of

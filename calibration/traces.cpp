@@ -171,7 +171,17 @@ TraceRun load_trace_run(const std::string& path) {
     run.clock_uncertainty_s.assign(K, 0.0);
   }
   check_actions(run);
-  run.step_time_s = run.trace.timeline.makespan();
+  // The step starts with the first action of the rank holding stage 0: the
+  // others wait for its activations (in a measured run, their receives are
+  // posted during the previous step's last backward and optimizer step).
+  const int first = run.program.rank_of(ps::StageId{0}).value;
+  double begin = run.trace.timeline.ranks[first].front().start, end = begin;
+  for (const auto& a : run.trace.timeline.ranks[first]) begin = std::min(begin, a.start);
+  for (const auto& rank : run.trace.timeline.ranks) {
+    for (const auto& a : rank) end = std::max(end, a.end);
+  }
+  run.step_start_s = begin;
+  run.step_time_s = end - begin;
   if (!(run.step_time_s > 0)) throw Error(path + ": the step takes no time (every event has dur 0)");
   return run;
 }

@@ -29,7 +29,12 @@ struct TraceRun {
   std::string producer;            // "pipetwin run", "pipetwin simulate", ...
   std::vector<int> threads;        // per rank (measured.ranks[].threads), empty when not recorded
   std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
-  double step_time_s = 0;          // the timeline's makespan
+  // From the first action of the rank that holds stage 0 to the last end:
+  // one step as the simulator replays it. A measured timeline's makespan is
+  // longer by the time the other ranks wait, at its start, for the previous
+  // step to leave stage 0 (consecutive steps overlap).
+  double step_start_s = 0;
+  double step_time_s = 0;
 
   int ranks() const { return program.num_ranks; }
   // "1f1b K=2 M=4 mb=4 recompute none"

@@ -37,6 +37,8 @@ pm::Hardware known_hardware() {
   pm::Device& d = h.device;
   d.op_overhead_s = 0;
   d.transfer_overhead_s = 17e-6;
+  d.recv_overhead_s = 23e-6;
+  d.recv_bandwidth = 1.5e9;
   d.memory_bandwidth = 7.5e9;
   d.step_overhead_s = 230e-6;
   d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
@@ -153,12 +155,14 @@ TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
   expect_rel(got.step_overhead(), *want.step_overhead_s, "step overhead");
   expect_rel(got.memory_bandwidth, want.memory_bandwidth, "memory bandwidth");
   expect_rel(got.transfer_overhead_s, want.transfer_overhead_s, "send overhead");
+  expect_rel(got.recv_overhead_s, want.recv_overhead_s, "receive overhead");
+  expect_rel(got.recv_bandwidth, want.recv_bandwidth, "receive bandwidth");
   expect_rel(fit.hardware.topology.intra.latency_s, truth.topology.intra.latency_s, "latency");
   expect_rel(fit.hardware.topology.intra.bandwidth, truth.topology.intra.bandwidth, "bandwidth");
   EXPECT_DOUBLE_EQ(got.peak_flops_fp32, want.peak_flops_fp32);  // no kind ran past the peak
   EXPECT_LT(fit.overall.max_rel, 1e-9);
   EXPECT_GT(fit.observations, 100);
-  for (const std::string op : {"forward", "backward", "forward_nograd", "recompute", "step", "send", "transfer"}) {
+  for (const std::string op : {"forward", "backward", "forward_nograd", "recompute", "step", "send", "transfer", "receive"}) {
     EXPECT_GT(fit.residuals.count(op) ? fit.residuals.at(op).count : 0, 0) << op;
   }
   EXPECT_TRUE(fit.notes.empty()) << fit.notes.front();
@@ -329,5 +333,34 @@ TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
     ps::write_chrome_trace(b, t);
     const auto e = error_of([&] { pc::check_together({pc::load_trace_run(a), pc::load_trace_run(b)}); });
     EXPECT_NE(e.find(b + ": rank 1 ran with 2 intra-op threads"), std::string::npos) << e;
+  }
+}
+
+TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
+  // The receiver's cost of taking a message (a calibrated field) is replayed
+  // the same by the fast path and by SimGrid: after the message is there.
+  pm::Hardware hw = known_hardware();
+  hw.topology.kind = pm::TopologyKind::AllToAll;  // a link per pair: nothing shared
+  for (const auto& schedule : {"gpipe", "1f1b"}) {
+    const Config c{schedule, 4, 8, 16, "none", {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
+    double fast = 0, simgrid = 0;
+    const ps::Trace f = synthetic_trace(c, hw, &fast);
+    const ps::Trace s = synthetic_trace(c, hw, &simgrid, /*simgrid=*/true);
+    EXPECT_NEAR(fast, simgrid, 1e-9 * fast) << schedule;
+    for (std::size_t r = 0; r < f.timeline.ranks.size(); ++r) {
+      ASSERT_EQ(f.timeline.ranks[r].size(), s.timeline.ranks[r].size());
+      for (std::size_t n = 0; n < f.timeline.ranks[r].size(); ++n) {
+        EXPECT_NEAR(f.timeline.ranks[r][n].end, s.timeline.ranks[r][n].end, 1e-9) << schedule << " rank " << r << " #" << n;
+      }
+    }
+    // A receive that finds its message there takes exactly the receiver's cost.
+    bool seen = false;
+    for (const auto& a : f.timeline.ranks[1]) {
+      if (a.action.op == ps::Op::RECV_F && a.end - a.start > 0 &&
+          std::abs(a.end - a.start - hw.device.recv_seconds(64 * 128 * 4 * 2)) < 1e-12) {
+        seen = true;
+      }
+    }
+    EXPECT_TRUE(seen) << schedule;
   }
 }
