@@ -43,6 +43,7 @@ struct Options {
   std::vector<int> ranks, microbatches, microbatch_sizes{1};
   std::vector<std::string> schedules, recompute{"none"};
   int virtual_stages = 2, jobs = 0;  // V applies to interleaved-1f1b only
+  int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / M
   std::string partition = "auto", optimizer = "adam";
 };
 
@@ -71,11 +72,20 @@ class Sweep {
         engine_(parse_engine(o.engine)),
         model_(models::in_topological_order(models::load_model(o.model))),
         hardware_(models::load_hardware(o.hardware)) {
+    if (o.batch > 0) {
+      for (const int m : o.microbatches) {
+        if (o.batch % m != 0) {
+          throw Error("--batch " + std::to_string(o.batch) + " does not split into " + std::to_string(m) +
+                      " equal micro-batches (--microbatches)");
+        }
+      }
+    }
+    const std::vector<int> sizes = o.batch > 0 ? std::vector<int>{0} : o.microbatch_sizes;
     for (const auto& s : o.schedules)
       for (const auto& r : o.recompute)
-        for (const int b : o.microbatch_sizes)
+        for (const int b : sizes)
           for (const int k : o.ranks)
-            for (const int m : o.microbatches) configs_.push_back({s, r, b, k, m});
+            for (const int m : o.microbatches) configs_.push_back({s, r, b > 0 ? b : o.batch / m, k, m});
     rows_.resize(configs_.size());
     ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
     load_existing();
@@ -328,6 +338,9 @@ Run add_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
+      ->check(CLI::PositiveNumber)
+      ->excludes("--microbatch-size");
   cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--partition", o->partition, "auto, uniform or parameters")
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))

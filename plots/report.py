@@ -1,0 +1,92 @@
+"""The report of a predict -> run -> calibrate -> compare loop, in Markdown:
+the configurations compared (held out from the calibration), their
+predicted and measured step times, bubbles and peak stashes with the errors,
+the median and worst errors, and the pictures, from files the CLI wrote
+(`pipetwin compare --json` outputs, plots made by `pipetwin plot`).
+
+  python plots/report.py --compare C1.json C2.json ... --image "Gantt=gantt.png" ... \
+      [--calibrated-on "text"] [--title T] --out PREFIX        -> PREFIX.md
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+from common import PlotError, load_json, parser, run_main, write_text
+
+
+def row(path: str) -> dict:
+    doc = load_json(path)
+    for field in ("configuration", "step_time_s", "bubble_fraction", "stash_bytes_per_stage"):
+        if field not in doc:
+            raise PlotError(f"{path}: not a 'pipetwin compare --json' report (no '{field}')")
+    c = doc["configuration"]
+    step = doc["step_time_s"]
+    stash_errors = [abs(s["relative_error"]) for s in doc["stash_bytes_per_stage"].get("stages", [])
+                    if s.get("relative_error") is not None]
+    batch = c["microbatches"] * c["microbatch_size"] if "microbatch_size" in c and "microbatches" in c else "?"
+    name = (f"{c.get('schedule')} K={c.get('ranks')} M={c.get('microbatches')} "
+            f"batch={batch} recompute={c.get('recompute')}")
+    return {
+        "name": name,
+        "predicted": step["predicted"],
+        "measured": step["measured"],
+        "error": step["relative_error"],
+        "bubble_predicted": doc["bubble_fraction"]["predicted"],
+        "bubble_measured": doc["bubble_fraction"]["measured"],
+        "bubble_points": doc["bubble_fraction"]["error_points"],
+        "stash_worst": max(stash_errors) if stash_errors else None,
+    }
+
+
+def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str | None, title: str,
+             out_dir: str) -> str:
+    lines = [f"# {title}", ""]
+    if calibrated_on:
+        lines += [f"Calibrated on: {calibrated_on}. The configurations below were held out of the fit.", ""]
+    lines += ["| configuration | predicted step | measured step | error | bubble predicted / measured | bubble error "
+              "| worst stash error |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        stash = "n/a" if r["stash_worst"] is None else f"{100 * r['stash_worst']:.1f}%"
+        lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms | "
+                     f"{100 * r['error']:+.1f}% | {100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}% | "
+                     f"{r['bubble_points']:+.1f} pt | {stash} |")
+    errors = [abs(r["error"]) for r in rows]
+    bubbles = [abs(r["bubble_points"]) for r in rows]
+    stashes = [r["stash_worst"] for r in rows if r["stash_worst"] is not None]
+    lines += ["", f"Step time: median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}% "
+                  f"over {len(rows)} held-out configurations. Bubble: median |error| {statistics.median(bubbles):.1f} "
+                  f"points, worst {max(bubbles):.1f}."
+              + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
+    for caption, path in images:
+        rel = os.path.relpath(path, out_dir)
+        lines += [f"## {caption}", "", f"![{caption}]({rel})", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    p = parser(__file__, __doc__.splitlines()[0])
+    p.add_argument("--compare", nargs="+", required=True, help="pipetwin compare --json reports")
+    p.add_argument("--image", action="append", default=[], help="CAPTION=PATH of a picture to include")
+    p.add_argument("--calibrated-on", help="what the calibration was fitted on, in words")
+    a = p.parse_args(argv)
+    rows = [row(path) for path in a.compare]
+    images = []
+    for spec in a.image:
+        caption, sep, path = spec.partition("=")
+        if not sep or not path:
+            raise PlotError(f"--image '{spec}': expected CAPTION=PATH")
+        if not os.path.exists(path):
+            raise PlotError(f"{path}: no such file")
+        images.append((caption, path))
+    out = a.out + ".md"
+    text = markdown(rows, images, a.calibrated_on, a.title or "pipetwin: predicted against measured",
+                    os.path.dirname(os.path.abspath(out)))
+    write_text(out, text + "\n")
+    print(out)
+
+
+if __name__ == "__main__":
+    run_main(__file__, main)
