@@ -304,3 +304,24 @@ TEST_F(Cli, InfoNamesTheDependencies) {
     EXPECT_TRUE(has(r.out, key)) << key << "\n" << r.out;
   }
 }
+
+TEST_F(Cli, SweepWithAFixedBatchSplitsItIntoMMicroBatches) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  const auto r = run("sweep --model " + model + " --hardware cpu -k 1,2 -m 1,2,4 -s 1f1b --batch 16 --out " + path("b.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto text = pipetwin::schedule::read_file(path("b.csv"));
+  int rows = 0;
+  for (std::size_t at = text.find('\n'); at != std::string::npos && at + 1 < text.size(); at = text.find('\n', at + 1)) {
+    ++rows;
+    const auto line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    EXPECT_TRUE(has(line, ",16,ok,")) << line;  // the batch column, every row
+  }
+  EXPECT_EQ(rows, 6);
+  const auto uneven = run("sweep --model " + model + " --hardware cpu -k 1 -m 3 -s 1f1b --batch 16 --out " + path("c.csv"));
+  EXPECT_EQ(uneven.code, 1);
+  EXPECT_TRUE(has(uneven.out, "--batch 16 does not split into 3 equal micro-batches")) << uneven.out;
+  EXPECT_FALSE(std::filesystem::exists(path("c.csv")));
+  const auto both = run("sweep --model " + model + " --hardware cpu -k 1 -m 2 -s 1f1b --batch 16 --microbatch-size 2 --out " +
+                        path("d.csv"));
+  EXPECT_EQ(both.code, 2);
+}

@@ -14,6 +14,7 @@ import common  # noqa: E402
 import gantt  # noqa: E402
 import heatmap  # noqa: E402
 import memory  # noqa: E402
+import report  # noqa: E402
 import speedup  # noqa: E402
 
 HEADER = ",".join(common.SWEEP_COLUMNS)
@@ -180,3 +181,32 @@ class Memory(Files):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Report(Files):
+    def compare_doc(self, predicted, measured, bubble_p, bubble_m, stash):
+        return {"configuration": {"schedule": "1f1b", "ranks": 2, "microbatches": 8, "microbatch_size": 2,
+                                  "recompute": "none"},
+                "step_time_s": {"predicted": predicted, "measured": measured,
+                                "relative_error": (predicted - measured) / measured},
+                "bubble_fraction": {"predicted": bubble_p, "measured": bubble_m, "error_points": 100 * (bubble_p - bubble_m)},
+                "stash_bytes_per_stage": {"stages": [{"relative_error": e} for e in stash]}}
+
+    def test_rows_and_the_summary_line(self):
+        a = self.write("a.json", self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.01, -0.03]))
+        b = self.write("b.json", self.compare_doc(0.190, 0.200, 0.20, 0.20, [0.0]))
+        rows = [report.row(a), report.row(b)]
+        self.assertAlmostEqual(rows[0]["error"], 0.05)
+        self.assertAlmostEqual(rows[0]["stash_worst"], 0.03)
+        self.assertEqual(rows[0]["name"], "1f1b K=2 M=8 batch=16 recompute=none")
+        text = report.markdown(rows, [], "two runs", "T", self.dir.name)
+        self.assertIn("| 1f1b K=2 M=8 batch=16 recompute=none | 105.0 ms | 100.0 ms | +5.0% |", text)
+        self.assertIn("median |error| 5.0%, worst 5.0% over 2 held-out configurations", text)
+        self.assertIn("Bubble: median |error| 1.0 points, worst 2.0", text)
+        self.assertIn("worst 3.0%", text)
+
+    def test_a_file_that_is_not_a_comparison_is_named(self):
+        path = self.write("x.json", {"traceEvents": []})
+        with self.assertRaises(common.PlotError) as e:
+            report.row(path)
+        self.assertIn("x.json: not a 'pipetwin compare --json' report", str(e.exception))
