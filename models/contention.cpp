@@ -40,11 +40,13 @@ const Interval* first_overlap(std::vector<Interval>& v, const Interval** other) 
 ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Program& p,
                                  const std::vector<schedule::StageCosts>& costs, const Topology& topo) {
   // Cores of a shared host.
-  if (topo.kind == TopologyKind::SharedHost && p.num_ranks > topo.host_cores) {
+  const double capacity = topo.compute_capacity();
+  if (topo.kind == TopologyKind::SharedHost && p.num_ranks > capacity) {
     std::vector<std::pair<double, int>> events;
     for (const auto& rank : t.ranks) {
       for (const auto& a : rank) {
-        if (schedule::is_compute(a.action.op) && a.end > a.start) {
+        // What SimGrid executes on the host's cores: compute and the optimizer step.
+        if ((schedule::is_compute(a.action.op) || a.action.op == schedule::Op::STEP) && a.end > a.start) {
           events.push_back({a.start, +1});
           events.push_back({a.end, -1});
         }
@@ -54,9 +56,11 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
     int running = 0;
     for (const auto& [time, delta] : events) {
       running += delta;
-      if (running > topo.host_cores) {
-        return {false, std::to_string(running) + " ranks compute at once at " + at(time) + " on a host of " +
-                           std::to_string(topo.host_cores) + " cores"};
+      if (running > capacity) {
+        char cores[32];
+        std::snprintf(cores, sizeof cores, "%g", capacity);
+        return {false, std::to_string(running) + " ranks compute at once at " + at(time) + " on a host of " + cores +
+                           (topo.calibrated_sharing() ? " effective cores" : " cores")};
       }
     }
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -11,7 +12,19 @@
 
 namespace pipetwin::models {
 
-double Efficiency::at(double flops) const { return half_flops <= 0 ? max : max * flops / (flops + half_flops); }
+double Efficiency::at(double flops) const {
+  if (points.empty()) return half_flops <= 0 ? max : max * flops / (flops + half_flops);
+  if (points.size() == 1) return points.front().second;
+  // u = w / eff is linear in w on each segment (the time, in units of the peak).
+  std::size_t i = 1;
+  while (i + 1 < points.size() && flops > points[i].first) ++i;
+  const auto [w0, e0] = points[i - 1];
+  const auto [w1, e1] = points[i];
+  const double u0 = w0 / e0, u1 = w1 / e1;
+  const double u = u0 + (u1 - u0) * (flops - w0) / (w1 - w0);
+  // Far below the first point a falling segment could reach 0: keep its efficiency.
+  return u > 0 ? flops / u : points.front().second;
+}
 
 std::string_view pass_name(Pass pass) {
   switch (pass) {
@@ -111,7 +124,28 @@ Link link_from_yaml(const YamlFields& y) {
 }
 
 Efficiency efficiency_from_yaml(const YamlFields& e, Efficiency curve = {}) {
-  e.reject_unknown({"max", "half_flops"});
+  e.reject_unknown({"max", "half_flops", "points"});
+  if (e.has("points")) {
+    if (e.has("max") || e.has("half_flops")) e.fail("points", "replaces max and half_flops: give one or the other");
+    const YAML::Node list = e.node()["points"];
+    const auto bad = [&](const std::string& why) { e.fail("points", why); };
+    if (!list.IsSequence() || list.size() == 0) bad("expected a list of [work, efficiency] pairs");
+    if (list.size() > 10'000) bad("holds more than 10000 points");
+    curve = {};
+    for (const auto& p : list) {
+      double w = 0, eff = 0;
+      if (!p.IsSequence() || p.size() != 2 || !YAML::convert<double>::decode(p[0], w) ||
+          !YAML::convert<double>::decode(p[1], eff)) {
+        bad("expected [work, efficiency] pairs of numbers");
+      }
+      if (!(w > 0) || !std::isfinite(w)) bad("a point's work must be positive");
+      if (!(eff > 0) || eff > 1) bad("a point's efficiency must be in (0, 1], got " + p[1].Scalar());
+      if (!curve.points.empty() && w <= curve.points.back().first) bad("the points' works must increase");
+      curve.points.emplace_back(w, eff);
+    }
+    return curve;
+  }
+  if (e.has("max") || e.has("half_flops")) curve.points.clear();
   if (e.has("max")) {
     curve.max = e.positive_number("max");
     if (curve.max > 1) e.fail("max", "is a share of peak and must be at most 1");
@@ -168,7 +202,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
-                                 "recv_bandwidth_gbps"};
+                                 "recv_bandwidth_gbps",   "send_bandwidth_gbps"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.text("name");
@@ -184,10 +218,13 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("step_overhead_us")) d.step_overhead_s = y.non_negative_number("step_overhead_us") * kUs;
   if (y.has("recv_overhead_us")) d.recv_overhead_s = y.non_negative_number("recv_overhead_us") * kUs;
   if (y.has("recv_bandwidth_gbps")) d.recv_bandwidth = y.positive_number("recv_bandwidth_gbps") * kGB;
+  if (y.has("send_bandwidth_gbps")) d.send_bandwidth = y.positive_number("send_bandwidth_gbps") * kGB;
 }
 
 void apply_topology(Topology& t, const YamlFields& y) {
-  y.reject_unknown({"kind", "devices_per_host", "devices_per_switch", "host_cores", "intra", "bridge", "inter"});
+  y.reject_unknown(
+      {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
+       "oversubscribed_recv_us", "intra", "bridge", "inter"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
@@ -199,6 +236,12 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("devices_per_host")) t.devices_per_host = static_cast<int>(y.positive_int("devices_per_host"));
   if (y.has("devices_per_switch")) t.devices_per_switch = static_cast<int>(y.positive_int("devices_per_switch"));
   if (y.has("host_cores")) t.host_cores = static_cast<int>(y.positive_int("host_cores"));
+  if (y.has("effective_cores")) {
+    t.effective_cores = y.positive_number("effective_cores");
+    if (t.effective_cores < 1) y.fail("effective_cores", "must be at least 1 (one rank alone runs at full speed)");
+  }
+  if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;
+  if (y.has("oversubscribed_recv_us")) t.oversubscribed_recv_s = y.non_negative_number("oversubscribed_recv_us") * kUs;
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
@@ -322,7 +365,14 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
-std::string curve(const Efficiency& e) { return "{max: " + num(e.max) + ", half_flops: " + num(e.half_flops) + "}"; }
+std::string curve(const Efficiency& e) {
+  if (!e.points.empty()) {
+    std::string out;
+    for (const auto& [w, eff] : e.points) out += (out.empty() ? "" : ", ") + std::string("[") + num(w) + ", " + num(eff) + "]";
+    return "{points: [" + out + "]}";
+  }
+  return "{max: " + num(e.max) + ", half_flops: " + num(e.half_flops) + "}";
+}
 std::string link(const Link& l) {
   return "{latency_us: " + num(l.latency_s / kUs) + ", bandwidth_gbps: " + num(l.bandwidth / kGB) + "}";
 }
@@ -340,6 +390,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   if (d.step_overhead_s) field("step_overhead_us", num(*d.step_overhead_s / kUs));
   if (d.recv_overhead_s > 0) field("recv_overhead_us", num(d.recv_overhead_s / kUs));
   if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", num(d.recv_bandwidth / kGB));
+  if (d.send_bandwidth > 0) field("send_bandwidth_gbps", num(d.send_bandwidth / kGB));
   const ActionOverheads& a = d.action_overhead;
   if (a != ActionOverheads{}) {
     std::string v = "{forward: " + num(a.forward_s / kUs) + ", backward: " + num(a.backward_s / kUs);
@@ -383,6 +434,9 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   out += "  devices_per_host: " + std::to_string(t.devices_per_host) + "\n";
   out += "  devices_per_switch: " + std::to_string(t.devices_per_switch) + "\n";
   out += "  host_cores: " + std::to_string(t.host_cores) + "\n";
+  if (t.effective_cores > 0) out += "  effective_cores: " + num(t.effective_cores) + "\n";
+  if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + num(t.oversubscribed_send_s / kUs) + "\n";
+  if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + num(t.oversubscribed_recv_s / kUs) + "\n";
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";

@@ -24,9 +24,15 @@ namespace pipetwin::models {
 
 // Achieved share of peak as a function of the work of one operation:
 // eff(w) = max * w / (w + half_flops); half_flops = 0 means always max.
+// Calibrated curves may list points (work, efficiency) instead, measured at
+// those works (a kind's layer at the micro-batch sizes it ran with): the time
+// w / (peak eff) is then linear in w between two points and along the first
+// and last segments beyond them, so that an efficiency that rises, peaks and
+// falls with the work (caches) is followed.
 struct Efficiency {
   double max = 1.0;
   double half_flops = 0;
+  std::vector<std::pair<double, double>> points;  // (work, efficiency), increasing work; when given, the curve
   double at(double flops) const;
   friend bool operator==(const Efficiency&, const Efficiency&) = default;
 };
@@ -67,6 +73,7 @@ struct Device {
   double memory_bandwidth = 0;   // bytes/s
   double op_overhead_s = 0;      // per compute operation (kernel launch)
   double transfer_overhead_s = 0;  // per transfer, on top of the link
+  double send_bandwidth = 0;       // bytes/s the sender itself writes (the sender's cost per byte); 0: none
   // Calibrated refinements (absent from the presets):
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(): per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage
@@ -115,6 +122,18 @@ struct Topology {
   int devices_per_host = 8;
   int devices_per_switch = 4;
   int host_cores = 1;  // SharedHost: ranks beyond this count share cores
+  // SharedHost, calibrated: the cores' worth of compute that the host gives
+  // the ranks computing at once, each at most one core; below host_cores when
+  // they slow each other (shared caches and memory, SMT siblings). 0: host_cores.
+  double effective_cores = 0;
+  // SharedHost, calibrated: with more ranks than cores, what each send and
+  // each receive also waits for a core (the ranks and the transport's threads
+  // take turns), on top of the device's transfer costs.
+  double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
+  // The cores' worth of compute that ranks computing at once share.
+  double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
+  // Whether the host's capacity is calibrated below its cores.
+  bool calibrated_sharing() const { return effective_cores > 0; }
   Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared)
   Link bridge;  // switch-host bridge (PCIe tree)
   Link inter;   // host-network (multi-host)

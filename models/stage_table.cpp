@@ -23,9 +23,17 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.recompute_s = costs.recompute_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
+    t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     // A stage's receives (there are only where the neighbour is on another rank).
     if (s > 0) t.activation_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(i));
     if (s + 1 < S) t.gradient_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(j));
+    // More ranks than a shared host's cores: each transfer also waits for a core.
+    const auto& topo = hw.topology;
+    if (topo.kind == TopologyKind::SharedHost && program.num_ranks > topo.host_cores) {
+      t.send_overhead_s += topo.oversubscribed_send_s;
+      if (s > 0) t.activation_recv_s += topo.oversubscribed_recv_s;
+      if (s + 1 < S) t.gradient_recv_s += topo.oversubscribed_recv_s;
+    }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);
       t.activation_transfer_s = hw.topology.path(rank(s), rank(s + 1)).seconds(t.activation_bytes);

@@ -18,6 +18,7 @@ namespace pipetwin::schedule {
 struct StageCosts {
   double forward_s = 0, backward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
   double send_overhead_s = 0;        // sender-side cost of posting a transfer
+  double send_s_per_byte = 0;        // and per byte it carries (a send that writes its data itself)
   double activation_recv_s = 0;      // receiver-side cost of its RECV_F once the message is there
   double gradient_recv_s = 0;        // receiver-side cost of its RECV_B once the message is there
   double activation_bytes = 0;       // what its SEND_F carries (for sim/)
@@ -25,6 +26,10 @@ struct StageCosts {
   double activation_transfer_s = 0;  // its SEND_F's flight time, latency + bytes / bandwidth
   double gradient_transfer_s = 0;    // its SEND_B's flight time
   double of(Op op) const;            // compute ops (F B I W R STEP)
+  // What posting its SEND_F or SEND_B costs the sender.
+  double send_s(Op op) const {
+    return send_overhead_s + send_s_per_byte * (op == Op::SEND_F ? activation_bytes : gradient_bytes);
+  }
 };
 
 // Uniform costs for every stage, in the units of the dry run.

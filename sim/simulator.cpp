@@ -49,7 +49,12 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) 
     return it->second;
   };
   if (topo.kind == models::TopologyKind::SharedHost) {
-    auto* host = zone->create_host("host", kSpeed)->set_core_count(topo.host_cores)->seal();
+    // Calibrated sharing: one core of the capacity's speed, each rank's exec
+    // bounded to one core (SimBackend::compute), so that n ranks computing at
+    // once each run at min(1, effective_cores / n).
+    auto* host = topo.calibrated_sharing()
+                     ? zone->create_host("host", kSpeed * topo.compute_capacity())->set_core_count(1)->seal()
+                     : zone->create_host("host", kSpeed)->set_core_count(topo.host_cores)->seal();
     const auto hops = topo.route(0, 1);
     zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
                     {sg4::LinkInRoute(link(hops.front()), sg4::LinkInRoute::Direction::UP)}, false);
@@ -74,12 +79,18 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) 
 
 class SimBackend final : public ps::Backend {
  public:
-  SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out) : in_(in), out_(out) {}
+  SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out)
+      : in_(in), out_(out),
+        bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
     const double d = in_.stages.at(a.stage.value).of(a.op);
     const double start = sg4::Engine::get_clock();
-    if (d > 0) sg4::this_actor::execute(d * kSpeed);
+    if (d > 0 && bounded_) {
+      sg4::this_actor::exec_init(d * kSpeed)->set_bound(kSpeed)->start()->wait();
+    } else if (d > 0) {
+      sg4::this_actor::execute(d * kSpeed);
+    }
     out_.push_back({a, start, sg4::Engine::get_clock()});
   }
 
@@ -87,7 +98,7 @@ class SimBackend final : public ps::Backend {
     const ps::StageCosts& t = in_.stages.at(a.stage.value);
     const double bytes = a.op == ps::Op::SEND_F ? t.activation_bytes : t.gradient_bytes;
     const double start = sg4::Engine::get_clock();
-    if (t.send_overhead_s > 0) sg4::this_actor::sleep_for(t.send_overhead_s);
+    if (t.send_s(a.op) > 0) sg4::this_actor::sleep_for(t.send_s(a.op));
     static int payload = 0;
     sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
     out_.push_back({a, start, sg4::Engine::get_clock()});
@@ -106,6 +117,7 @@ class SimBackend final : public ps::Backend {
  private:
   const SimInput& in_;
   std::vector<ps::TimedAction>& out_;
+  bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
 };
 
 // Binary timeline through the pipe: [ranks][count][op stage mb start end]...

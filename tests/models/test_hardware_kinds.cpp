@@ -51,6 +51,7 @@ const char* kCalibrated =
     "  step_overhead_us: 120\n"
     "  recv_overhead_us: 40\n"
     "  recv_bandwidth_gbps: 2\n"
+    "  send_bandwidth_gbps: 0.5\n"
     "  action_overhead_us: {forward: 30, backward: 50, recompute: 35}\n"
     "  kinds:\n"
     "    transformer_block:\n"
@@ -59,6 +60,7 @@ const char* kCalibrated =
     "      forward_nograd: {max: 0.45}\n"
     "    lm_head:\n"
     "      backward: {half_flops: 1e6}\n"
+    "      recompute: {points: [[1e6, 0.2], [4e6, 0.5], [1.6e7, 0.4]]}\n"
     "calibration:\n"
     "  fitted_on: [a.json]\n";
 
@@ -92,6 +94,15 @@ TEST_F(Kinds, CalibratedFieldsLoadOnTopOfAPreset) {
   EXPECT_EQ(head.forward, pm::preset("cpu").device.efficiency);
   EXPECT_DOUBLE_EQ(head.backward.max, pm::preset("cpu").device.efficiency.max);
   EXPECT_DOUBLE_EQ(head.backward.half_flops, 1e6);
+  // Points: the time w / (peak eff) linear between them and beyond the ends.
+  const auto& points = head.of(pm::Pass::Recompute);
+  ASSERT_EQ(points.points.size(), 3u);
+  const auto time = [&](double w) { return d.layer_seconds("lm_head", pm::Pass::Recompute, w, pm::Precision::FP32); };
+  EXPECT_DOUBLE_EQ(time(4e6), 4e6 / (50e9 * 0.5));
+  EXPECT_NEAR(time(2.5e6), (time(1e6) + time(4e6)) / 2, 1e-18);
+  EXPECT_NEAR(time(1e7), (time(4e6) + time(1.6e7)) / 2, 1e-18);
+  EXPECT_NEAR(time(2.8e7) - time(1.6e7), time(1.6e7) - time(4e6), 1e-18);  // the last segment goes on
+  EXPECT_DOUBLE_EQ(points.at(1e6), 0.2);
   // Layer times: the kind's curve, else the device's.
   EXPECT_DOUBLE_EQ(d.layer_seconds("transformer_block", pm::Pass::Forward, 8e6, pm::Precision::FP32),
                    8e6 / (50e9 * 0.4 * 8e6 / (8e6 + 2e6)));
@@ -105,8 +116,12 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.device.transfer_overhead_s = 1.0 / 3 * 1e-5;
   h.device.memory_bandwidth = 7.123456789e9;
   h.device.action_overhead.forward_nograd_s = 0.1e-6;
-  h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321};
+  h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321, {}};
+  h.device.kinds["embedding"].forward.points = {{1234.5, 0.01}, {9876.54321, 0.0123456789}};
   h.topology.intra = {12.3456789e-6, 1.987654321e9};
+  h.topology.effective_cores = 1.73;
+  h.topology.oversubscribed_send_s = 0.3e-3;
+  h.topology.oversubscribed_recv_s = 0.7e-3;
   h.source = "a \"quoted\" source\nover two lines";
   const std::string text = pm::hardware_to_yaml(h, "first line\n\nthird line", "calibration:\n  note: kept\n");
   EXPECT_EQ(text.rfind("# first line\n#\n# third line\n", 0), 0u) << text;
@@ -118,6 +133,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_EQ(back.device.step_overhead_s, h.device.step_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.recv_overhead_s, h.device.recv_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.recv_bandwidth, h.device.recv_bandwidth);
+  EXPECT_DOUBLE_EQ(back.device.send_bandwidth, h.device.send_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.transfer_overhead_s, h.device.transfer_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.memory_bandwidth, h.device.memory_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.memory_bytes, h.device.memory_bytes);
@@ -125,6 +141,9 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.intra.bandwidth, h.topology.intra.bandwidth);
   EXPECT_EQ(back.topology.kind, h.topology.kind);
   EXPECT_EQ(back.topology.host_cores, h.topology.host_cores);
+  EXPECT_DOUBLE_EQ(back.topology.effective_cores, 1.73);
+  EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
+  EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
   // Every preset too, and heterogeneous hardware.
   for (const auto& name : pm::preset_names()) {
     const auto p = pm::preset(name);
@@ -156,6 +175,18 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'device.action_overhead_us.step': unknown (valid: forward, backward, forward_nograd, recompute)"},
       {"preset: cpu\ndevice:\n  step_overhead_us: fast\n", ":3: field 'device.step_overhead_us': expected a number, got 'fast'"},
       {"preset: cpu\ndevice:\n  recv_bandwidth_gbps: 0\n", ":3: field 'device.recv_bandwidth_gbps': must be positive, got 0"},
+      {"preset: cpu\ndevice:\n  efficiency: {points: [[1e6, 0.5], [1e6, 0.6]]}\n",
+       ":3: field 'device.efficiency.points': the points' works must increase"},
+      {"preset: cpu\ndevice:\n  efficiency: {points: [[1e6, 1.5]]}\n",
+       ":3: field 'device.efficiency.points': a point's efficiency must be in (0, 1], got 1.5"},
+      {"preset: cpu\ndevice:\n  efficiency: {max: 0.5, points: [[1e6, 0.5]]}\n",
+       ":3: field 'device.efficiency.points': replaces max and half_flops"},
+      {"preset: cpu\ndevice:\n  efficiency: {points: [1e6, 0.5]}\n",
+       ":3: field 'device.efficiency.points': expected [work, efficiency] pairs of numbers"},
+      {"preset: cpu\ntopology:\n  effective_cores: 0.5\n",
+       ":3: field 'topology.effective_cores': must be at least 1 (one rank alone runs at full speed)"},
+      {"preset: cpu\ntopology:\n  oversubscribed_recv_us: -2\n",
+       ":3: field 'topology.oversubscribed_recv_us': must not be negative, got -2"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
        ":4: field 'devices[1].kinds.conv.forward.max': must be positive, got 0"},
   };
@@ -199,6 +230,22 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(table[1].activation_recv_s, d.recv_seconds(costs.cut_bytes(3)));
   EXPECT_DOUBLE_EQ(table[0].gradient_recv_s, d.recv_seconds(costs.cut_bytes(3)));
   EXPECT_DOUBLE_EQ(table[0].activation_recv_s, 0);
+  // Sends: the sender's overhead and its cost per byte of the cut.
+  EXPECT_DOUBLE_EQ(table[0].send_s(ps::Op::SEND_F), d.transfer_overhead_s + costs.cut_bytes(3) / 0.5e9);
+  // More ranks than the shared host's cores: each transfer also waits for a core.
+  pm::Hardware crowded = h;
+  crowded.topology.oversubscribed_send_s = 1e-3;
+  crowded.topology.oversubscribed_recv_s = 2e-3;
+  EXPECT_EQ(pm::stage_table(costs, crowded, p)[0].send_overhead_s, table[0].send_overhead_s);  // 2 ranks, 2 cores
+  pm::PartitionRequest r4 = r;
+  r4.ranks = 4;
+  ps::Program p4 = ps::build_schedule("1f1b", {4, 4, 1, ps::RecomputePolicy::Full});
+  p4.partition = {{0, 2}, {2, 3}, {3, 4}, {4, 6}};
+  const pm::StageCostModel costs4(m, crowded, r4);
+  const auto t4 = pm::stage_table(costs4, crowded, p4);
+  EXPECT_DOUBLE_EQ(t4[1].send_overhead_s, d.transfer_overhead_s + 1e-3);
+  EXPECT_DOUBLE_EQ(t4[1].activation_recv_s, d.recv_seconds(costs4.cut_bytes(2)) + 2e-3);
+  EXPECT_DOUBLE_EQ(t4[0].activation_recv_s, 0);
   // The step: its own overhead plus the traffic over the memory bandwidth.
   pm::Hardware unit = h;
   unit.device.memory_bandwidth = 1;
