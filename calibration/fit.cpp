@@ -177,6 +177,41 @@ double predict_row(const Problem& p, const Solution& s, std::size_t row) {
   return v;
 }
 
+// solve() on relative errors, made robust: each row is weighted by 1 / y (so
+// that a 1 ms action counts as much as a 50 ms one), then by Huber's weight of
+// its relative residual (k = 1.345 robust standard deviations, the scale from
+// the median absolute residual), iterated to convergence. One action slowed
+// by the machine counts for little; exact data is fitted exactly.
+Solution robust_solve(const Problem& p) {
+  const std::size_t rows = p.y.size();
+  std::vector<double> w(rows, 1.0);
+  Solution s;
+  for (int round = 0; round < 50; ++round) {
+    Problem q = p;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const double scale = w[i] / (std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0);
+      for (auto& x : q.x[i]) x *= scale;
+      q.y[i] *= scale;
+    }
+    s = solve(q);
+    std::vector<double> r(rows), a(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      r[i] = (predict_row(p, s, i) - p.y[i]) / (std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0);
+      a[i] = std::abs(r[i]);
+    }
+    const double sigma = 1.4826 * median(a);
+    if (!(sigma > 1e-12)) break;
+    double change = 0;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const double next = a[i] > 1.345 * sigma ? 1.345 * sigma / a[i] : 1.0;
+      change = std::max(change, std::abs(next - w[i]));
+      w[i] = next;
+    }
+    if (change < 1e-4) break;
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------------------
 // Observations.
 
@@ -205,6 +240,7 @@ struct LinkGroup {
   bool forward = true;
   double bytes = 0;
   double send = 0;  // median SEND
+  std::vector<double> sends;  // every SEND
   std::vector<Receive> receives;
   // Receives that were waiting when the message was sent: end (latency +
   // bytes / bandwidth + the receiver's cost); those that started after it had
@@ -223,6 +259,9 @@ ps::Timeline paced(const ps::Timeline& t) {
   }
   return out;
 }
+
+// A link whose transfers take no time per byte (the send holds them).
+constexpr double kUnbounded = 1e18;  // bytes/s
 
 std::string num(double x) {
   char buf[64];
@@ -258,12 +297,11 @@ bool oversubscribed(const TraceRun& run, const pm::Hardware& base) {
   return run.ranks() * threads_of(run) > base.topology.host_cores;
 }
 
-// What each compute action would have taken on a core of its own, when the
-// ranks share `cores` cores: its span integrated over its rank's share of the
-// cores, min(1, cores / (threads x ranks computing)) - the fair sharing that
-// the simulator replays (SimGrid's multi-core host), inverted. Indexed like
-// the timeline; transfers keep their measured durations.
-std::vector<std::vector<double>> alone_durations(const TraceRun& run, const ps::Timeline& timeline, int cores) {
+// For each compute action (F B I W R and STEP, what SimGrid runs on the
+// cores), how long another rank was computing at the same time: an action
+// that ran alone tells what the device does; one that shared the host also
+// tells how the ranks share it (fit_sharing). Indexed like the timeline.
+std::vector<std::vector<double>> concurrent_time(const ps::Timeline& timeline) {
   const auto& ranks = timeline.ranks;
   const auto busy = [](const ps::Op op) { return ps::is_compute(op) || op == ps::Op::STEP; };
   std::vector<std::pair<double, int>> edges;
@@ -275,32 +313,233 @@ std::vector<std::vector<double>> alone_durations(const TraceRun& run, const ps::
     }
   }
   std::sort(edges.begin(), edges.end());
-  // Piecewise constant share: share[i] holds on [times[i], times[i + 1]).
-  std::vector<double> times, share;
-  int computing = 0;
+  // Piecewise constant: computing[i] ranks on [times[i], times[i + 1]).
+  std::vector<double> times;
+  std::vector<int> computing;
+  int now = 0;
   for (std::size_t i = 0; i < edges.size(); ++i) {
-    computing += edges[i].second;
+    now += edges[i].second;
     if (i + 1 < edges.size() && edges[i + 1].first == edges[i].first) continue;
     times.push_back(edges[i].first);
-    const double demand = static_cast<double>(computing) * threads_of(run);
-    share.push_back(demand > cores ? cores / demand : 1.0);
+    computing.push_back(now);
   }
   std::vector<std::vector<double>> out(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     for (const auto& a : ranks[r]) {
-      double d = a.end - a.start;
-      if (busy(a.action.op) && d > 0) {
-        d = 0;
+      double shared = 0;
+      if (busy(a.action.op) && a.end > a.start) {
         auto i = static_cast<std::size_t>(std::upper_bound(times.begin(), times.end(), a.start) - times.begin());
         i = i == 0 ? 0 : i - 1;
         for (; i < times.size() && times[i] < a.end; ++i) {
           const double from = std::max(a.start, times[i]);
           const double to = i + 1 < times.size() ? std::min(a.end, times[i + 1]) : a.end;
-          if (to > from) d += (to - from) * share[i];
+          if (to > from && computing[i] >= 2) shared += to - from;
         }
       }
-      out[r].push_back(d);
+      out[r].push_back(shared);
     }
+  }
+  return out;
+}
+
+// The compute and step observations: per stage and pass, the median of the
+// actions that ran alone (another rank computing for at most 0.1% of the
+// action), so that the device's curves do not depend on how ranks share the
+// host. `all` takes every action instead (when too few ran alone).
+struct Observations {
+  std::vector<ComputeGroup> compute;
+  std::vector<StepGroup> steps;
+  int shared_actions = 0;  // left out
+};
+
+Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
+  Observations out;
+  for (const TraceRun& run : runs) {
+    const auto& p = run.program;
+    std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
+    std::map<int, std::vector<double>> by_step;
+    const ps::Timeline timeline = paced(run.trace.timeline);
+    const auto shared = concurrent_time(timeline);
+    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
+      for (std::size_t n = 0; n < timeline.ranks[r].size(); ++n) {
+        const auto& a = timeline.ranks[r][n];
+        const int s = a.action.stage.value;
+        const double d = a.end - a.start;
+        const bool alone = shared[r][n] <= 1e-3 * d;
+        if (!alone && (ps::is_compute(a.action.op) || a.action.op == ps::Op::STEP)) ++out.shared_actions;
+        if (!alone && !all) continue;
+        switch (a.action.op) {
+          case ps::Op::F:
+            by_pass[{s, p.recomputes(a.action.stage, *a.action.microbatch) ? pm::Pass::ForwardNoGrad : pm::Pass::Forward}]
+                .push_back(d);
+            break;
+          case ps::Op::R: by_pass[{s, pm::Pass::Recompute}].push_back(d); break;
+          case ps::Op::B: by_pass[{s, pm::Pass::Backward}].push_back(d); break;
+          case ps::Op::STEP: by_step[s].push_back(d); break;
+          default: break;  // I and W (zero bubble) are not fitted; transfers apart
+        }
+      }
+    }
+    for (const auto& [key, durations] : by_pass) out.compute.push_back({&run, key.first, key.second, median(durations)});
+    for (const auto& [s, durations] : by_step) out.steps.push_back({&run, s, median(durations)});
+  }
+  return out;
+}
+
+// Per pass and kind, the time of one layer as a function of its work w
+// (FLOPs x micro-batch size), linear between knots at works that the traces
+// ran (at most six, spaced evenly in log(w) when there are more) and along
+// the end segments beyond: the knots' times are the unknowns, and a layer of
+// work w weighs on the two knots around it by linear interpolation, so the
+// fit stays linear. Plus the action's overhead; the fastest FLOP/s a kind
+// reached; the fit's loss (Huber at 5% on relative residuals).
+struct ComputeFit {
+  std::map<pm::Pass, std::map<std::string, std::vector<std::pair<double, double>>>> curves;  // (work, seconds)
+  std::map<pm::Pass, double> action;
+  std::vector<Coefficient> coefficients;
+  double fastest = 0;
+  double loss = 0;
+};
+
+// Interpolation weights of `w` on `knots` (linear, extended along the end segments).
+std::vector<double> hat_weights(const std::vector<double>& knots, double w) {
+  std::vector<double> out(knots.size(), 0);
+  if (knots.size() == 1) {
+    out[0] = w / knots[0];
+    return out;
+  }
+  std::size_t i = 1;
+  while (i + 1 < knots.size() && w > knots[i]) ++i;
+  const double f = (w - knots[i - 1]) / (knots[i] - knots[i - 1]);
+  out[i - 1] = 1 - f;
+  out[i] = f;
+  return out;
+}
+
+std::vector<double> knots_of(std::vector<double> works) {
+  std::sort(works.begin(), works.end());
+  std::vector<double> distinct;
+  for (const double w : works) {
+    if (distinct.empty() || w > distinct.back() * (1 + 1e-9)) distinct.push_back(w);
+  }
+  constexpr std::size_t kMaxKnots = 6;
+  if (distinct.size() <= kMaxKnots) return distinct;
+  std::vector<double> out;
+  const double lo = std::log(distinct.front()), hi = std::log(distinct.back());
+  for (std::size_t j = 0; j < kMaxKnots; ++j) out.push_back(std::exp(lo + (hi - lo) * j / (kMaxKnots - 1)));
+  return out;
+}
+
+std::string num_short(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak) {
+  ComputeFit out;
+  out.fastest = base_peak;
+  for (const pm::Pass pass : pm::kPasses) {
+    // The works each kind ran at in this pass.
+    std::map<std::string, std::vector<double>> works;
+    for (const auto& g : obs.compute) {
+      if (g.pass != pass) continue;
+      const auto [i, j] = g.run->program.partition.at(g.stage);
+      for (int l = i; l < j; ++l) {
+        const auto& layer = g.run->model.layers[l];
+        const double w = pass_flops(layer, pass) * g.run->microbatch_size;
+        if (w > 0) works[std::string(pm::kind_name(layer.kind))].push_back(w);
+      }
+    }
+    if (works.empty()) continue;
+    // Kinds whose times these traces cannot tell apart from the others' are
+    // timed on the largest kind's curve (merged into its knots), and said so.
+    std::string main_kind;
+    for (const auto& kind : kinds) {
+      if (works.count(kind)) {
+        main_kind = kind;
+        break;
+      }
+    }
+    std::set<std::string> merged;
+    Problem prob;
+    Solution sol;
+    std::map<std::string, std::pair<std::size_t, std::vector<double>>> columns;  // kind -> (first column, knots)
+    std::size_t action_column = 0;
+    for (int attempt = 0; attempt < static_cast<int>(kinds.size()) + 1; ++attempt) {
+      prob = Problem{};
+      columns.clear();
+      const std::string pname(pm::pass_name(pass));
+      for (const auto& kind : kinds) {  // largest kind first: kept when columns are dependent
+        if (!works.count(kind) || merged.count(kind)) continue;
+        const auto knots = knots_of(works[kind]);  // a merged kind weighs on the largest kind's knots
+        columns[kind] = {prob.params.size(), knots};
+        for (const double w : knots) {
+          Param t;
+          t.name = kind + "." + pname + ".seconds_at_" + num_short(w) + "_flop";
+          t.why_dependent = "these partitions do not tell this kind's time apart from the others'";
+          t.why_bounded = "bounded at 0 (fitted negative)";
+          prob.params.push_back(t);
+        }
+      }
+      action_column = prob.params.size();
+      Param c;
+      c.name = "action." + pname + "_s";
+      c.why_dependent = "every stage of these traces holds the same layers";
+      c.why_bounded = "bounded at 0 (fitted negative)";
+      prob.params.push_back(c);
+      for (const auto& g : obs.compute) {
+        if (g.pass != pass) continue;
+        std::vector<double> x(prob.params.size(), 0);
+        const auto [i, j] = g.run->program.partition.at(g.stage);
+        for (int l = i; l < j; ++l) {
+          const auto& layer = g.run->model.layers[l];
+          const double w = pass_flops(layer, pass) * g.run->microbatch_size;
+          if (w <= 0) continue;
+          const std::string kind(pm::kind_name(layer.kind));
+          const auto& [first, knots] = columns.at(merged.count(kind) ? main_kind : kind);
+          const auto weights = hat_weights(knots, w);
+          for (std::size_t k = 0; k < knots.size(); ++k) x[first + k] += weights[k];
+        }
+        x[action_column] = 1;
+        prob.x.push_back(x);
+        prob.y.push_back(g.measured);
+      }
+      sol = robust_solve(prob);
+      // A kind (not the largest) with a knot these traces could not fit: merge it.
+      std::string worst;
+      for (const auto& [kind, entry] : columns) {
+        if (kind == main_kind) continue;
+        for (std::size_t k = 0; k < entry.second.size(); ++k) {
+          const std::string& how = sol.how[entry.first + k];
+          if (how.rfind("fixed to 0", 0) == 0 || how == "not observed") worst = kind;
+        }
+      }
+      if (worst.empty()) break;
+      merged.insert(worst);
+    }
+    for (std::size_t i = 0; i < prob.y.size(); ++i) {
+      const double r = std::abs(predict_row(prob, sol, i) - prob.y[i]) / std::max(prob.y[i], 1e-12);
+      out.loss += r <= 0.05 ? 0.5 * r * r : 0.05 * (r - 0.025);
+    }
+    for (const auto& [kind, entry] : columns) {
+      const auto& [first, knots] = entry;
+      std::vector<std::pair<double, double>> curve;
+      for (std::size_t k = 0; k < knots.size(); ++k) {
+        const double t = sol.value[first + k];
+        curve.emplace_back(knots[k], t);
+        if (t > 0 && sol.how[first + k] == "fitted") out.fastest = std::max(out.fastest, knots[k] / t);
+      }
+      out.curves[pass][kind] = curve;
+    }
+    for (const auto& m : merged) {
+      out.curves[pass][m] = out.curves[pass][main_kind];
+      out.coefficients.push_back({m + "." + std::string(pm::pass_name(pass)) + ".curve", 0,
+                                  "the " + main_kind + "'s: these partitions do not tell this kind's time apart from "
+                                  "the others'"});
+    }
+    out.action[pass] = sol.value[action_column];
+    for (std::size_t j = 0; j < prob.params.size(); ++j) out.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
   }
   return out;
 }
@@ -316,60 +555,66 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
   const double base_peak = device.peak_flops(precision);
   if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
 
-  // Runs whose ranks share cores join the compute and step fits with the time
-  // each action would have taken alone; their transfers (posted and received
-  // by ranks waiting for a core) join only when no other run has any.
+  // Transfers come from runs whose ranks each had a core (their sends and
+  // receives are not delayed waiting for one), unless there are none.
   std::vector<const TraceRun*> unshared;
   for (const auto& run : runs) {
     if (!oversubscribed(run, base)) unshared.push_back(&run);
   }
   const bool all_shared = unshared.empty();
-  const auto is_shared = [&](const TraceRun& run) {
-    return std::find(unshared.begin(), unshared.end(), &run) == unshared.end();
+  const auto transfers_from = [&](const TraceRun& run) {
+    return all_shared || std::find(unshared.begin(), unshared.end(), &run) != unshared.end();
   };
-  const auto transfers_from = [&](const TraceRun& run) { return all_shared || !is_shared(run); };
-  if (unshared.size() < runs.size()) {
-    result.notes.push_back(std::to_string(runs.size() - unshared.size()) + " run(s) with more ranks x threads than the host's " +
-                           std::to_string(base.topology.host_cores) +
-                           " cores: their compute is fitted as if each rank had had its share of the cores "
-                           "(min(1, cores / ranks computing)), as the simulator replays it" +
-                           (all_shared ? "; their transfers too (no other run)" : "; their transfers are not fitted"));
-  }
 
-  // --- Observations: per-stage medians.
-  std::vector<ComputeGroup> compute;
-  std::vector<StepGroup> steps;
+  // --- Compute: the host's capacity for ranks computing at once, and the curves.
+  std::vector<std::string> kinds;  // in the order of the model's total work
+  {
+    std::map<std::string, double> work;
+    for (const auto& l : model.layers) work[std::string(pm::kind_name(l.kind))] += l.cost.forward_flops + l.cost.backward_flops();
+    for (const auto& [k, _] : work) kinds.push_back(k);
+    std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
+  }
+  // The device's curves from the actions that ran alone; every action when
+  // some pass has none (then the sharing is in the curves).
+  Observations observed = compute_observations(runs, false);
+  {
+    std::set<pm::Pass> with, wanted;
+    for (const auto& g : observed.compute) with.insert(g.pass);
+    for (const auto& g : compute_observations(runs, true).compute) wanted.insert(g.pass);
+    if (with != wanted) {
+      observed = compute_observations(runs, true);
+      result.notes.push_back("some pass has no action that ran alone: the curves are fitted on every action, "
+                             "whatever the ranks computing at the same time");
+    } else if (observed.shared_actions > 0) {
+      result.notes.push_back(std::to_string(observed.shared_actions) +
+                             " compute actions ran while another rank computed: the curves leave them out; "
+                             "how the ranks share the host is fitted from the step times (fit_sharing)");
+    }
+  }
+  const auto& compute = observed.compute;
+  const auto& steps = observed.steps;
+  ComputeFit cf = fit_compute(observed, kinds, base_peak);
+  const auto is_shared = [&](const TraceRun& run) { return oversubscribed(run, base); };
+  if (!all_shared && unshared.size() < runs.size()) {
+    result.notes.push_back(std::to_string(runs.size() - unshared.size()) +
+                           " run(s) with more ranks x threads than the host's cores: their transfers are not fitted");
+  }
+  auto& curves = cf.curves;
+  auto& action = cf.action;
+  const double fastest = cf.fastest;
+  for (const auto& c : cf.coefficients) result.coefficients.push_back(c);
+
+  // --- Transfers: per (sender stage, direction), from the paced timelines.
   std::vector<LinkGroup> links;
   for (const auto& run : runs) {
     const auto& p = run.program;
-    std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
-    std::map<int, std::vector<double>> by_step;
-    std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
     const ps::Timeline timeline = paced(run.trace.timeline);
-    const auto alone =
-        is_shared(run) ? alone_durations(run, timeline, base.topology.host_cores) : std::vector<std::vector<double>>{};
+    std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
     for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
-      for (std::size_t n = 0; n < timeline.ranks[r].size(); ++n) {
-        const auto& a = timeline.ranks[r][n];
-        const int s = a.action.stage.value;
-        const double d = alone.empty() ? a.end - a.start : alone[r][n];
-        switch (a.action.op) {
-          case ps::Op::F:
-            by_pass[{s, p.recomputes(a.action.stage, *a.action.microbatch) ? pm::Pass::ForwardNoGrad : pm::Pass::Forward}]
-                .push_back(d);
-            break;
-          case ps::Op::R: by_pass[{s, pm::Pass::Recompute}].push_back(d); break;
-          case ps::Op::B: by_pass[{s, pm::Pass::Backward}].push_back(d); break;
-          case ps::Op::STEP: by_step[s].push_back(d); break;
-          case ps::Op::SEND_F:
-          case ps::Op::SEND_B: sends[ps::message_of(a.action)] = {static_cast<int>(r), a}; break;
-          default: break;  // I and W (zero bubble) are not fitted; receives below
-        }
+      for (const auto& a : timeline.ranks[r]) {
+        if (ps::is_send(a.action.op)) sends[ps::message_of(a.action)] = {static_cast<int>(r), a};
       }
     }
-    for (const auto& [key, durations] : by_pass) compute.push_back({&run, key.first, key.second, median(durations)});
-    for (const auto& [s, durations] : by_step) steps.push_back({&run, s, median(durations)});
-    // Transfers: per (sender stage, direction).
     const pm::StageCostModel probe(run.model, base, request_of(run));
     std::map<std::pair<int, bool>, std::vector<Receive>> receives;
     std::map<std::pair<int, bool>, std::vector<double>> send_durations;
@@ -397,85 +642,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       g.forward = forward;
       g.bytes = probe.cut_bytes(forward ? j : i);
       g.send = median(durations);
+      g.sends = durations;
       g.receives = receives[key];
       links.push_back(g);
     }
   }
 
-  // --- Compute: one problem per pass.
-  std::vector<std::string> kinds;  // in the order of the model's total work
-  {
-    std::map<std::string, double> work;
-    for (const auto& l : model.layers) work[std::string(pm::kind_name(l.kind))] += l.cost.forward_flops + l.cost.backward_flops();
-    for (const auto& [k, _] : work) kinds.push_back(k);
-    std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
-  }
-  std::map<pm::Pass, std::map<std::string, std::pair<double, double>>> curves;  // pass -> kind -> (a, b)
-  std::map<pm::Pass, double> action;
-  double fastest = base_peak;  // the highest FLOP/s any kind reaches
-  for (const pm::Pass pass : pm::kPasses) {
-    Problem prob;
-    const std::string pname(pm::pass_name(pass));
-    // Parameters: slopes (largest kind first), the action overhead, per-layer overheads.
-    for (std::size_t k = 0; k < kinds.size(); ++k) {
-      Param a;
-      a.name = kinds[k] + "." + pname + ".seconds_per_flop";
-      a.on_dependent = k == 0 ? Param::OnDependent::FixValue : Param::OnDependent::Tie;
-      a.fixed_value = 1 / base_peak;
-      a.tie_to = 0;
-      a.why_dependent = "these traces do not vary this kind's work apart from the others'";
-      a.lower = 0;
-      a.strictly_above = true;
-      a.bound_value = 1 / base_peak;
-      a.why_bounded = "bounded at the peak (max 1): its fitted slope was not positive";
-      prob.params.push_back(a);
-    }
-    Param c;
-    c.name = "action." + pname + "_s";
-    c.why_dependent = "every stage of these traces holds the same layers";
-    c.why_bounded = "bounded at 0 (fitted negative)";
-    prob.params.push_back(c);
-    for (const auto& kind : kinds) {
-      Param b;
-      b.name = kind + "." + pname + ".seconds_per_layer";
-      b.why_dependent = "cannot be told apart from the other fixed costs with these partitions";
-      b.why_bounded = "bounded at 0 (fitted negative)";
-      prob.params.push_back(b);
-    }
-    const std::size_t nk = kinds.size();
-    std::vector<const ComputeGroup*> rows;
-    for (const auto& g : compute) {
-      if (g.pass != pass) continue;
-      std::vector<double> x(prob.params.size(), 0);
-      const auto [i, j] = g.run->program.partition.at(g.stage);
-      for (int l = i; l < j; ++l) {
-        const auto& layer = g.run->model.layers[l];
-        const double w = pass_flops(layer, pass) * g.run->microbatch_size;
-        if (w <= 0) continue;
-        const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
-        x[k] += w;
-        x[nk + 1 + k] += 1;
-      }
-      x[nk] = 1;
-      prob.x.push_back(x);
-      prob.y.push_back(g.measured);
-      rows.push_back(&g);
-    }
-    if (rows.empty()) continue;
-    const Solution sol = solve(prob);
-    for (std::size_t k = 0; k < nk; ++k) {
-      const double a = sol.value[k], b = sol.value[nk + 1 + k];
-      bool observed = false;
-      for (const auto& x : prob.x) observed = observed || x[k] > 0;
-      if (!observed) continue;
-      curves[pass][kinds[k]] = {a, b};
-      if (sol.how[k] == "fitted") fastest = std::max(fastest, 1 / a);
-    }
-    action[pass] = sol.value[nk];
-    for (std::size_t j = 0; j < prob.params.size(); ++j) {
-      result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
-    }
-  }
   // Forward without data (every run recomputes): the recompute is the same forward, with autograd.
   if (!curves.count(pm::Pass::Forward) && curves.count(pm::Pass::Recompute)) {
     curves[pm::Pass::Forward] = curves[pm::Pass::Recompute];
@@ -500,9 +672,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       device.peak_flops_half = peak;
     }
   }
-  const auto efficiency = [&](std::pair<double, double> ab) {
-    const auto [a, b] = ab;
-    return pm::Efficiency{std::min(1.0, 1 / (a * peak)), b / a};
+  // Knots (work, seconds) as points (work, efficiency); a knot fitted at no
+  // time (its kind's cost went to the others') runs at the peak.
+  const auto efficiency = [&](const std::vector<std::pair<double, double>>& knots) {
+    pm::Efficiency e;
+    for (const auto& [w, t] : knots) e.points.emplace_back(w, t > 0 ? std::min(1.0, w / (t * peak)) : 1.0);
+    return e;
   };
   device.kinds.clear();
   for (const auto& kind : kinds) {
@@ -551,7 +726,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       rows.push_back(&g);
     }
     if (!rows.empty()) {
-      const Solution sol = solve(prob);
+      const Solution sol = robust_solve(prob);
       device.step_overhead_s = sol.value[0];
       if (sol.value[1] > 0) device.memory_bandwidth = 1 / sol.value[1];
       for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
@@ -563,13 +738,28 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
   // --- Transfers: the sender's overhead, then the link's latency and bandwidth.
   pm::Topology topology = base.topology;
   {
-    std::vector<double> send;
-    for (const auto& g : links) {
-      if (transfers_from(*g.run)) send.push_back(g.send);
-    }
-    if (!send.empty()) {
-      device.transfer_overhead_s = median(send);
-      result.coefficients.push_back({"send.overhead_s", device.transfer_overhead_s, "median of the stages' median SEND"});
+    {
+      // The sender's cost, affine in the bytes it writes.
+      Problem prob;
+      Param c;
+      c.name = "send.overhead_s";
+      c.why_bounded = "bounded at 0 (fitted negative)";
+      Param slope;
+      slope.name = "send.seconds_per_byte";
+      slope.why_dependent = "every send carries as many bytes";
+      slope.why_bounded = "bounded at 0 (fitted negative)";
+      prob.params = {c, slope};
+      for (const auto& g : links) {
+        if (!transfers_from(*g.run)) continue;
+        prob.x.push_back({1, g.bytes});
+        prob.y.push_back(g.send);
+      }
+      if (!prob.y.empty()) {
+        const Solution sol = robust_solve(prob);
+        device.transfer_overhead_s = sol.value[0];
+        device.send_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
+        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      }
     }
     // The link, in two passes: first from the receives that were waiting as
     // if taking a message cost nothing, to tell which receives started after
@@ -586,9 +776,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       slope.on_dependent = Param::OnDependent::FixValue;
       slope.fixed_value = 1 / base_link.bandwidth;
       slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
-      slope.strictly_above = true;
-      slope.bound_value = slope.fixed_value;
-      slope.why_bounded = "kept from the base (fitted slope not positive)";
+      slope.why_bounded = "bounded at 0: the sender's cost holds the transfer (unbounded link bandwidth)";
       prob.params = {latency, slope};
       for (auto& g : links) {
         if (!transfers_from(*g.run)) continue;
@@ -603,11 +791,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         prob.y.push_back(g.flight);
       }
       if (prob.y.empty()) return base_link;
-      const Solution sol = solve(prob);
+      const Solution sol = robust_solve(prob);
       if (record) {
         for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
       }
-      return pm::Link{sol.value[0], 1 / sol.value[1]};
+      return pm::Link{sol.value[0], sol.value[1] > 0 ? 1 / sol.value[1] : kUnbounded};
     };
     const pm::Link first = link_fit([](double) { return 0.0; }, false);
     {
@@ -633,7 +821,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         prob.y.push_back(g.take);
       }
       if (!prob.y.empty()) {
-        const Solution sol = solve(prob);
+        const Solution sol = robust_solve(prob);
         device.recv_overhead_s = sol.value[0];
         device.recv_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
         for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
@@ -651,6 +839,37 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       topology.intra = link;
     } else if (!links.empty()) {
       result.notes.push_back("no receive was waiting for its message: the link keeps the base latency and bandwidth");
+    }
+    // With more ranks than cores, a rank that sends or takes a message also
+    // waits for a core: the mean excess over the model above (means, not
+    // medians: the rare long wait is the cost), from those runs' transfers.
+    if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost) {
+      std::vector<double> send_excess, recv_excess;
+      const pm::Link link = topology.intra;
+      for (const auto& g : links) {
+        if (transfers_from(*g.run)) continue;
+        const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
+        for (const double d : g.sends) send_excess.push_back(d - send_model);
+        for (const auto& r : g.receives) {
+          if (r.start - r.uncertainty >= link.seconds(g.bytes)) recv_excess.push_back(r.end - r.start - device.recv_seconds(g.bytes));
+        }
+      }
+      const auto mean = [](const std::vector<double>& v) {
+        double sum = 0;
+        for (const double x : v) sum += x;
+        return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
+      };
+      topology.oversubscribed_send_s = mean(send_excess);
+      topology.oversubscribed_recv_s = mean(recv_excess);
+      if (!send_excess.empty()) {
+        result.coefficients.push_back({"oversubscribed.send_s", topology.oversubscribed_send_s,
+                                       "mean excess of " + std::to_string(send_excess.size()) + " sends in runs with more ranks than cores"});
+      }
+      if (!recv_excess.empty()) {
+        result.coefficients.push_back({"oversubscribed.recv_s", topology.oversubscribed_recv_s,
+                                       "mean excess of " + std::to_string(recv_excess.size()) +
+                                           " receives that found their message, in runs with more ranks than cores"});
+      }
     }
   }
 
@@ -695,7 +914,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     }
     for (const auto& g : links) {
       if (g.run != &run) continue;
-      add("send", hw.device.transfer_overhead_s, g.send);
+      add("send", hw.device.transfer_overhead_s + (hw.device.send_bandwidth > 0 ? g.bytes / hw.device.send_bandwidth : 0),
+          g.send);
       const int to = g.forward ? g.stage + 1 : g.stage - 1;
       const double take = hw.device.recv_seconds(g.bytes);
       if (g.waited > 0) {
@@ -713,6 +933,81 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     if (c.how != "fitted" && c.how.rfind("median", 0) != 0) result.notes.push_back(c.name + ": " + c.how);
   }
   return result;
+}
+
+namespace {
+
+// Golden-section search of the minimum of f on [lo, hi] to `tolerance`.
+double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance) {
+  const double g = (std::sqrt(5.0) - 1) / 2;
+  double a = lo, b = hi, c = b - g * (b - a), d = a + g * (b - a);
+  double fc = f(c), fd = f(d);
+  while (b - a > tolerance) {
+    if (fc <= fd) {
+      b = d, d = c, fd = fc;
+      c = b - g * (b - a), fc = f(c);
+    } else {
+      a = c, c = d, fc = fd;
+      d = a + g * (b - a), fd = f(d);
+    }
+  }
+  // The ends too: the optimum may be the boundary (no sharing to fit).
+  const double mid = (a + b) / 2, fm = f(mid), flo = f(lo), fhi = f(hi);
+  if (fhi <= fm && fhi <= flo) return hi;
+  if (flo <= fm) return lo;
+  return mid;
+}
+
+}  // namespace
+
+void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay) {
+  pm::Topology& t = fit.hardware.topology;
+  if (t.kind != pm::TopologyKind::SharedHost) return;
+  std::vector<const TraceRun*> within, beyond;
+  for (const auto& run : runs) {
+    const int demand = run.ranks() * threads_of(run);
+    if (demand > t.host_cores) beyond.push_back(&run);
+    else if (run.ranks() > 1) within.push_back(&run);
+  }
+  const auto loss = [&](const std::vector<const TraceRun*>& set) {
+    double sum = 0;
+    for (const auto* run : set) {
+      const double r = std::abs(replay(*run, fit.hardware) / run->step_time_s - 1);
+      sum += r <= 0.05 ? 0.5 * r * r : 0.05 * (r - 0.025);
+    }
+    return sum;
+  };
+  const double cores = t.host_cores;
+  if (!within.empty() && cores > 1) {
+    const double c = golden_min(
+        [&](double x) {
+          t.effective_cores = x;
+          return loss(within);
+        },
+        1.0, cores, 1e-3);
+    t.effective_cores = c >= cores - 2e-3 ? 0 : c;
+    fit.coefficients.push_back({"host.effective_cores", t.effective_cores > 0 ? t.effective_cores : cores,
+                                "fitted on the step times of " + std::to_string(within.size()) +
+                                    " run(s) of several ranks within the cores (replayed)"});
+  }
+  if (!beyond.empty()) {
+    // The transfers' waits for a core: their measured means (fit()) set their
+    // shape, the step times their scale; 1 ms each when none was measured.
+    const double send = t.oversubscribed_send_s, recv = t.oversubscribed_recv_s;
+    const bool measured = send > 0 || recv > 0;
+    const double s = golden_min(
+        [&](double x) {
+          t.oversubscribed_send_s = measured ? x * send : x * 1e-3;
+          t.oversubscribed_recv_s = measured ? x * recv : x * 1e-3;
+          return loss(beyond);
+        },
+        0.0, 3.0, 1e-3);
+    t.oversubscribed_send_s = measured ? s * send : s * 1e-3;
+    t.oversubscribed_recv_s = measured ? s * recv : s * 1e-3;
+    fit.coefficients.push_back({"oversubscribed.scale", s,
+                                "of the transfers' waits for a core, fitted on the step times of " +
+                                    std::to_string(beyond.size()) + " run(s) with more ranks than cores (replayed)"});
+  }
 }
 
 namespace {

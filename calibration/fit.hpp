@@ -7,36 +7,47 @@
 // the one before, so that the replay keeps each rank's pace.
 //
 //   compute   per layer kind k and pass p (forward, backward, forward_nograd,
-//             recompute), the time of one layer invocation is affine in its
-//             work w = FLOPs x micro-batch size: t = a_kp w + b_kp, and a stage
-//             action adds c_p once (action_overhead). A stage's action is the
-//             sum over its layers, so traces with different partitions and
-//             micro-batch sizes separate the kinds:
-//               F(stage) = c_F + sum_k (a_kF W_k + b_kF n_k)
-//             Then eff_kp(w) = max w / (w + half) with max = 1 / (a_kp peak),
-//             half = b_kp / a_kp (the device's peak is raised when a kind runs
-//             faster than it). Coefficients that these traces cannot tell
-//             apart are tied or fixed (a kind's slope to the largest kind's,
-//             overheads to 0) and listed in the notes; overheads are kept >= 0.
+//             recompute), the time of one layer invocation as a function of
+//             its work w = FLOPs x micro-batch size, linear between knots at
+//             the works the traces ran (one per micro-batch size for a
+//             Transformer's blocks; at most six) and along the end segments
+//             beyond: an affine time (max w / (w + half)) is the case of two
+//             knots, and a curve whose efficiency falls again at large works
+//             (caches) is followed. A stage action adds c_p once
+//             (action_overhead). A stage's action is the sum over its
+//             layers, each weighing on the knots around its work, so the fit
+//             is linear, and traces with different partitions and micro-batch
+//             sizes separate the kinds:
+//               F(stage) = c_F + sum over layers l of t_k(l),F(w_l)
+//             The knots become efficiency points (work, w / (t peak)); the
+//             device's peak is raised when a kind runs faster than it. Times
+//             that these traces cannot tell apart are fixed to 0 (their cost
+//             goes to the others) and listed in the notes; all are >= 0.
 //   step      STEP = step_overhead + traffic / memory_bandwidth, traffic the
 //             optimizer's bytes per parameter (StageCostModel::step_s).
-//   transfers the sender's cost (transfer_overhead, the median SEND); the
+//   transfers the sender's cost (transfer_overhead + bytes / send_bandwidth:
+//             a send that writes its data itself holds the transfer); the
 //             receiver's cost of taking a message that is there (receives
 //             that started after their message arrived: recv_overhead +
 //             bytes / recv_bandwidth); and the link: for each receive that was
 //             already waiting when its send was posted, recv end - send end =
 //             latency + bytes / bandwidth + the receiver's cost (bytes from the
 //             model's cut; clocks aligned by pipetwin run).
-//   sharing   in runs with more ranks x threads than the host has cores
-//             (shared-host), each compute action counts for what it would
-//             have taken alone: its span integrated over its rank's share of
-//             the cores, min(1, cores / (threads x ranks computing)) - the
-//             fair sharing that the simulator replays (SimGrid's multi-core
-//             host), inverted. Their residuals are reported apart, so that
-//             what sharing costs beyond a fair share shows there. Their
-//             transfers are fitted only when no other run has any.
+//   alone     the compute fits read only the actions that ran alone (no
+//             other rank computing for more than 0.1% of the action), so that
+//             the device's curves do not depend on how ranks share a host;
+//             every action when some pass has none alone.
+//   sharing   (fit_sharing, shared-host) how ranks computing at once share
+//             the cores: effective_cores (ranks within the cores slow each
+//             other: caches, memory, SMT), from the step times of the
+//             runs, replayed in the simulator; with more ranks than cores,
+//             what each send and receive waits for a core (the mean excess of
+//             those runs' transfers, scaled to their step times). Transfers are fitted from runs
+//             with no more ranks x threads than cores, unless there are none;
+//             the other runs' residuals are reported apart.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,6 +88,20 @@ struct FitResult {
 // the traces say nothing about (memory capacity, peak FLOP/s unless exceeded,
 // topology kind and cores) are kept from it.
 FitResult fit(const std::vector<TraceRun>& runs, const models::Hardware& base);
+
+// Replays one traced configuration (its schedule, shape and partition) on a
+// hardware and returns the predicted step time, in seconds: the simulator,
+// which calibration/ does not link (the CLI passes it).
+using Replay = std::function<double(const TraceRun& run, const models::Hardware& hardware)>;
+
+// The sharing of a shared host's cores, from step times: effective_cores
+// (from the runs with more than one rank, but no more ranks x threads than
+// the host's cores) and the scale of the transfers' waits for a core (from
+// the runs with more), each the value whose replays match the measured steps
+// best (relative errors, Huber at 5%; golden-section search). Sets
+// fit.hardware.topology's fields and adds the coefficients. Does nothing on
+// other topologies.
+void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay);
 
 // The calibration section of the output file: what it was fitted on (files
 // and configurations) and the residuals. `predicted_step_s`, when given, holds

@@ -132,12 +132,8 @@ int run(const Options& o) {
     calibration::check_together(runs);  // the given model against the traces'
   }
 
-  calibration::FitResult result = calibration::fit(runs, base);
-
-  // Replay every traced configuration on the calibrated hardware.
-  std::vector<double> predicted;
-  std::vector<std::string> engines;
-  for (const auto& r : runs) {
+  // Replays one traced configuration, on its own partition.
+  const auto replay = [&](const calibration::TraceRun& r, const models::Hardware& hw) {
     ScenarioOptions so;
     so.schedule = r.program.schedule;
     so.ranks = r.program.num_ranks;
@@ -147,9 +143,22 @@ int run(const Options& o) {
     so.recompute = std::string(schedule::recompute_name(r.program.recompute));
     so.partition = "uniform";
     so.optimizer = r.optimizer;
-    auto sc = build_scenario(r.model, result.hardware, so, false);
+    auto sc = build_scenario(r.model, hw, so, false);
     sc->program.partition = r.program.partition;
-    const auto p = predict(*sc, parse_engine(o.engine));
+    return predict(*sc, parse_engine(o.engine));
+  };
+  // The device from the actions, then how the ranks share the host's cores
+  // from the step times, replayed.
+  calibration::FitResult result = calibration::fit(runs, base);
+  calibration::fit_sharing(runs, result, [&](const calibration::TraceRun& r, const models::Hardware& hw) {
+    return replay(r, hw).timeline.makespan();
+  });
+
+  // Replay every traced configuration on the calibrated hardware.
+  std::vector<double> predicted;
+  std::vector<std::string> engines;
+  for (const auto& r : runs) {
+    const auto p = replay(r, result.hardware);
     predicted.push_back(p.timeline.makespan());
     engines.push_back(p.engine);
   }
@@ -187,12 +196,18 @@ int run(const Options& o) {
     std::printf("  %-18s forward max %.4f half %.4g   backward max %.4f half %.4g\n", kind.c_str(), c.forward.max,
                 c.forward.half_flops, c.backward.max, c.backward.half_flops);
   }
-  std::printf("overheads    per action: forward %.1f us, backward %.1f us; send %.1f us; step %.1f us\n",
-              d.action_overhead.forward_s * 1e6, d.action_overhead.backward_s * 1e6, d.transfer_overhead_s * 1e6,
-              d.step_overhead() * 1e6);
-  std::printf("link         latency %.1f us, bandwidth %.3g GB/s; memory bandwidth %.3g GB/s (optimizer step)\n",
-              result.hardware.topology.intra.latency_s * 1e6, result.hardware.topology.intra.bandwidth / 1e9,
-              d.memory_bandwidth / 1e9);
+  std::printf("overheads    per action: forward %.1f us, backward %.1f us; step %.1f us\n",
+              d.action_overhead.forward_s * 1e6, d.action_overhead.backward_s * 1e6, d.step_overhead() * 1e6);
+  std::printf("transfers    send %.1f us + %.3g GB/s; receive %.1f us + %.3g GB/s; link latency %.1f us, %.3g GB/s\n",
+              d.transfer_overhead_s * 1e6, d.send_bandwidth / 1e9, d.recv_overhead_s * 1e6, d.recv_bandwidth / 1e9,
+              result.hardware.topology.intra.latency_s * 1e6, result.hardware.topology.intra.bandwidth / 1e9);
+  std::printf("step         memory bandwidth %.3g GB/s (optimizer step)\n", d.memory_bandwidth / 1e9);
+  if (result.hardware.topology.kind == models::TopologyKind::SharedHost) {
+    const auto& t = result.hardware.topology;
+    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, each send waits %.1f us and each "
+                "receive %.1f us more for a core\n",
+                t.host_cores, t.compute_capacity(), t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
+  }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {
     std::printf("  %-16s %3d groups  %8.1f / %8.1f us   %5.2f%% / %5.2f%%\n", op.c_str(), r.count, r.rms_s * 1e6,
