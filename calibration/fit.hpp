@@ -90,17 +90,19 @@ struct FitResult {
 FitResult fit(const std::vector<TraceRun>& runs, const models::Hardware& base);
 
 // Replays one traced configuration (its schedule, shape and partition) on a
-// hardware and returns the predicted step time, in seconds: the simulator,
-// which calibration/ does not link (the CLI passes it).
-using Replay = std::function<double(const TraceRun& run, const models::Hardware& hardware)>;
+// hardware and returns the predicted timeline: the simulator, which
+// calibration/ does not link (the CLI passes it).
+using Replay = std::function<schedule::Timeline(const TraceRun& run, const models::Hardware& hardware)>;
 
-// The sharing of a shared host's cores, from step times: effective_cores
-// (from the runs with more than one rank, but no more ranks x threads than
-// the host's cores) and the scale of the transfers' waits for a core (from
-// the runs with more), each the value whose replays match the measured steps
-// best (relative errors, Huber at 5%; golden-section search). Sets
-// fit.hardware.topology's fields and adds the coefficients. Does nothing on
-// other topologies.
+// The sharing of a shared host's cores, from step times and bubbles:
+// effective_cores (from the runs with more than one rank, but no more ranks x
+// threads than the host's cores), then, from the runs with more, whether a
+// rank keeps a core to the end of its action (run_to_completion) or shares it
+// evenly, and the scale of the transfers' waits for a core: the values whose
+// replays match the measured steps and bubbles best (Huber at 5% on the
+// step's relative error plus the bubble's error; golden-section search).
+// Sets fit.hardware.topology's fields and adds the coefficients. Does nothing
+// on other topologies.
 void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay);
 
 // The calibration section of the output file: what it was fitted on (files

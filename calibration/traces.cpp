@@ -183,6 +183,8 @@ TraceRun load_trace_run(const std::string& path) {
   run.step_start_s = begin;
   run.step_time_s = end - begin;
   if (!(run.step_time_s > 0)) throw Error(path + ": the step takes no time (every event has dur 0)");
+  for (int r = 0; r < K; ++r) run.bubble += 1 - run.trace.timeline.busy(ps::RankId{r}) / run.step_time_s;
+  run.bubble /= K;
   return run;
 }
 

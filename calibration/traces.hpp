@@ -35,6 +35,7 @@ struct TraceRun {
   // step to leave stage 0 (consecutive steps overlap).
   double step_start_s = 0;
   double step_time_s = 0;
+  double bubble = 0;  // mean over ranks of the share of that step not in compute (F B I W R)
 
   int ranks() const { return program.num_ranks; }
   // "1f1b K=2 M=4 mb=4 recompute none"

@@ -151,7 +151,7 @@ int run(const Options& o) {
   // from the step times, replayed.
   calibration::FitResult result = calibration::fit(runs, base);
   calibration::fit_sharing(runs, result, [&](const calibration::TraceRun& r, const models::Hardware& hw) {
-    return replay(r, hw).timeline.makespan();
+    return replay(r, hw).timeline;
   });
 
   // Replay every traced configuration on the calibrated hardware.
@@ -191,10 +191,23 @@ int run(const Options& o) {
   const auto& d = result.hardware.device;
   std::printf("calibrated   %s from %zu trace(s) of %s, starting from %s\n", o.out.c_str(), runs.size(),
               runs.front().model.name.c_str(), base.name.c_str());
-  std::printf("kinds        per layer: time = (work + half) / (peak x max), work = FLOPs x micro-batch size\n");
+  std::printf("kinds        efficiency (share of %.4g GFLOP/s) at each work the traces ran (FLOPs x micro-batch size):\n",
+              d.peak_flops(runs.front().model.precision) / 1e9);
   for (const auto& [kind, c] : d.kinds) {
-    std::printf("  %-18s forward max %.4f half %.4g   backward max %.4f half %.4g\n", kind.c_str(), c.forward.max,
-                c.forward.half_flops, c.backward.max, c.backward.half_flops);
+    for (const models::Pass pass : models::kPasses) {
+      const auto& e = c.of(pass);
+      std::string line;
+      char item[64];
+      for (const auto& [w, eff] : e.points) {
+        std::snprintf(item, sizeof item, "%s%.3g: %.3f", line.empty() ? "" : ", ", w, eff);
+        line += item;
+      }
+      if (e.points.empty()) {
+        std::snprintf(item, sizeof item, "max %.3f, half %.3g", e.max, e.half_flops);
+        line = item;
+      }
+      std::printf("  %-18s %-15s %s\n", kind.c_str(), std::string(models::pass_name(pass)).c_str(), line.c_str());
+    }
   }
   std::printf("overheads    per action: forward %.1f us, backward %.1f us; step %.1f us\n",
               d.action_overhead.forward_s * 1e6, d.action_overhead.backward_s * 1e6, d.step_overhead() * 1e6);
@@ -204,9 +217,11 @@ int run(const Options& o) {
   std::printf("step         memory bandwidth %.3g GB/s (optimizer step)\n", d.memory_bandwidth / 1e9);
   if (result.hardware.topology.kind == models::TopologyKind::SharedHost) {
     const auto& t = result.hardware.topology;
-    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, each send waits %.1f us and each "
-                "receive %.1f us more for a core\n",
-                t.host_cores, t.compute_capacity(), t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
+    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, and each send waits %.1f us "
+                "and each receive %.1f us more for a core\n",
+                t.host_cores, t.compute_capacity(),
+                t.run_to_completion ? "a rank keeps a core to the end of its action" : "ranks share the cores evenly",
+                t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
   }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {

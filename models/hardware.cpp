@@ -224,7 +224,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "intra", "bridge", "inter"});
+       "oversubscribed_recv_us", "run_to_completion", "intra", "bridge", "inter"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
@@ -242,6 +242,11 @@ void apply_topology(Topology& t, const YamlFields& y) {
   }
   if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;
   if (y.has("oversubscribed_recv_us")) t.oversubscribed_recv_s = y.non_negative_number("oversubscribed_recv_us") * kUs;
+  if (y.has("run_to_completion")) {
+    const std::string v = y.text("run_to_completion");
+    if (v != "true" && v != "false") y.fail("run_to_completion", "expected true or false, got '" + v + "'");
+    t.run_to_completion = v == "true";
+  }
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
@@ -437,6 +442,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.effective_cores > 0) out += "  effective_cores: " + num(t.effective_cores) + "\n";
   if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + num(t.oversubscribed_send_s / kUs) + "\n";
   if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + num(t.oversubscribed_recv_s / kUs) + "\n";
+  if (t.run_to_completion) out += "  run_to_completion: true\n";
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";

@@ -130,6 +130,11 @@ struct Topology {
   // each receive also waits for a core (the ranks and the transport's threads
   // take turns), on top of the device's transfer costs.
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
+  // SharedHost, calibrated: with more ranks than cores, a rank computes only
+  // once a core is free, then keeps it to the end of the action (the OS's
+  // time slices outlast the actions); the wait for the core is idle time.
+  // Otherwise (false) the computing ranks share the cores evenly.
+  bool run_to_completion = false;
   // The cores' worth of compute that ranks computing at once share.
   double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
   // Whether the host's capacity is calibrated below its cores.

@@ -79,18 +79,21 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) 
 
 class SimBackend final : public ps::Backend {
  public:
-  SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out)
+  SimBackend(const SimInput& in, std::vector<ps::TimedAction>& out, sg4::SemaphorePtr cores)
       : in_(in), out_(out),
-        bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()) {}
+        bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
+        cores_(std::move(cores)) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
     const double d = in_.stages.at(a.stage.value).of(a.op);
+    if (cores_ && d > 0) cores_->acquire();  // run to completion: wait (idle) for a free core
     const double start = sg4::Engine::get_clock();
     if (d > 0 && bounded_) {
       sg4::this_actor::exec_init(d * kSpeed)->set_bound(kSpeed)->start()->wait();
     } else if (d > 0) {
       sg4::this_actor::execute(d * kSpeed);
     }
+    if (cores_ && d > 0) cores_->release();
     out_.push_back({a, start, sg4::Engine::get_clock()});
   }
 
@@ -118,6 +121,7 @@ class SimBackend final : public ps::Backend {
   const SimInput& in_;
   std::vector<ps::TimedAction>& out_;
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
+  sg4::SemaphorePtr cores_;  // run to completion: one token per core; null otherwise
 };
 
 // Binary timeline through the pipe: [ranks][count][op stage mb start end]...
@@ -191,13 +195,18 @@ ps::Timeline simulate_here(const SimInput& in) {
 
   ps::Timeline timeline;
   timeline.ranks.resize(p.num_ranks);
+  const auto& topo = in.topology;
+  const sg4::SemaphorePtr cores =
+      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_ranks > topo.host_cores
+          ? sg4::Semaphore::create(static_cast<unsigned>(topo.host_cores))
+          : nullptr;
   for (int r = 0; r < p.num_ranks; ++r) {
-    sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&in, &timeline, r] {
+    sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&in, &timeline, r, cores] {
       // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
       for (const auto& a : in.program.ranks[r]) {
         if (ps::is_recv(a.op)) sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->set_receiver(sg4::Actor::self());
       }
-      SimBackend backend(in, timeline.ranks[r]);
+      SimBackend backend(in, timeline.ranks[r], cores);
       ps::RankInterpreter interpreter(in.program, ps::RankId{r});
       while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
       }

@@ -252,9 +252,7 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   }
   ASSERT_GE(some.size(), 4u);
   pc::fit_sharing(some, fit, [&](const pc::TraceRun& r, const pm::Hardware& hw) {
-    double step = 0;
-    synthetic_trace(configs[r.path], hw, &step, /*simgrid=*/true);
-    return step;
+    return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
   });
   EXPECT_NEAR(fit.hardware.topology.effective_cores, 1.7, 2e-3);
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6);
@@ -390,5 +388,46 @@ TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
       }
     }
     EXPECT_TRUE(seen) << schedule;
+  }
+}
+
+TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
+  // Four ranks on two cores. Effective cores equal to the cores replay as the
+  // plain multi-core host; run to completion never has more than two ranks
+  // computing, each action at its full-speed duration.
+  pm::Hardware hw = known_hardware();
+  hw.topology.host_cores = 2;
+  const Config c{"1f1b", 4, 8, 16, "none", {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
+  double plain = 0, effective = 0;
+  synthetic_trace(c, hw, &plain, /*simgrid=*/true);
+  pm::Hardware same = hw;
+  same.topology.effective_cores = 2;
+  synthetic_trace(c, same, &effective, /*simgrid=*/true);
+  EXPECT_NEAR(effective, plain, 1e-9 * plain);
+  pm::Hardware fifo = hw;
+  fifo.topology.run_to_completion = true;
+  double full_speed = 0, queued = 0;
+  synthetic_trace(c, hw, &full_speed);  // the fast path: no sharing at all
+  const ps::Trace t = synthetic_trace(c, fifo, &queued, /*simgrid=*/true);
+  EXPECT_GT(queued, full_speed);
+  std::vector<std::pair<double, int>> edges;
+  std::map<std::string, double> durations;
+  for (const auto& rank : t.timeline.ranks) {
+    for (const auto& a : rank) {
+      if (!ps::is_compute(a.action.op) && a.action.op != ps::Op::STEP) continue;
+      edges.push_back({a.start, +1});
+      edges.push_back({a.end, -1});
+      durations[ps::to_string(a.action)] = a.end - a.start;
+    }
+  }
+  std::sort(edges.begin(), edges.end());
+  int running = 0, most = 0;
+  for (const auto& [time, d] : edges) most = std::max(most, running += d);
+  EXPECT_EQ(most, 2);
+  const ps::Trace alone = synthetic_trace(c, hw);
+  for (const auto& rank : alone.timeline.ranks) {
+    for (const auto& a : rank) {
+      if (ps::is_compute(a.action.op)) EXPECT_NEAR(durations[ps::to_string(a.action)], a.end - a.start, 1e-9);
+    }
   }
 }

@@ -122,6 +122,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.effective_cores = 1.73;
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
+  h.topology.run_to_completion = true;
   h.source = "a \"quoted\" source\nover two lines";
   const std::string text = pm::hardware_to_yaml(h, "first line\n\nthird line", "calibration:\n  note: kept\n");
   EXPECT_EQ(text.rfind("# first line\n#\n# third line\n", 0), 0u) << text;
@@ -144,6 +145,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.effective_cores, 1.73);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
+  EXPECT_TRUE(back.topology.run_to_completion);
   // Every preset too, and heterogeneous hardware.
   for (const auto& name : pm::preset_names()) {
     const auto p = pm::preset(name);
@@ -185,6 +187,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'device.efficiency.points': expected [work, efficiency] pairs of numbers"},
       {"preset: cpu\ntopology:\n  effective_cores: 0.5\n",
        ":3: field 'topology.effective_cores': must be at least 1 (one rank alone runs at full speed)"},
+      {"preset: cpu\ntopology:\n  run_to_completion: yes\n",
+       ":3: field 'topology.run_to_completion': expected true or false, got 'yes'"},
       {"preset: cpu\ntopology:\n  oversubscribed_recv_us: -2\n",
        ":3: field 'topology.oversubscribed_recv_us': must not be negative, got -2"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
