@@ -990,7 +990,13 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
           return loss(within);
         },
         1.0, cores, 1e-3);
-    t.effective_cores = c >= cores - 2e-3 ? 0 : c;
+    // Kept only where it does better than the plain cores (the runs may never
+    // have had ranks computing at once: then nothing tells it).
+    t.effective_cores = c;
+    const double with = loss(within);
+    t.effective_cores = 0;
+    const double without = loss(within);
+    t.effective_cores = c < cores - 2e-3 && with < without * (1 - 1e-6) ? c : 0;
     fit.coefficients.push_back({"host.effective_cores", t.effective_cores > 0 ? t.effective_cores : cores,
                                 "fitted on the step times of " + std::to_string(within.size()) +
                                     " run(s) of several ranks within the cores (replayed)"});
