@@ -386,159 +386,81 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
   return out;
 }
 
-// Per pass and kind, the time of one layer as a function of its work w
-// (FLOPs x micro-batch size), linear between knots at works that the traces
-// ran (at most six, spaced evenly in log(w) when there are more) and along
-// the end segments beyond: the knots' times are the unknowns, and a layer of
-// work w weighs on the two knots around it by linear interpolation, so the
-// fit stays linear. Plus the action's overhead; the fastest FLOP/s a kind
-// reached; the fit's loss (Huber at 5% on relative residuals).
+// Per pass: each kind's (seconds per FLOP, seconds per layer): the time of
+// one layer invocation, affine in its work w = FLOPs x micro-batch size;
+// the action's overhead; the fastest FLOP/s a kind reached; the fit's loss
+// (Huber at 5% on relative residuals).
 struct ComputeFit {
-  std::map<pm::Pass, std::map<std::string, std::vector<std::pair<double, double>>>> curves;  // (work, seconds)
+  std::map<pm::Pass, std::map<std::string, std::pair<double, double>>> curves;
   std::map<pm::Pass, double> action;
   std::vector<Coefficient> coefficients;
   double fastest = 0;
   double loss = 0;
 };
 
-// Interpolation weights of `w` on `knots` (linear, extended along the end segments).
-std::vector<double> hat_weights(const std::vector<double>& knots, double w) {
-  std::vector<double> out(knots.size(), 0);
-  if (knots.size() == 1) {
-    out[0] = w / knots[0];
-    return out;
-  }
-  std::size_t i = 1;
-  while (i + 1 < knots.size() && w > knots[i]) ++i;
-  const double f = (w - knots[i - 1]) / (knots[i] - knots[i - 1]);
-  out[i - 1] = 1 - f;
-  out[i] = f;
-  return out;
-}
-
-std::vector<double> knots_of(std::vector<double> works) {
-  std::sort(works.begin(), works.end());
-  std::vector<double> distinct;
-  for (const double w : works) {
-    if (distinct.empty() || w > distinct.back() * (1 + 1e-9)) distinct.push_back(w);
-  }
-  constexpr std::size_t kMaxKnots = 6;
-  if (distinct.size() <= kMaxKnots) return distinct;
-  std::vector<double> out;
-  const double lo = std::log(distinct.front()), hi = std::log(distinct.back());
-  for (std::size_t j = 0; j < kMaxKnots; ++j) out.push_back(std::exp(lo + (hi - lo) * j / (kMaxKnots - 1)));
-  return out;
-}
-
-std::string num_short(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", x);
-  return buf;
-}
-
 ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak) {
   ComputeFit out;
   out.fastest = base_peak;
   for (const pm::Pass pass : pm::kPasses) {
-    // The works each kind ran at in this pass.
-    std::map<std::string, std::vector<double>> works;
+    Problem prob;
+    const std::string pname(pm::pass_name(pass));
+    // Parameters: slopes (largest kind first), the action overhead, per-layer overheads.
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      Param a;
+      a.name = kinds[k] + "." + pname + ".seconds_per_flop";
+      a.on_dependent = k == 0 ? Param::OnDependent::FixValue : Param::OnDependent::Tie;
+      a.fixed_value = 1 / base_peak;
+      a.tie_to = 0;
+      a.why_dependent = "these traces do not vary this kind's work apart from the others'";
+      a.lower = 0;
+      a.strictly_above = true;
+      a.bound_value = 1 / base_peak;
+      a.why_bounded = "bounded at the peak (max 1): its fitted slope was not positive";
+      prob.params.push_back(a);
+    }
+    Param c;
+    c.name = "action." + pname + "_s";
+    c.why_dependent = "every stage of these traces holds the same layers";
+    c.why_bounded = "bounded at 0 (fitted negative)";
+    prob.params.push_back(c);
+    for (const auto& kind : kinds) {
+      Param b;
+      b.name = kind + "." + pname + ".seconds_per_layer";
+      b.why_dependent = "cannot be told apart from the other fixed costs with these partitions";
+      b.why_bounded = "bounded at 0 (fitted negative)";
+      prob.params.push_back(b);
+    }
+    const std::size_t nk = kinds.size();
     for (const auto& g : obs.compute) {
       if (g.pass != pass) continue;
+      std::vector<double> x(prob.params.size(), 0);
       const auto [i, j] = g.run->program.partition.at(g.stage);
       for (int l = i; l < j; ++l) {
         const auto& layer = g.run->model.layers[l];
         const double w = pass_flops(layer, pass) * g.run->microbatch_size;
-        if (w > 0) works[std::string(pm::kind_name(layer.kind))].push_back(w);
+        if (w <= 0) continue;
+        const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
+        x[k] += w;
+        x[nk + 1 + k] += 1;
       }
+      x[nk] = 1;
+      prob.x.push_back(x);
+      prob.y.push_back(g.measured);
     }
-    if (works.empty()) continue;
-    // Kinds whose times these traces cannot tell apart from the others' are
-    // timed on the largest kind's curve (merged into its knots), and said so.
-    std::string main_kind;
-    for (const auto& kind : kinds) {
-      if (works.count(kind)) {
-        main_kind = kind;
-        break;
-      }
-    }
-    std::set<std::string> merged;
-    Problem prob;
-    Solution sol;
-    std::map<std::string, std::pair<std::size_t, std::vector<double>>> columns;  // kind -> (first column, knots)
-    std::size_t action_column = 0;
-    for (int attempt = 0; attempt < static_cast<int>(kinds.size()) + 1; ++attempt) {
-      prob = Problem{};
-      columns.clear();
-      const std::string pname(pm::pass_name(pass));
-      for (const auto& kind : kinds) {  // largest kind first: kept when columns are dependent
-        if (!works.count(kind) || merged.count(kind)) continue;
-        const auto knots = knots_of(works[kind]);  // a merged kind weighs on the largest kind's knots
-        columns[kind] = {prob.params.size(), knots};
-        for (const double w : knots) {
-          Param t;
-          t.name = kind + "." + pname + ".seconds_at_" + num_short(w) + "_flop";
-          t.why_dependent = "these partitions do not tell this kind's time apart from the others'";
-          t.why_bounded = "bounded at 0 (fitted negative)";
-          prob.params.push_back(t);
-        }
-      }
-      action_column = prob.params.size();
-      Param c;
-      c.name = "action." + pname + "_s";
-      c.why_dependent = "every stage of these traces holds the same layers";
-      c.why_bounded = "bounded at 0 (fitted negative)";
-      prob.params.push_back(c);
-      for (const auto& g : obs.compute) {
-        if (g.pass != pass) continue;
-        std::vector<double> x(prob.params.size(), 0);
-        const auto [i, j] = g.run->program.partition.at(g.stage);
-        for (int l = i; l < j; ++l) {
-          const auto& layer = g.run->model.layers[l];
-          const double w = pass_flops(layer, pass) * g.run->microbatch_size;
-          if (w <= 0) continue;
-          const std::string kind(pm::kind_name(layer.kind));
-          const auto& [first, knots] = columns.at(merged.count(kind) ? main_kind : kind);
-          const auto weights = hat_weights(knots, w);
-          for (std::size_t k = 0; k < knots.size(); ++k) x[first + k] += weights[k];
-        }
-        x[action_column] = 1;
-        prob.x.push_back(x);
-        prob.y.push_back(g.measured);
-      }
-      sol = robust_solve(prob);
-      // A kind (not the largest) with a knot these traces could not fit: merge it.
-      std::string worst;
-      for (const auto& [kind, entry] : columns) {
-        if (kind == main_kind) continue;
-        for (std::size_t k = 0; k < entry.second.size(); ++k) {
-          const std::string& how = sol.how[entry.first + k];
-          if (how.rfind("fixed to 0", 0) == 0 || how == "not observed") worst = kind;
-        }
-      }
-      if (worst.empty()) break;
-      merged.insert(worst);
-    }
+    if (prob.y.empty()) continue;
+    const Solution sol = robust_solve(prob);
     for (std::size_t i = 0; i < prob.y.size(); ++i) {
       const double r = std::abs(predict_row(prob, sol, i) - prob.y[i]) / std::max(prob.y[i], 1e-12);
       out.loss += r <= 0.05 ? 0.5 * r * r : 0.05 * (r - 0.025);
     }
-    for (const auto& [kind, entry] : columns) {
-      const auto& [first, knots] = entry;
-      std::vector<std::pair<double, double>> curve;
-      for (std::size_t k = 0; k < knots.size(); ++k) {
-        const double t = sol.value[first + k];
-        curve.emplace_back(knots[k], t);
-        if (t > 0 && sol.how[first + k] == "fitted") out.fastest = std::max(out.fastest, knots[k] / t);
-      }
-      out.curves[pass][kind] = curve;
+    for (std::size_t k = 0; k < nk; ++k) {
+      bool observed = false;
+      for (const auto& x : prob.x) observed = observed || x[k] > 0;
+      if (!observed) continue;
+      out.curves[pass][kinds[k]] = {sol.value[k], sol.value[nk + 1 + k]};
+      if (sol.how[k] == "fitted") out.fastest = std::max(out.fastest, 1 / sol.value[k]);
     }
-    for (const auto& m : merged) {
-      out.curves[pass][m] = out.curves[pass][main_kind];
-      out.coefficients.push_back({m + "." + std::string(pm::pass_name(pass)) + ".curve", 0,
-                                  "the " + main_kind + "'s: these partitions do not tell this kind's time apart from "
-                                  "the others'"});
-    }
-    out.action[pass] = sol.value[action_column];
+    out.action[pass] = sol.value[nk];
     for (std::size_t j = 0; j < prob.params.size(); ++j) out.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
   }
   return out;
@@ -672,12 +594,10 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       device.peak_flops_half = peak;
     }
   }
-  // Knots (work, seconds) as points (work, efficiency); a knot fitted at no
-  // time (its kind's cost went to the others') runs at the peak.
-  const auto efficiency = [&](const std::vector<std::pair<double, double>>& knots) {
-    pm::Efficiency e;
-    for (const auto& [w, t] : knots) e.points.emplace_back(w, t > 0 ? std::min(1.0, w / (t * peak)) : 1.0);
-    return e;
+  // t = a w + b  <=>  eff(w) = max w / (w + half), max = 1 / (a peak), half = b / a.
+  const auto efficiency = [&](std::pair<double, double> ab) {
+    const auto [a, b] = ab;
+    return pm::Efficiency{std::min(1.0, 1 / (a * peak)), b / a, {}};
   };
   device.kinds.clear();
   for (const auto& kind : kinds) {

@@ -7,22 +7,20 @@
 // the one before, so that the replay keeps each rank's pace.
 //
 //   compute   per layer kind k and pass p (forward, backward, forward_nograd,
-//             recompute), the time of one layer invocation as a function of
-//             its work w = FLOPs x micro-batch size, linear between knots at
-//             the works the traces ran (one per micro-batch size for a
-//             Transformer's blocks; at most six) and along the end segments
-//             beyond: an affine time (max w / (w + half)) is the case of two
-//             knots, and a curve whose efficiency falls again at large works
-//             (caches) is followed. A stage action adds c_p once
-//             (action_overhead). A stage's action is the sum over its
-//             layers, each weighing on the knots around its work, so the fit
-//             is linear, and traces with different partitions and micro-batch
-//             sizes separate the kinds:
-//               F(stage) = c_F + sum over layers l of t_k(l),F(w_l)
-//             The knots become efficiency points (work, w / (t peak)); the
-//             device's peak is raised when a kind runs faster than it. Times
-//             that these traces cannot tell apart are fixed to 0 (their cost
-//             goes to the others) and listed in the notes; all are >= 0.
+//             recompute), the time of one layer invocation is affine in its
+//             work w = FLOPs x micro-batch size: t = a_kp w + b_kp, and a stage
+//             action adds c_p once (action_overhead). A stage's action is the
+//             sum over its layers, so traces with different partitions and
+//             micro-batch sizes separate the kinds:
+//               F(stage) = c_F + sum_k (a_kF W_k + b_kF n_k)
+//             Then eff_kp(w) = max w / (w + half) with max = 1 / (a_kp peak),
+//             half = b_kp / a_kp (the device's peak is raised when a kind runs
+//             faster than it). Coefficients that these traces cannot tell
+//             apart are tied or fixed (a kind's slope to the largest kind's,
+//             overheads to 0) and listed in the notes; overheads are kept >= 0.
+//             (Curves given as points, hardware files allow, are not fitted:
+//             with the micro-batch sizes a few runs hold, knots per size were
+//             less robust than one line per kind, and no more accurate.)
 //   step      STEP = step_overhead + traffic / memory_bandwidth, traffic the
 //             optimizer's bytes per parameter (StageCostModel::step_s).
 //   transfers the sender's cost (transfer_overhead + bytes / send_bandwidth:
