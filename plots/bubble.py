@@ -39,7 +39,11 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
         if field not in doc:
             raise common.PlotError(f"{path}: no field '{field}' (expected `pipetwin run --json` output or a trace)")
     if sel is not None:
-        wanted = {"schedule": sel.schedule, "recompute": sel.recompute, "microbatch_size": sel.microbatch_size}
+        wanted = {"schedule": sel.schedule, "recompute": sel.recompute}
+        if sel.microbatch_size is None:
+            wanted["batch"] = sel.batch
+        else:
+            wanted["microbatch_size"] = sel.microbatch_size
         for field, value in wanted.items():
             if field in doc and doc[field] != value:
                 raise common.PlotError(f"{path}: field '{field}' is {doc[field]!r} but the plotted sweep rows have "
@@ -101,9 +105,10 @@ def main(argv):
     p.add_argument("--schedule", help="which schedule of the sweep (default: its first)")
     p.add_argument("--recompute", help="which recompute policy (default: the sweep's first)")
     p.add_argument("--microbatch-size", type=float, help="which micro-batch size (default: the sweep's first)")
+    p.add_argument("--batch", type=float, help="instead, the rows of this mini-batch (a sweep run with --batch)")
     args = p.parse_args(argv)
     sel = common.select_rows(common.load_sweep(args.sweep), args.sweep, args.schedule, args.recompute,
-                             args.microbatch_size)
+                             args.microbatch_size, args.batch)
     if not simulated_series(sel):
         raise common.PlotError(f"{args.sweep}: no {sel.describe()} row ran (every one is an error)")
     measured = [measured_point(x, sel) for x in args.measured]

@@ -221,17 +221,24 @@ def load_sweep(path: str) -> list[dict]:
 class Selection:
     schedule: str
     recompute: str
-    microbatch_size: float
+    microbatch_size: float | None  # None when the rows are chosen by batch
     rows: list[dict]
+    batch: float | None = None
 
     def describe(self) -> str:
+        if self.microbatch_size is None:
+            return f"{self.schedule}, recompute {self.recompute}, batch {self.batch:g}"
         return f"{self.schedule}, recompute {self.recompute}, micro-batch size {self.microbatch_size:g}"
 
 
 def select_rows(rows: list[dict], path: str, schedule: str | None = None, recompute: str | None = None,
-                microbatch_size: float | None = None) -> Selection:
+                microbatch_size: float | None = None, batch: float | None = None) -> Selection:
     """One schedule x recompute x micro-batch size of a sweep (by default the
-    first of each in the file), with one row per (K, M)."""
+    first of each in the file), with one row per (K, M). With `batch`, the
+    rows of that mini-batch instead (a sweep run with --batch: the
+    micro-batch size is batch/M and varies with M)."""
+    if batch is not None and microbatch_size is not None:
+        raise PlotError("choose the rows by micro-batch size or by batch, not both")
     def pick(column, wanted, pool):
         present = list(dict.fromkeys(r[column] for r in pool))
         if wanted is None:
@@ -246,8 +253,13 @@ def select_rows(rows: list[dict], path: str, schedule: str | None = None, recomp
     pool = [r for r in rows if r["schedule"] == s]
     rc = pick("recompute", recompute, pool)
     pool = [r for r in pool if r["recompute"] == rc]
-    b = pick("microbatch_size", None if microbatch_size is None else float(microbatch_size), pool)
-    pool = [r for r in pool if r["microbatch_size"] == b]
+    if batch is not None:
+        n = pick("batch", float(batch), pool)
+        pool = [r for r in pool if r["batch"] == n]
+        b = None
+    else:
+        b = pick("microbatch_size", None if microbatch_size is None else float(microbatch_size), pool)
+        pool = [r for r in pool if r["microbatch_size"] == b]
     seen = {}
     for r in pool:
         key = (r["ranks"], r["microbatches"])
@@ -255,7 +267,7 @@ def select_rows(rows: list[dict], path: str, schedule: str | None = None, recomp
             raise PlotError(f"{path}:{r['_line']}: a second row for {s} K={key[0]} M={key[1]} "
                             f"(first at line {seen[key]})")
         seen[key] = r["_line"]
-    return Selection(s, rc, b, pool)
+    return Selection(s, rc, b, pool, None if batch is None else float(batch))
 
 
 def analytic_bubble(k: int, m: int) -> float:

@@ -108,9 +108,10 @@ def main(argv):
     p.add_argument("--schedule", help="which schedule of the sweep (default: its first)")
     p.add_argument("--recompute", help="which recompute policy (default: the sweep's first)")
     p.add_argument("--microbatch-size", type=float, help="which micro-batch size (default: the sweep's first)")
+    p.add_argument("--batch", type=float, help="instead, the rows of this mini-batch (a sweep run with --batch)")
     args = p.parse_args(argv)
     sel = common.select_rows(common.load_sweep(args.sweep), args.sweep, args.schedule, args.recompute,
-                             args.microbatch_size)
+                             args.microbatch_size, args.batch)
     if all(v is None for v, _ in grid_of(sel, args.metric)[2].values()):
         raise common.PlotError(f"{args.sweep}: no {sel.describe()} row has a {METRICS[args.metric][0]}")
     fig = draw(sel, args.metric, args.title)

@@ -1,37 +1,98 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: installs what is missing, builds,
-# then for a small Transformer on 4 ranks:
-#   1. prints the 1F1B schedule's unit-time dry run (K=4, M=8),
-#   2. partitions the model and simulates the step in SimGrid (A100s), writing
-#      the predicted timeline as a Chrome trace,
-#   3. sweeps gpipe/1f1b over K x M into a CSV,
-#   4. runs 1f1b K=2 M=8 for real and writes the measured trace.
+# The main job: the whole twin loop on this machine's CPU with a small
+# Transformer (examples/transformer-small.yaml), into out/ (PIPETWIN_OUT):
+#   1. the schedule, and a K x M sweep predicted with the uncalibrated `cpu` preset,
+#   2. a few configurations run for real (LibTorch, one process per rank, Gloo),
+#   3. a calibration fitted on some of those runs,
+#   4. the others (held out) predicted again with the calibrated hardware, and
+#      compared with their measurements action by action,
+#   5. a calibrated sweep, the plots, and out/report/report.md.
+# Installs what is missing and builds first. Progress goes to stdout, one
+# line per stage and per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/build.sh
 PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 OUT="${PIPETWIN_OUT:-out}"
-mkdir -p "$OUT"
+MODEL=examples/transformer-small.yaml
+BATCH=16
+STEPS="${PIPETWIN_DEMO_STEPS:-5}"
+rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
+mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
-echo "== 1. the schedule"
-"$PIPETWIN" schedule --schedule 1f1b --ranks 4 --microbatches 8 --format grid
-"$PIPETWIN" schedule --schedule 1f1b --ranks 4 --microbatches 8 --format csv --out "$OUT/1f1b_k4_m8.csv"
-"$PIPETWIN" validate "$OUT/1f1b_k4_m8.csv"
+# schedule:K:M:recompute. The calibration set spans one and two ranks,
+# several micro-batch sizes, both schedules and recompute; the held-out set
+# is predicted from it.
+CALIBRATE=(1f1b:1:1:none gpipe:1:4:none 1f1b:2:2:none gpipe:2:4:full 1f1b:2:16:none 1f1b:4:4:none)
+HELD_OUT=(1f1b:2:8:none gpipe:2:8:none 1f1b:2:4:full gpipe:1:8:none 1f1b:4:8:none)
 
-echo
-echo "== 2. partition and simulate examples/transformer-small.yaml on 4 x A100"
-"$PIPETWIN" partition --model examples/transformer-small.yaml --hardware a100 --ranks 4 --schedule 1f1b --microbatches 8
-"$PIPETWIN" simulate --model examples/transformer-small.yaml --hardware a100 --schedule 1f1b --ranks 4 \
-  --microbatches 8 --batch 32 --engine simgrid --trace "$OUT/transformer-small_1f1b_k4_m8.trace.json"
+STAGES=7
+stage=0
+started=$SECONDS
+say() {
+  stage=$((stage + 1))
+  printf '\n[%d/%d, %3ds] %s\n' "$stage" "$STAGES" $((SECONDS - started)) "$*"
+}
+name_of() { IFS=: read -r s k m r <<<"$1"; echo "${s}_k${k}_m${m}_${r}"; }
+args_of() { IFS=: read -r s k m r <<<"$1"; echo "--model $MODEL -s $s -k $k -m $m --batch $BATCH --recompute $r"; }
 
-echo
-echo "== 3. sweep"
-"$PIPETWIN" sweep --model examples/transformer-small.yaml --hardware a100 --ranks 1,2,4 --microbatches 1,4,16 \
-  --schedules gpipe,1f1b --out "$OUT/sweep.csv"
-head -n 8 "$OUT/sweep.csv"
+say "the schedule: 1f1b, K=2, M=8, unit-time dry run"
+"$PIPETWIN" schedule --schedule 1f1b --ranks 2 --microbatches 8 --format grid | tail -n 5
+"$PIPETWIN" schedule --schedule 1f1b --ranks 2 --microbatches 8 --format csv --out "$OUT/1f1b_k2_m8.csv"
 
-echo
-echo "== 4. run 1f1b K=2 M=8 for real (LibTorch, 2 processes over Gloo) and write the measured trace"
-"$PIPETWIN" run --model examples/transformer-small.yaml --schedule 1f1b --ranks 2 --microbatches 8 --batch 32 \
-  --steps 5 --threads 1 --trace "$OUT/transformer-small_1f1b_k2_m8.measured.json"
+say "predict K in {1,2,4} x M in {1,2,4,8,16}, gpipe and 1f1b, with the uncalibrated cpu preset"
+"$PIPETWIN" sweep --model "$MODEL" --hardware cpu --ranks 1,2,4 --microbatches 1,2,4,8,16 --schedules gpipe,1f1b \
+  --batch "$BATCH" --out "$OUT/sweep_cpu.csv" | tail -n 1
+
+say "run ${#CALIBRATE[@]} + ${#HELD_OUT[@]} configurations for real ($STEPS steps each, 1 thread per rank)"
+i=0
+all=("${CALIBRATE[@]}" "${HELD_OUT[@]}")
+for c in "${all[@]}"; do
+  i=$((i + 1))
+  n=$(name_of "$c")
+  # shellcheck disable=SC2046
+  "$PIPETWIN" run $(args_of "$c") --steps "$STEPS" --threads 1 --trace "$OUT/runs/$n.json" \
+    --summary "$OUT/runs/$n.summary.json" >"$OUT/runs/$n.txt"
+  printf '  run %2d/%d %-22s %s\n' "$i" "${#all[@]}" "$n" "$(grep '^step time' "$OUT/runs/$n.txt")"
+done
+
+say "calibrate on ${#CALIBRATE[@]} runs"
+traces=()
+for c in "${CALIBRATE[@]}"; do traces+=("$OUT/runs/$(name_of "$c").json"); done
+"$PIPETWIN" calibrate "${traces[@]}" --hardware cpu --out "$OUT/cpu-calibrated.yaml" | tail -n 3
+
+say "predict the ${#HELD_OUT[@]} held-out configurations with the calibrated hardware and compare"
+compares=()
+for c in "${HELD_OUT[@]}"; do
+  n=$(name_of "$c")
+  # shellcheck disable=SC2046
+  "$PIPETWIN" simulate $(args_of "$c") --hardware "$OUT/cpu-calibrated.yaml" --trace "$OUT/predicted/$n.json" >/dev/null
+  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" --json >"$OUT/compare/$n.json"
+  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" | sed -n 's/^step time/  '"$n"': step time/p'
+  compares+=("$OUT/compare/$n.json")
+done
+
+say "sweep again with the calibrated hardware"
+"$PIPETWIN" sweep --model "$MODEL" --hardware "$OUT/cpu-calibrated.yaml" --ranks 1,2,4 --microbatches 1,2,4,8,16 \
+  --schedules gpipe,1f1b --batch "$BATCH" --out "$OUT/sweep_calibrated.csv" | tail -n 1
+
+say "plots and the report"
+R="$OUT/report"
+gantt=$(name_of "${HELD_OUT[0]}")
+"$PIPETWIN" plot gantt "$OUT/predicted/$gantt.json" "$OUT/runs/$gantt.json" --out "$R/gantt" >/dev/null
+measured=()
+for c in "${all[@]}"; do
+  IFS=: read -r s _ _ r <<<"$c"
+  [ "$s" = 1f1b ] && [ "$r" = none ] && measured+=("$OUT/runs/$(name_of "$c").summary.json")
+done
+"$PIPETWIN" plot bubble "$OUT/sweep_calibrated.csv" --schedule 1f1b --batch "$BATCH" --measured "${measured[@]}" --out "$R/bubble" >/dev/null
+"$PIPETWIN" plot heatmap "$OUT/sweep_calibrated.csv" --schedule 1f1b --batch "$BATCH" --metric throughput --out "$R/heatmap" >/dev/null
+"$PIPETWIN" plot memory "$OUT/runs/$gantt.json" --out "$R/memory" >/dev/null
+"$PIPETWIN" plot report --compare "${compares[@]}" --calibrated-on "$(printf '%s ' "${CALIBRATE[@]}")" \
+  --image "Predicted (calibrated) above measured: $gantt=$R/gantt.png" \
+  --image "Bubble against M, calibrated prediction, measurements and (K-1)/(M+K-1)=$R/bubble.png" \
+  --image "Throughput over K x M, calibrated prediction (1f1b)=$R/heatmap.png" \
+  --image "Memory per stage, $gantt=$R/memory.png" \
+  --title "pipetwin on this machine: transformer-small, predicted against measured" --out "$R/report" >/dev/null
+printf '\nreport: %s (with %s)\n' "$R/report.md" "$(cd "$R" && ls ./*.png | tr '\n' ' ')"

@@ -116,6 +116,20 @@ class Sweep(Files):
         with self.assertRaisesRegex(common.PlotError, "^s.csv: no row with schedule 'zb-h1' \\(it holds gpipe, 1f1b\\)"):
             common.select_rows(rows, "s.csv", "zb-h1")
 
+    def test_selection_by_batch_spans_micro_batch_sizes(self):
+        # A sweep run with --batch 4: M=1 has micro-batch size 4, M=4 size 1.
+        rows = common.load_sweep(self.sweep(self.ROWS))
+        sel = common.select_rows(rows, "s.csv", batch=4)
+        self.assertIsNone(sel.microbatch_size)
+        self.assertEqual(sorted((r["ranks"], r["microbatches"]) for r in sel.rows), [(2, 4), (4, 4), (8, 4)])
+        self.assertEqual({r["microbatch_size"] for r in sel.rows}, {1.0})
+        self.assertEqual(sel.describe(), "gpipe, recompute none, batch 4")
+        self.assertEqual(len(common.select_rows(rows, "s.csv", batch=1).rows), 2)
+        with self.assertRaisesRegex(common.PlotError, "^s.csv: no row with batch 3 \\(it holds 1, 4, 2\\)"):
+            common.select_rows(rows, "s.csv", batch=3)
+        with self.assertRaisesRegex(common.PlotError, "not both"):
+            common.select_rows(rows, "s.csv", microbatch_size=1, batch=4)
+
     def test_speedup_is_normalised_to_the_first_k_and_m(self):
         path = self.sweep(self.ROWS)
         sel = common.select_rows(common.load_sweep(path), path)
