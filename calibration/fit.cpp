@@ -681,10 +681,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
       }
     }
-    // The link, in two passes: first from the receives that were waiting as
-    // if taking a message cost nothing, to tell which receives started after
-    // their message had arrived; their durations give the receiver's cost
-    // (affine in bytes); then the link again, net of that cost.
+    // The link, in two passes: first from every receive that was waiting when
+    // its send ended, to tell which receives started after their message had
+    // arrived; their durations give the receiver's cost (affine in bytes);
+    // then the link again from the receives that had waited longer than that
+    // cost (a receive ends at max(start + its cost, arrival): the simulator's
+    // rule).
     const pm::Link base_link = base.topology.path(0, 1);
     const auto link_fit = [&](const std::function<double(double)>& take, bool record) {
       Problem prob;
@@ -700,9 +702,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       prob.params = {latency, slope};
       for (auto& g : links) {
         if (!transfers_from(*g.run)) continue;
+        // Receives that were waiting when the send ended, and whose own cost
+        // (take) would have run out by then: they end with the arrival.
         std::vector<double> flights;
         for (const auto& r : g.receives) {
-          if (r.start + r.uncertainty <= 0) flights.push_back(r.end - take(g.bytes));
+          if (r.start + r.uncertainty + take(g.bytes) <= 0) flights.push_back(r.end);
         }
         g.waited = static_cast<int>(flights.size());
         if (flights.empty()) continue;
@@ -840,8 +844,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       const double take = hw.device.recv_seconds(g.bytes);
       if (g.waited > 0) {
         add("transfer", hw.topology.path(run.program.rank_of(ps::StageId{g.stage}).value,
-                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes) + take,
-            g.flight + take);
+                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes),
+            g.flight);
       }
       if (g.arrived > 0) add("receive", take, g.take);
     }

@@ -28,9 +28,11 @@
 //             receiver's cost of taking a message that is there (receives
 //             that started after their message arrived: recv_overhead +
 //             bytes / recv_bandwidth); and the link: for each receive that was
-//             already waiting when its send was posted, recv end - send end =
-//             latency + bytes / bandwidth + the receiver's cost (bytes from the
-//             model's cut; clocks aligned by pipetwin run).
+//             already waiting when its send ended, long enough for its own
+//             cost to have run out (a receive that waits spends that cost
+//             while it waits, and ends with its message), recv end - send end
+//             = latency + bytes / bandwidth (bytes from the model's cut; clocks
+//             aligned by pipetwin run).
 //   alone     the compute fits read only the actions that ran alone (no
 //             other rank computing for more than 0.1% of the action), so that
 //             the device's curves do not depend on how ranks share a host;

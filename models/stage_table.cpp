@@ -33,6 +33,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       t.send_overhead_s += topo.oversubscribed_send_s;
       if (s > 0) t.activation_recv_s += topo.oversubscribed_recv_s;
       if (s + 1 < S) t.gradient_recv_s += topo.oversubscribed_recv_s;
+      t.recv_wake_s = topo.oversubscribed_recv_s;  // a rank woken by its message waits for a core too
     }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);

@@ -70,7 +70,9 @@ class EvalBackend final : public Backend {
     const double start = clock_[r.value];
     const StageCosts& c = costs_[a.stage.value];
     const double take = a.op == Op::RECV_F ? c.activation_recv_s : c.gradient_recv_s;
-    record(r, a, start, std::max(0.0, posted_[slot] - start) + take);
+    // A receive that waited for its message ends with its arrival (and the
+    // wake-up); its own cost ran while it waited.
+    record(r, a, start, std::max(take, posted_[slot] + c.recv_wake_s - start));
     return true;
   }
 

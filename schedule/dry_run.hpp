@@ -19,8 +19,13 @@ struct StageCosts {
   double forward_s = 0, backward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
   double send_overhead_s = 0;        // sender-side cost of posting a transfer
   double send_s_per_byte = 0;        // and per byte it carries (a send that writes its data itself)
-  double activation_recv_s = 0;      // receiver-side cost of its RECV_F once the message is there
-  double gradient_recv_s = 0;        // receiver-side cost of its RECV_B once the message is there
+  // Receiver-side cost of its RECV_F / RECV_B when the message is already
+  // there as the receive starts (asking the sender's transport for it and
+  // copying it out). A receive that starts before its message arrives spends
+  // it while it waits: it ends at max(start + this cost, arrival + recv_wake_s).
+  double activation_recv_s = 0;
+  double gradient_recv_s = 0;
+  double recv_wake_s = 0;            // what a receive that waited takes after its message arrives
   double activation_bytes = 0;       // what its SEND_F carries (for sim/)
   double gradient_bytes = 0;         // what its SEND_B carries (for sim/)
   double activation_transfer_s = 0;  // its SEND_F's flight time, latency + bytes / bandwidth

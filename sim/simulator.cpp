@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -112,7 +113,10 @@ class SimBackend final : public ps::Backend {
     sg4::Mailbox::by_name(mailbox_name(ps::message_of(a)))->get<int>();
     const ps::StageCosts& t = in_.stages.at(a.stage.value);
     const double take = a.op == ps::Op::RECV_F ? t.activation_recv_s : t.gradient_recv_s;
-    if (take > 0) sg4::this_actor::sleep_for(take);
+    // As the evaluator: max(start + take, arrival + wake).
+    const double arrived = sg4::Engine::get_clock();
+    const double until = std::max(start + take, arrived + t.recv_wake_s);
+    if (until > arrived) sg4::this_actor::sleep_for(until - arrived);
     out_.push_back({a, start, sg4::Engine::get_clock()});
     return true;
   }

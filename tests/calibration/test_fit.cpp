@@ -363,7 +363,8 @@ TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
 
 TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
   // The receiver's cost of taking a message (a calibrated field) is replayed
-  // the same by the fast path and by SimGrid: after the message is there.
+  // the same by the fast path and by SimGrid: a receive ends at
+  // max(start + that cost, the message's arrival).
   pm::Hardware hw = known_hardware();
   hw.topology.kind = pm::TopologyKind::AllToAll;  // a link per pair: nothing shared
   for (const auto& schedule : {"gpipe", "1f1b"}) {
@@ -387,6 +388,20 @@ TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
       }
     }
     EXPECT_TRUE(seen) << schedule;
+    // A receive that started before its message by more than that cost spent
+    // it while it waited: it ends with the message's arrival.
+    const double bytes = 64 * 128 * 4 * 2, take = hw.device.recv_seconds(bytes);
+    int waited = 0;
+    for (const auto& a : f.timeline.ranks[0]) {
+      if (a.action.op != ps::Op::RECV_B) continue;
+      for (const auto& b : f.timeline.ranks[1]) {
+        if (b.action.op == ps::Op::SEND_B && b.action.microbatch == a.action.microbatch && a.start + take < b.end) {
+          EXPECT_NEAR(a.end, b.end + hw.topology.intra.seconds(bytes), 1e-12) << schedule;
+          ++waited;
+        }
+      }
+    }
+    EXPECT_GT(waited, 0) << schedule;
   }
 }
 
