@@ -117,11 +117,42 @@ print(' '.join(f'{b}:{e}' for b, e in d['otherData']['partition']))" "$OUT/runs/
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT" "${held[@]}" <<'EOF'
-import json, statistics, sys
-out, names = sys.argv[1], sys.argv[2:]
+python3 - "$OUT" "$REPEATS" "${held[@]}" <<'EOF'
+import glob, json, os, statistics, sys
+out, repeats, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = []
-print(f"{'held-out configuration':<22} {'measured':>9} {'predicted':>9} {'error':>7}  {'bubble m/p':>13} {'error':>6}  {'stash error per stage':<28} engine")
+
+def step_of(path):  # one step as below: from rank 0's first action to the last end
+    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    t0 = min(e["ts"] for e in events if e["pid"] == 0)
+    return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
+
+def compute_pace(name):
+    # The run's compute actions, measured (each until the next action on its
+    # rank starts, as calibration reads them) over predicted, in total: how
+    # much slower (+) or faster (-) the machine ran the same actions in this
+    # run than the calibrated model says. Where ranks share cores it also
+    # holds the waits for a core.
+    def actions(path):
+        events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+        by_rank = {}
+        for e in events:
+            by_rank.setdefault(e["pid"], []).append(e)
+        for rank in by_rank.values():
+            rank.sort(key=lambda e: e["ts"])
+            for i, e in enumerate(rank):
+                e["paced"] = (rank[i + 1]["ts"] if i + 1 < len(rank) else e["ts"] + e["dur"]) - e["ts"]
+        return {(e["pid"], e["name"]): e for e in events}
+    m, p = actions(f"{out}/runs/{name}.json"), actions(f"{out}/predicted/{name}.json")
+    keys = [k for k, e in p.items() if e.get("cat") == "compute" and k in m]
+    return 100 * (sum(m[k]["paced"] for k in keys) / sum(p[k]["dur"] for k in keys) - 1)
+
+def repeats_of(name):  # the step of each repeat of a configuration
+    return [step_of(f"{out}/runs/{name}_r{r}.json") for r in range(1, repeats + 1)
+            if os.path.exists(f"{out}/runs/{name}_r{r}.json")]
+
+print(f"{'held-out configuration':<22} {'measured':>9} {'predicted':>9} {'error':>7}  {'bubble m/p':>13} {'error':>6}  "
+      f"{'noise':>6} {'error vs each repeat':>20} {'pace':>6}  {'stash error per stage':<28} engine")
 for name in names:
     m = json.load(open(f"{out}/runs/{name}.json"))["otherData"]
     p = json.load(open(f"{out}/predicted/{name}.summary.json"))
@@ -140,8 +171,16 @@ for name in names:
     predicted_stash = pt["predicted_stash_bytes_per_stage"]
     stash = [100 * (q / w - 1) for q, w in zip(predicted_stash, measured_stash)]
     err = 100 * (ps / ms - 1)
-    rows.append((name, err, 100 * (pb - mb), stash))
+    # Run-to-run noise: the spread (max - min) of the repeats' steps over the
+    # median, and the prediction's error against each repeat.
+    reps = repeats_of(name)
+    spread = 100 * (max(reps) - min(reps)) / statistics.median(reps) if len(reps) > 1 else 0.0
+    against = [100 * (ps / r - 1) for r in reps]
+    pace = compute_pace(name)
+    rows.append((name, err, 100 * (pb - mb), stash, spread, min(against, key=abs), min(against), max(against), pace,
+                 m["ranks"] * m["measured"]["ranks"][0]["threads"] <= 2))
     print(f"{name:<22} {ms:9.4f} {ps:9.4f} {err:+6.2f}%  {100*mb:5.1f}/{100*pb:5.1f}% {100*(pb-mb):+5.1f}  "
+          f"{spread:5.1f}% {min(against):+8.2f}..{max(against):+6.2f}% {pace:+5.1f}%  "
           f"{' '.join(f'{s:+.1f}%' for s in stash):<28} {p['summary']['engine'].split()[0]}")
 step = [abs(r[1]) for r in rows]
 bubble = [abs(r[2]) for r in rows]
@@ -154,4 +193,33 @@ print(f"peak stash error   median {statistics.median(stash):.2f}%  worst {max(st
 for K in (1, 2, 4):
     e = [abs(r[1]) for r in rows if f"_k{K}_" in r[0]]
     print(f"  K={K}: step error median {statistics.median(e):.2f}%, worst {max(e):.2f}% over {len(e)} configurations")
+# Noise, to tell model error from it: the spread of the repeats of every
+# configuration (calibration ones too), the steps' spread inside one run, and
+# how the errors look against the repeat nearest the prediction.
+spreads, inside = [], []
+for f in sorted(glob.glob(f"{out}/runs/*_r1.json")):
+    reps = repeats_of(os.path.basename(f)[: -len("_r1.json")])
+    if len(reps) > 1:
+        spreads.append(100 * (max(reps) - min(reps)) / statistics.median(reps))
+    steps = json.load(open(f))["otherData"]["measured"]["step_times_s"][1:]
+    if len(steps) >= 4:
+        q = statistics.quantiles(steps, n=4)
+        inside.append(100 * (q[2] - q[0]) / statistics.median(steps))
+within = sum(1 for r in rows if r[6] <= 0 <= r[7] or abs(r[1]) <= r[4])
+nearest = [abs(r[5]) for r in rows]
+if spreads:
+    print(f"noise              repeats' spread (max - min) / median: median {statistics.median(spreads):.2f}%, "
+          f"worst {max(spreads):.2f}% over {len(spreads)} configurations; steps inside a run (IQR / median): median "
+          f"{statistics.median(inside):.2f}%")
+    print(f"                   held out: {within}/{len(rows)} errors within their repeats' spread; against the nearest "
+          f"repeat: median {statistics.median(nearest):.2f}%, worst {max(nearest):.2f}%")
+# The compute pace: where no rank waits for a core, a run whose compute
+# actions ran x% slower than the calibrated model (the machine's state during
+# that run) makes the step about x% longer than any model of the calibration
+# runs can say; the step error with the prediction's compute scaled by it.
+net = [(r[0], 100 * ((1 + r[1] / 100) * (1 + r[8] / 100) - 1)) for r in rows if r[9]]
+if net:
+    worst_net = max(net, key=lambda r: abs(r[1]))
+    print(f"compute pace       where ranks <= cores: step error with the run's own compute pace: median "
+          f"{statistics.median(abs(e) for _, e in net):.2f}%, worst {abs(worst_net[1]):.2f}% ({worst_net[0]}) over {len(net)} configurations")
 EOF
