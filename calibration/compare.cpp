@@ -205,6 +205,15 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   Comparison c;
   c.predicted_file = pf;
   c.measured_file = mf;
+  // The two files given the wrong way round: a run's trace first, a
+  // simulation's second (two simulations, or two runs, may be compared).
+  const auto producer = [](const json& meta) {
+    return meta.contains("producer") && meta["producer"].is_string() ? meta["producer"].get<std::string>() : "";
+  };
+  if (producer(predicted.metadata) == "pipetwin run" && producer(measured.metadata) == "pipetwin simulate") {
+    throw Error(pf + ": otherData field 'producer' is \"pipetwin run\" (a measured trace) and " + mf +
+                " was predicted (\"pipetwin simulate\"): give the predicted trace first, pipetwin compare PREDICTED MEASURED");
+  }
   c.configuration = check_configuration(predicted.metadata, pf, measured.metadata, mf);
 
   const auto p_index = index_actions(predicted, pf);

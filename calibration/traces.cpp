@@ -141,6 +141,16 @@ TraceRun load_trace_run(const std::string& path) {
   const int M = int_field(meta, path, "microbatches", 1'000'000);
   run.microbatch_size = int_field(meta, path, "microbatch_size", 1'000'000'000);
   const std::string recompute = text_field(meta, path, "recompute");
+  // Every stage runs a forward and a backward per micro-batch: a configuration
+  // with more of them than the file has events is refused before its Program is
+  // regenerated (a huge K x V x M would take minutes and gigabytes to build).
+  std::size_t events = 0;
+  for (const auto& rank : run.trace.timeline.ranks) events += rank.size();
+  if (2.0L * K * V * M > static_cast<long double>(events)) {
+    throw Error(path + ": otherData gives " + std::to_string(K) + " ranks x " + std::to_string(V) + " stages per rank x " +
+                std::to_string(M) + " micro-batches, which need at least 2 x " + std::to_string(static_cast<long long>(K) * V) +
+                " x " + std::to_string(M) + " compute actions, but the trace holds " + std::to_string(events) + " (is it truncated, or otherData wrong?)");
+  }
   try {
     run.program = ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(recompute)});
   } catch (const Error& e) {

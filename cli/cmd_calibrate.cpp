@@ -111,6 +111,18 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
 
 int run(const Options& o) {
   if (o.traces.empty() && !o.microbench) throw Error("calibrate: give traces (pipetwin run --trace FILE), --microbench, or both");
+  // The names go into the calibrated YAML, which is read back as UTF-8 only.
+  for (const auto* path : [&] {
+         std::vector<const std::string*> all{&o.out};
+         for (const auto& t : o.traces) all.push_back(&t);
+         return all;
+       }()) {
+    try {
+      schedule::check_utf8(*path, *path);
+    } catch (const Error&) {
+      throw Error(*path + ": the file name is not UTF-8, and calibrate records it in the calibrated file: rename it");
+    }
+  }
   const models::Hardware base = models::load_hardware(o.hardware);
   std::vector<calibration::TraceRun> runs;
   for (const auto& path : o.traces) runs.push_back(calibration::load_trace_run(path));
@@ -187,7 +199,7 @@ int run(const Options& o) {
     j["residuals"]["overall"] = {{"count", result.overall.count}, {"rms_s", result.overall.rms_s}, {"max_s", result.overall.max_s},
                                  {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
     j["notes"] = result.notes;
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   const auto& d = result.hardware.device;

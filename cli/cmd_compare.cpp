@@ -26,7 +26,7 @@ Run add_compare_command(CLI::App& app) {
   return [o] {
     const auto c = calibration::compare_files(o->predicted, o->measured);
     if (o->json) {
-      std::printf("%s\n", c.to_json().dump(1).c_str());
+      std::printf("%s\n", c.to_json().dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("%s", c.to_text().c_str());
     }

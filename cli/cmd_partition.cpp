@@ -92,7 +92,7 @@ int run(const Options& o) {
                      {"stages", r.stages()},    {"schedule", r.schedule},        {"microbatches", r.microbatches},
                      {"microbatch_size", r.microbatch_size}, {"partition", to_json(chosen)}};
     for (const auto& p : others) j["compare"].push_back(to_json(p));
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("%s (%zu layers, %.1fM parameters, %s) on %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
@@ -119,15 +119,15 @@ Run add_partition_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("partition", "Split a model's layers over K ranks, balancing stage time within memory");
   cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--ranks,-k", o->ranks, "Ranks K")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--ranks,-k", o->ranks, "Ranks K")->required()->check(kPositive);
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V")->check(kPositive)->capture_default_str();
   std::vector<std::string> names;
   for (const auto& g : schedule::generators()) names.emplace_back(g.name);
   cmd->add_option("--schedule,-s", o->schedule, "Schedule (decides the activations each stage stashes)")
       ->check(CLI::IsMember(names))
       ->capture_default_str();
-  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M")->check(kPositive)->capture_default_str();
+  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
       ->check(CLI::IsMember({"none", "full", "except-last"}))
       ->capture_default_str();

@@ -102,12 +102,12 @@ Run add_schedule_command(CLI::App& app) {
   std::vector<std::string> names;
   for (const auto& g : ps::generators()) names.emplace_back(g.name);
   cmd->add_option("--schedule,-s", o->name, "Schedule generator")->required()->check(CLI::IsMember(names));
-  cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->required()->check(kPositive);
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
       ->check(CLI::IsMember({"none", "full", "except-last"}))
@@ -125,7 +125,7 @@ Run add_schedule_command(CLI::App& app) {
       ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
       ->capture_default_str();
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch, with --model")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   return [o] { return run(*o); };
 }

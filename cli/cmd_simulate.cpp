@@ -46,7 +46,7 @@ int run(const Options& o) {
     j["engine_reason"] = result.why;
     j["simulated_actions"] = sc->program.num_actions();
     j["wall_s"] = wall;
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s\n%s", sc->headline().c_str(), summary.to_text().c_str());
     std::printf("engine       %s: %s\n", summary.engine.c_str(), result.why.c_str());

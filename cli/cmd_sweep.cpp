@@ -322,11 +322,11 @@ Run add_sweep_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M combination into one CSV");
   cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--ranks,-k", o->ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks,-k", o->ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(kPositive);
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M, comma-separated")
       ->required()
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   std::vector<std::string> names;
   for (const auto& g : schedule::generators()) names.emplace_back(g.name);
   cmd->add_option("--schedules,-s", o->schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
@@ -336,12 +336,12 @@ Run add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--microbatch-size", o->microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--batch", o->batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->excludes("--microbatch-size");
-  cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(kPositive)->capture_default_str();
   cmd->add_option("--partition", o->partition, "auto, uniform or parameters")
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
       ->capture_default_str();
@@ -350,7 +350,7 @@ Run add_sweep_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();
   cmd->add_option("--out,-o", o->out, "Results CSV (resumed if it exists)")->required();
-  cmd->add_option("--jobs,-j", o->jobs, "Threads / SimGrid processes (default: cores)")->check(CLI::PositiveNumber);
+  cmd->add_option("--jobs,-j", o->jobs, "Threads / SimGrid processes (default: cores)")->check(kPositive);
   return [o] { return Sweep(*o).run(); };
 }
 

@@ -34,7 +34,7 @@ int run(const Options& o) {
       j["peak_stashed_microbatches"].push_back(m.peak_in_flight);
       j["weight_versions"].push_back(m.weight_versions);
     }
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s: %s\n", o.file.c_str(), report.summary().c_str());
   }

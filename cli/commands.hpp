@@ -22,6 +22,17 @@ Run add_calibrate_command(CLI::App& app);
 Run add_compare_command(CLI::App& app);
 Run add_plot_command(CLI::App& app);
 
+// CLI::PositiveNumber's refusal reads "Value 0 not in range 0.000000 to 1797...
+// (309 digits)"; this one says "must be positive, got 0".
+inline const CLI::Validator kPositive(
+    [](std::string& value) -> std::string {
+      double v = 0;
+      if (!CLI::detail::lexical_cast(value, v)) return "expected a positive number, got '" + value + "'";
+      if (!(v > 0)) return "must be positive, got " + value;
+      return {};
+    },
+    "POSITIVE", "POSITIVE");
+
 // The process's own arguments (main's argv), for commands that start copies of it.
 void set_command_line(int argc, char** argv);
 const std::vector<std::string>& command_line();

@@ -14,6 +14,47 @@
 namespace pipetwin::cli {
 namespace {
 std::vector<std::string> g_command_line;
+
+// A message may quote the input (a JSON parser's "last read: '...'"): bytes
+// that are not valid UTF-8, and control characters other than the newlines of
+// a deliberate multi-line message (validate's grid), are printed as \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  const auto hex = [&](unsigned char c) {
+    static const char* digits = "0123456789abcdef";
+    out += "\\x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) hex(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // The length of a UTF-8 sequence from its lead byte (0: not a lead byte),
+    // then its continuation bytes; overlong and surrogate forms are refused too.
+    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok && n >= 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90)) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      hex(c);
+      ++i;
+      continue;
+    }
+    out.append(s, i, n);
+    i += n;
+  }
+  return out;
+}
 }
 void set_command_line(int argc, char** argv) { g_command_line.assign(argv, argv + argc); }
 const std::vector<std::string>& command_line() { return g_command_line; }
@@ -49,10 +90,10 @@ int main(int argc, char** argv) {
     for (const auto* sub : app.get_subcommands()) return runs.at(sub)();
     return 2;
   } catch (const pipetwin::Error& e) {
-    std::fprintf(stderr, "pipetwin: error: %s\n", e.what());
+    std::fprintf(stderr, "pipetwin: error: %s\n", pipetwin::cli::printable(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipetwin: internal error: %s\n", e.what());
+    std::fprintf(stderr, "pipetwin: internal error: %s\n", pipetwin::cli::printable(e.what()).c_str());
     return 3;
   }
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cli/commands.hpp"
 #include "models/contention.hpp"
 #include "models/layer_graph.hpp"
 #include "models/stage_table.hpp"
@@ -25,10 +26,10 @@ void add_scenario_options(CLI::App* cmd, ScenarioOptions& o) {
   cmd->add_option("--model", o.model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--schedule,-s", o.schedule, "Schedule")->required()->check(CLI::IsMember(names));
-  cmd->add_option("--ranks,-k", o.ranks, "Ranks K")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks,-k", o.ranks, "Ranks K")->required()->check(kPositive);
+  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M")->required()->check(kPositive);
+  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V")->check(kPositive)->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(kPositive);
   cmd->add_option("--recompute", o.recompute, "Re-materialization policy")
       ->check(CLI::IsMember({"none", "full", "except-last"}))
       ->capture_default_str();

@@ -281,10 +281,49 @@ void check_complete(const Hardware& h, const YamlFields& y) {
   if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology", "inter");
 }
 
+// calibration: what `pipetwin calibrate` fitted the file on, its residuals and
+// coefficients. People read it, the simulator does not, but its shape is
+// checked so that a corrupted or mis-edited file is refused, not half-read.
+// Fields it does not know are left alone (later versions may add some).
+void check_calibration(const YamlFields& c) {
+  // fitted_on: any list (a file name, or a mapping describing the run, per trace).
+  if (c.has("fitted_on") && !c.node()["fitted_on"].IsSequence()) c.fail("fitted_on", "expected a list of the traces");
+  if (c.has("coefficients")) {  // [{name, value, how}]
+    const YAML::Node n = c.node()["coefficients"];
+    if (!n.IsSequence()) c.fail("coefficients", "expected a list of {name, value, how}");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const YamlFields entry(n[i], c.source(), "calibration.coefficients[" + std::to_string(i) + "].");
+      (void)entry.text("name");
+      double v = 0;
+      const YAML::Node value = n[i]["value"];
+      if (!value || !value.IsScalar() || !YAML::convert<double>::decode(value, v)) entry.fail("value", "expected a number");
+    }
+  }
+  if (c.has("notes")) {
+    const YAML::Node n = c.node()["notes"];
+    if (!n.IsSequence()) c.fail("notes", "expected a list of lines of text");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      if (!n[i].IsScalar()) {
+        throw Error(c.source() + ":" + std::to_string(n[i].Mark().line + 1) + ": field 'calibration.notes[" +
+                    std::to_string(i) + "]': expected a line of text");
+      }
+    }
+  }
+  if (c.has("observations")) (void)c.non_negative_number("observations");
+  for (const char* key : {"residuals", "residuals_shared_cores"}) {
+    if (!c.has(key)) continue;
+    const YamlFields residuals = c.child(key);  // op -> {count, rms_us, max_us, rms_rel, max_rel}
+    for (const auto& entry : residuals.node()) {
+      const YamlFields r = residuals.child(entry.first.Scalar());
+      for (const auto& stat : r.node()) (void)r.non_negative_number(stat.first.Scalar());
+    }
+  }
+}
+
 }  // namespace
 
 Hardware hardware_from_yaml(const YamlFields& y) {
-  // calibration: what `pipetwin calibrate` fitted the file on and its residuals (read by people, not here).
+  // calibration: what `pipetwin calibrate` fitted the file on and its residuals (read by people; checked for shape).
   y.reject_unknown({"preset", "name", "source", "device", "devices", "topology", "calibration"});
   Hardware h;
   if (y.has("preset")) {
@@ -300,6 +339,7 @@ Hardware hardware_from_yaml(const YamlFields& y) {
   if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
   if (y.has("device")) apply_device(h.device, y.child("device"));
   if (y.has("topology")) apply_topology(h.topology, y.child("topology"));
+  if (y.has("calibration")) check_calibration(y.child("calibration"));
   if (y.has("devices")) {
     const YAML::Node list = y.node()["devices"];
     if (!list.IsSequence() || list.size() == 0) y.fail("devices", "expected a non-empty list of devices, one per rank");

@@ -10,6 +10,8 @@
 namespace pipetwin::models {
 
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  // Names and specs go into JSON traces and summaries, which hold UTF-8 only.
+  schedule::check_utf8(text, source);
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {

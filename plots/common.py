@@ -36,6 +36,9 @@ def run_main(script: str, main) -> None:
     except PlotError as e:
         print(f"{prog_name(script)}: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except Exception as e:  # a bug: one line too, never a traceback (exit 3, like pipetwin's internal errors)
+        print(f"{prog_name(script)}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(3)
 
 
 def parser(script: str, description: str) -> argparse.ArgumentParser:
@@ -56,6 +59,8 @@ def load_json(path: str) -> dict:
         raise PlotError(f"{path}: no such file") from None
     except OSError as e:
         raise PlotError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise PlotError(f"{path}: not UTF-8 text (byte \\x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

@@ -28,6 +28,10 @@ std::string format_program(const Program& program, Format format);
 Program read_program(const std::string& path);
 
 std::string read_file(const std::string& path);
+// Throws "<source>:<line>: not UTF-8 text (byte \xNN at column C)" at the first
+// byte that is not part of valid UTF-8: what is read from a file may end up in
+// JSON (traces, --json), which holds UTF-8 only.
+void check_utf8(std::string_view text, const std::string& source);
 // Writes `content` to `path` through `path.tmp.<pid>` and rename(2).
 void write_file_atomic(const std::string& path, std::string_view content);
 

@@ -1,6 +1,7 @@
 // JSON form of a Program, file reading with format detection, atomic writes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -148,6 +149,36 @@ std::string read_file(const std::string& path) {
   buffer << in.rdbuf();
   if (in.bad()) throw Error(path + ": read error");
   return buffer.str();
+}
+
+void check_utf8(std::string_view s, const std::string& source) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The sequence's length from its lead byte, then its continuation bytes;
+    // overlong forms, surrogates and code points past U+10FFFF are refused too.
+    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok && n >= 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90));
+    }
+    if (!ok) break;
+    i += n;
+  }
+  if (i >= s.size()) return;
+  const auto line_start = s.rfind('\n', i == 0 ? std::string_view::npos : i - 1);
+  const std::size_t column = i - (line_start == std::string_view::npos || i == 0 ? 0 : line_start + 1) + 1;
+  const auto line = std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i), '\n') + 1;
+  static const char* hex = "0123456789abcdef";
+  const auto byte = static_cast<unsigned char>(s[i]);
+  throw Error(source + ":" + std::to_string(line) + ": not UTF-8 text (byte \\x" + hex[byte >> 4] + hex[byte & 15] +
+              " at column " + std::to_string(column) + ")");
 }
 
 Program read_program(const std::string& path) {

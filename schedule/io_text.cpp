@@ -183,6 +183,7 @@ std::string to_text(const Program& p) {
 }
 
 Program parse_text(std::string_view text, const std::string& source) {
+  check_utf8(text, source);  // the header's schedule name is free text
   Header h;
   std::vector<std::vector<Action>> ranks;
   int line_no = 0;
@@ -253,6 +254,7 @@ std::string to_csv(const Program& p) {
 }
 
 Program parse_csv(std::string_view text, const std::string& source) {
+  check_utf8(text, source);
   std::vector<std::vector<Action>> ranks;
   int line_no = 0;
   auto lines = split(text, '\n');

@@ -61,7 +61,7 @@ std::string to_chrome_trace(const Trace& trace) {
     events.push_back({{"ph", "C"}, {"name", c.name}, {"pid", c.rank}, {"ts", c.time * kMicro}, {"args", {{"value", c.value}}}});
   }
   json doc{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", trace.metadata.is_null() ? json::object() : trace.metadata}};
-  return doc.dump() + "\n";
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Trace parse_chrome_trace(const std::string& text, const std::string& source) {
