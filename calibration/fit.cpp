@@ -182,21 +182,25 @@ double predict_row(const Problem& p, const Solution& s, std::size_t row) {
 // its relative residual (k = 1.345 robust standard deviations, the scale from
 // the median absolute residual), iterated to convergence. One action slowed
 // by the machine counts for little; exact data is fitted exactly.
-Solution robust_solve(const Problem& p) {
+// `relative` false: absolute residuals instead (unweighted rows), for
+// measurements whose error does not scale with them: a flight between two
+// ranks' clocks, as uncertain as their alignment (tens of us) however short.
+Solution robust_solve(const Problem& p, bool relative = true) {
   const std::size_t rows = p.y.size();
   std::vector<double> w(rows, 1.0);
+  const auto unit = [&](std::size_t i) { return relative && std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0; };
   Solution s;
   for (int round = 0; round < 50; ++round) {
     Problem q = p;
     for (std::size_t i = 0; i < rows; ++i) {
-      const double scale = w[i] / (std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0);
+      const double scale = w[i] / unit(i);
       for (auto& x : q.x[i]) x *= scale;
       q.y[i] *= scale;
     }
     s = solve(q);
     std::vector<double> r(rows), a(rows);
     for (std::size_t i = 0; i < rows; ++i) {
-      r[i] = (predict_row(p, s, i) - p.y[i]) / (std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0);
+      r[i] = (predict_row(p, s, i) - p.y[i]) / unit(i);
       a[i] = std::abs(r[i]);
     }
     const double sigma = 1.4826 * median(a);
@@ -715,7 +719,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         prob.y.push_back(g.flight);
       }
       if (prob.y.empty()) return base_link;
-      const Solution sol = robust_solve(prob);
+      const Solution sol = robust_solve(prob, /*relative=*/false);
       if (record) {
         for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
       }
