@@ -156,6 +156,7 @@ Run add_run_command(CLI::App& app) {
   return [o] {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
     build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
+    exec::check_device(o->device, o->scenario.ranks);
     exec::launch_local(command_line(), {o->scenario.ranks, o->master_port, o->timeout, 5.0});
     return 0;
   };

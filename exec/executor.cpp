@@ -9,8 +9,14 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "exec/report.hpp"
@@ -33,7 +39,16 @@ std::string message_of(const std::exception& e) {
     what = e.what();
   }
   const auto nl = what.find('\n');
-  return nl == std::string::npos ? what : what.substr(0, nl);
+  std::string first = nl == std::string::npos ? what : what.substr(0, nl);
+  // NCCL's errors say what went wrong on the line after "Last error:"
+  // (e.g. "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device ...").
+  const auto last = what.find("Last error:\n");
+  if (last != std::string::npos) {
+    const auto begin = last + 12, end = what.find('\n', begin);
+    const std::string reason = what.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (!reason.empty()) first += " (NCCL: " + reason + ")";
+  }
+  return first;
 }
 
 std::string explain(const std::string& what, const ps::Program& p, const ps::Action& a) {
@@ -51,15 +66,109 @@ int default_threads(const RankEnv& env) {
   return std::max(1, cores / std::max(1, env.local_world_size));
 }
 
-at::Device pick_device(const RunConfig& c, const RankEnv& env) {
-  if (c.device == "cpu") return at::kCPU;
-  if (c.device != "cuda") throw Error("--device must be cpu or cuda, got '" + c.device + "'");
-  if (!torch::cuda::is_available()) {
-    throw Error("rank " + std::to_string(env.rank) + ": --device cuda, but no CUDA device is usable here");
+// Why `device` cannot serve `ranks_here` ranks on this host ("" when it can).
+std::string device_problem(const std::string& device, int ranks_here) {
+  if (device == "cpu") return "";
+  if (device != "cuda") return "--device must be cpu or cuda, got '" + device + "'";
+  if (!torch::cuda::is_available()) return "--device cuda, but no CUDA device is usable here";
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (ranks_here > gpus) {
+    return "--device cuda with " + std::to_string(ranks_here) + " ranks on this host, but only " + std::to_string(gpus) +
+           " CUDA device(s) are visible: NCCL needs a GPU of its own for each rank (it refuses two ranks on one GPU); "
+           "use at most " + std::to_string(gpus) + " rank(s) per host, or --device cpu";
   }
+  return "";
+}
+
+at::Device pick_device(const RunConfig& c, const RankEnv& env) {
+  if (const auto why = device_problem(c.device, env.local_world_size); !why.empty()) {
+    throw Error("rank " + std::to_string(env.rank) + ": " + why);
+  }
+  if (c.device == "cpu") return at::kCPU;
   const int index = env.local_rank % static_cast<int>(torch::cuda::device_count());
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  // fp32 means IEEE fp32, as on the CPU: cuDNN's convolutions default to
+  // TF32 (10-bit mantissa), which moved a conv net's weights by 0.3 from
+  // the CPU's in three steps. cuBLAS is IEEE by default; say so anyway.
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
   return {at::kCUDA, static_cast<c10::DeviceIndex>(index)};
+}
+
+// One-time allocations of the first matrix products on this thread's stream
+// (the cuBLAS / cuBLASLt workspaces: 32 MiB on Hopper) would otherwise land
+// in the first forward's allocator growth and be counted as stash.
+void warm_up_cuda(at::Device device, at::ScalarType dtype) {
+  for (const auto t : {at::kFloat, dtype}) {
+    const auto a = at::ones({8, 8}, at::TensorOptions(t).device(device));
+    (void)at::addmm(a, a, a);
+    (void)at::linear(a, a, a[0]);
+    (void)at::matmul(a.view({2, 4, 8}), a);
+  }
+  torch::cuda::synchronize();
+}
+
+// CUDA: the host waits on the GPU (a synchronize, a copy from the host)
+// behind NCCL operations it does not see; when a peer is gone they never
+// complete, and ProcessGroupNCCL's watchdog (given a longer timeout, see
+// Comm) would end the process with SIGABRT and a stack trace. This ends
+// the rank first, naming what it was doing, its peers and why.
+class ProgressWatch {
+ public:
+  ProgressWatch(double timeout_s, std::string peers) : timeout_s_(timeout_s), peers_(std::move(peers)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ProgressWatch() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  ProgressWatch(const ProgressWatch&) = delete;
+  ProgressWatch& operator=(const ProgressWatch&) = delete;
+
+  void at(std::string what) {
+    std::lock_guard lock(mutex_);
+    what_ = std::move(what);
+    since_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(200));
+      const double stuck = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
+      if (stop_ || stuck <= timeout_s_) continue;
+      std::fprintf(stderr,
+                   "pipetwin: error: %s: no progress for %.0f s: the GPU waits for a transfer with rank(s) %s that "
+                   "never completed (a peer exited, died or is stuck; --timeout sets how long to wait)\n",
+                   what_.c_str(), stuck, peers_.c_str());
+      std::fflush(stderr);
+      std::_Exit(1);  // NCCL may hold this process's threads: no unwinding
+    }
+  }
+
+  double timeout_s_;
+  std::string peers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::string what_ = "starting";
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+  std::thread thread_;
+};
+
+std::string peers_of(const ps::Program& p, int rank) {
+  std::set<int> peers;
+  for (const auto& a : p.ranks.at(rank)) {
+    if (ps::is_transfer(a.op)) peers.insert(ps::peer_of(p, a).value);
+  }
+  std::string out;
+  for (const int r : peers) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
 }
 
 void save_weights(const std::string& dir, const TorchBackend& backend) {
@@ -76,6 +185,10 @@ void save_weights(const std::string& dir, const TorchBackend& backend) {
 
 }  // namespace
 
+void check_device(const std::string& device, int ranks_here) {
+  if (const auto why = device_problem(device, ranks_here); !why.empty()) throw Error(why);
+}
+
 std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   const auto& p = c.program;
   const std::string me = "rank " + std::to_string(env.rank);
@@ -85,7 +198,10 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   }
   if (p.partition.size() != static_cast<std::size_t>(p.num_stages())) throw Error("the program has no partition");
   const at::Device device = pick_device(c, env);
-  if (device.is_cuda()) ps::check_in_order_channels(p);
+  if (device.is_cuda()) {
+    ps::check_in_order_channels(p);
+    warm_up_cuda(device, dtype_of(c.model.precision));
+  }
   const int threads = c.threads > 0 ? c.threads : default_threads(env);
   at::set_num_threads(threads);
   MemoryMeter* meter = device.is_cuda() ? nullptr : &MemoryMeter::install(p.num_stages());
@@ -108,11 +224,23 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
     report.baseline_bytes = static_cast<double>(MemoryMeter::cuda_live_bytes(device.index()));
   }
 
+  std::optional<ProgressWatch> watch;
+  if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
   for (int step = 0; step < c.steps; ++step) {
-    backend.begin_step(step, task.minibatch(step));
+    const std::string at_step = me + ", step " + std::to_string(step);
+    if (watch) watch->at(at_step + ", its start");
+    try {
+      backend.begin_step(step, task.minibatch(step));
+    } catch (const std::exception& e) {
+      throw Error(at_step + ", its start: " + message_of(e));
+    }
     ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
     while (!interpreter.done()) {
       const ps::Action action = interpreter.next();
+      if (watch) {
+        watch->at(at_step + ", action " + ps::to_string(action) + " (#" + std::to_string(interpreter.position()) +
+                  " of its list)");
+      }
       try {
         interpreter.step(backend);
       } catch (const std::exception& e) {
@@ -120,6 +248,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
                     std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
       }
     }
+    if (watch) watch->at(me + ", end of step " + std::to_string(step));
     try {
       ps::Timeline t;
       t.ranks.resize(p.num_ranks);
@@ -131,6 +260,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
     if (backend.holds_last_stage()) report.losses.push_back(backend.step_loss());
   }
 
+  watch.reset();
   report.stage_peak_stash_bytes = backend.stage_peak_stash_bytes();
   for (const auto& [s, stage] : backend.stages()) report.stage_peak_versions.emplace_back(s, stage->peak_versions());
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));

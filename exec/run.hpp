@@ -76,6 +76,12 @@ struct RunResult {
   std::vector<int> stage_weight_versions;
 };
 
+// Refuses a device this host cannot give `ranks_here` ranks, before any rank
+// starts: --device cuda needs a usable CUDA device and, since NCCL refuses
+// two ranks of one communicator on the same GPU, one GPU per rank on this
+// host. Throws pipetwin::Error saying which and why; nothing for cpu.
+void check_device(const std::string& device, int ranks_here);
+
 // Runs this process's rank to the end. Rank 0 returns what it gathered, the
 // other ranks nullopt. Throws pipetwin::Error naming the rank, step and action
 // (or the peer) when anything goes wrong.

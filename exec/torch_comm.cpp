@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -78,8 +79,15 @@ Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : e
   host_ = local_address_towards(env.master_addr, env.master_port);
   align_clocks();
   if (cuda) {
+    // A failed NCCL operation (a peer gone) aborts the communicators and
+    // surfaces as an error of the action that waits for it, which names the
+    // rank, step, action and peer; the default (3) ends the process from
+    // ProcessGroupNCCL's watchdog thread: SIGABRT and a stack trace, a
+    // minute later. A value in the environment wins.
+    ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout;
+    // Longer than the rank's own watch (run_rank), which names what hangs.
+    opts->timeout = 2 * timeout + std::chrono::seconds(30);
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl/up", store_),
                                                          env.rank, env.world_size, opts);
     group_down_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
@@ -97,6 +105,23 @@ Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : e
   } catch (const std::exception& e) {
     const std::string what = e.what();
     throw Error(me + ": Gloo could not connect the ranks (" + what.substr(0, what.find('\n')) + ")");
+  }
+}
+
+Comm::~Comm() {
+  if (!cuda_) return;
+  const bool failing = std::uncaught_exceptions() > 0;
+  for (auto* g : {&group_down_, &group_}) {
+    if (!*g) continue;
+    try {
+      if (failing) {
+        (*g)->abort();
+      } else {
+        (*g)->shutdown();
+      }
+    } catch (const std::exception&) {
+      // Leaving anyway; the process group's destructor aborts what is left.
+    }
   }
 }
 

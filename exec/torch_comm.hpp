@@ -28,6 +28,12 @@ class Comm {
   // Rendezvous: connects to (or, for rank 0 without a launcher, hosts) the
   // store, waits for every rank, aligns the clocks, creates the group.
   Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout);
+  // NCCL: shuts the groups down (their communicators are finalized: every
+  // queued operation completes); aborts them instead while an exception
+  // unwinds, so that a lost peer cannot hold this rank.
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
 
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
