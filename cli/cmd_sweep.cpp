@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -88,7 +89,10 @@ class Sweep {
             for (const int m : o.microbatches) configs_.push_back({s, r, b > 0 ? b : o.batch / m, k, m});
     rows_.resize(configs_.size());
     ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
+    inputs_ = describe_inputs();
     load_existing();
+    // Written before the first row: whatever rows OUT holds, OUT.inputs says what they were computed from.
+    schedule::write_file_atomic(inputs_path(), inputs_);
   }
 
   int run() {
@@ -232,12 +236,50 @@ class Sweep {
            std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
   }
 
+  std::string inputs_path() const { return o_.out + ".inputs"; }
+
+  // What every row depends on besides its key columns: the model and hardware
+  // (their files' contents, hashed) and the options that are not in the row.
+  // Resuming from rows computed from other inputs would mix two sweeps.
+  std::string describe_inputs() const {
+    const auto fnv = [](const std::string& text) {
+      std::uint64_t h = 1469598103934665603ULL;
+      for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+      char buf[17];
+      std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+      return std::string(buf);
+    };
+    const auto file = [&](const std::string& spec) {
+      std::error_code ec;
+      return std::filesystem::is_regular_file(spec, ec) ? spec + " (contents " + fnv(schedule::read_file(spec)) + ")"
+                                                        : spec + " (preset)";
+    };
+    return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
+           "\noptimizer: " + o_.optimizer + "\nengine: " + o_.engine + "\nvirtual: " + std::to_string(o_.virtual_stages) +
+           "\n";
+  }
+
   void load_existing() {
     if (!std::filesystem::exists(o_.out)) return;
     std::istringstream in(schedule::read_file(o_.out));
     std::string line;
     if (!std::getline(in, line) || line != kHeader) {
       throw Error(o_.out + ":1: not a results file of this sweep (its header differs); choose another --out");
+    }
+    if (!std::filesystem::exists(inputs_path())) {
+      throw Error(o_.out + ": no " + inputs_path() +
+                  " beside it, so its rows cannot be told to come from this model, hardware and options; remove it or "
+                  "choose another --out");
+    }
+    const std::string before = schedule::read_file(inputs_path());
+    if (before != inputs_) {
+      std::istringstream a(before), b(inputs_);
+      std::string was, now;
+      while (std::getline(a, was) && std::getline(b, now) && was == now) {
+      }
+      const auto field = now.substr(0, now.find(':'));
+      throw Error(o_.out + ": its rows were computed with another " + field + " (" + inputs_path() + ": '" + was +
+                  "', now '" + now + "'); remove it to start again, or choose another --out");
     }
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < configs_.size(); ++i) index[key(configs_[i])] = i;
@@ -310,6 +352,7 @@ class Sweep {
   std::unique_ptr<std::atomic<bool>[]> ready_;
   std::atomic<std::size_t> completed_{0}, deferred_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
   std::size_t resumed_ = 0;
+  std::string inputs_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration write_interval_ = std::chrono::seconds(2);
   bool bar_ = ::isatty(2) && !std::getenv("CI");
@@ -349,7 +392,9 @@ Run add_sweep_command(CLI::App& app) {
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();
-  cmd->add_option("--out,-o", o->out, "Results CSV (resumed if it exists)")->required();
+  cmd->add_option("--out,-o", o->out,
+                  "Results CSV (resumed if it exists and OUT.inputs shows the same model, hardware and options)")
+      ->required();
   cmd->add_option("--jobs,-j", o->jobs, "Threads / SimGrid processes (default: cores)")->check(kPositive);
   return [o] { return Sweep(*o).run(); };
 }

@@ -232,6 +232,25 @@ TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   const auto second = run(args);
   EXPECT_TRUE(has(second.out, "5 resumed")) << second.out;
   EXPECT_EQ(pipetwin::schedule::read_file(path("r.csv")), full);
+  // Rows computed for other inputs are not resumed: another hardware, or a file
+  // whose contents changed, is refused naming it, and the rows stay as they were.
+  const auto other_hw = run("sweep --model " + model + " --hardware h100 -k 1,2,8 -m 1,4 -s gpipe,1f1b --out " + path("r.csv"));
+  EXPECT_EQ(other_hw.code, 1);
+  EXPECT_TRUE(has(other_hw.out, "r.csv: its rows were computed with another hardware")) << other_hw.out;
+  EXPECT_TRUE(has(other_hw.out, "'hardware: a100 (preset)', now 'hardware: h100 (preset)'")) << other_hw.out;
+  const std::string copy = path("m.yaml");
+  pipetwin::schedule::write_file_atomic(copy, pipetwin::schedule::read_file(model));
+  const std::string on_copy = "sweep --model " + copy + " --hardware a100 -k 1 -m 1 -s gpipe --out " + path("c.csv");
+  EXPECT_EQ(run(on_copy).code, 0);
+  pipetwin::schedule::write_file_atomic(copy, pipetwin::schedule::read_file(model) + "# edited\n");
+  const auto edited = run(on_copy);
+  EXPECT_EQ(edited.code, 1);
+  EXPECT_TRUE(has(edited.out, "c.csv: its rows were computed with another model")) << edited.out;
+  std::filesystem::remove(path("c.csv.inputs"));
+  const auto unknown = run(on_copy);
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_TRUE(has(unknown.out, "no " + path("c.csv.inputs") + " beside it")) << unknown.out;
+  EXPECT_EQ(pipetwin::schedule::read_file(path("r.csv")), full);
   pipetwin::schedule::write_file_atomic(path("other.csv"), "a,b\n1,2\n");
   const auto wrong = run("sweep --model " + model + " --hardware a100 -k 1 -m 1 -s gpipe --out " + path("other.csv"));
   EXPECT_EQ(wrong.code, 1);
@@ -258,10 +277,12 @@ TEST_F(Cli, SweepRowsSayWhyAConfigurationCannotRun) {
 TEST_F(Cli, SweepKilledHalfWayResumesWithoutLosingOrDuplicatingRows) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
   std::string sizes;
-  for (int b = 1; b <= 160; ++b) sizes += (b > 1 ? "," : "") + std::to_string(b);
+  // Large enough to outlast the first write (after 2 s): 69,120 configurations
+  // took 2.4 s on an idle 2-core machine, too close to it.
+  for (int b = 1; b <= 480; ++b) sizes += (b > 1 ? "," : "") + std::to_string(b);
   const std::string grid = "sweep --model " + model + " --hardware a100 -k 1,2,3,4,5,6 -m 1,2,3,4,5,6,7,8,12,16,24,32 " +
                            "-s gpipe,1f1b,zb-h1 --recompute none,full --microbatch-size " + sizes + " --out ";
-  const auto whole = run(grid + path("whole.csv"));  // 69,120 configurations, uninterrupted
+  const auto whole = run(grid + path("whole.csv"));  // 207,360 configurations, uninterrupted
   ASSERT_EQ(whole.code, 0) << whole.out;
   // The same sweep, killed (SIGKILL) once its first rows are on disk.
   const pid_t child = ::fork();
