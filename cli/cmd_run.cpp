@@ -141,7 +141,7 @@ Run add_run_command(CLI::App& app) {
       "Hardware preset or YAML file, for the partition and the predicted memory (default: cpu)");
   cmd->add_option("--steps", o->steps, "Mini-batches to train")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Learning rate")->check(kPositive)->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the weights and of the synthetic data")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads per rank (0: cores / ranks on this host)")
       ->check(CLI::Range(0, 1024))->capture_default_str();

@@ -471,6 +471,8 @@ std::vector<Bad> catalogue() {
       {"cli_plot_unknown_kind", {}, "plot pie {fix}/p.json --out {}/g", "pie", 2},
       {"cli_negative_batch", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --batch -4 --model {fix}/t.yaml",
        "--batch: must be positive, got -4", 2},
+      {"cli_run_zero_learning_rate", {}, "run --model {fix}/t.yaml -s 1f1b -k 2 -m 2 --lr 0",
+       "--lr: must be positive, got 0", 2},
   };
   for (auto& b : all) b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock";
   return all;
