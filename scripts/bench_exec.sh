@@ -3,7 +3,10 @@
 # small Transformer, examples/transformer-small.yaml), medians over
 # alternating repetitions:
 #   (a) pipetwin run -k 1 against a plain LibTorch loop on the same model
-#       (bench/plain_loop.cpp): the executor's overhead;
+#       (bench/plain_loop.cpp): the executor's overhead; the loop runs each
+#       micro-batch's forward then its backward, so pipetwin runs the schedule
+#       with that order (1f1b; at K = 1 gpipe would run every forward first and
+#       hold M micro-batches of activations, another computation);
 #   (b) pipetwin run against PyTorch's torch.distributed.pipelining
 #       (ScheduleGPipe / Schedule1F1B, Gloo; bench/pipelining_baseline.py)
 #       with the same model, partition, K, M, batch and threads: throughput ratio;
@@ -32,7 +35,7 @@ for m in 1 4; do
   plain=() ours=()
   for _ in $(seq "$REPS"); do
     plain+=("$("$B/bench/plain_loop" "$MODEL" "$m" "$batch" "$STEPS" "$CORES")")
-    ours+=("$("$PIPETWIN" run --model "$MODEL" -s gpipe -k 1 -m "$m" --batch "$batch" --steps "$STEPS" --threads "$CORES" --json | field "j['summary']['step_time_s']")")
+    ours+=("$("$PIPETWIN" run --model "$MODEL" -s 1f1b -k 1 -m "$m" --batch "$batch" --steps "$STEPS" --threads "$CORES" --json | field "j['summary']['step_time_s']")")
   done
   p=$(printf "%s\n" "${plain[@]}" | median); o=$(printf "%s\n" "${ours[@]}" | median)
   printf "%-14s %12.4f %12.4f %9.1f%%\n" "M=$m batch=$batch" "$p" "$o" "$(awk -v a="$o" -v b="$p" 'BEGIN{print 100*(a/b-1)}')"

@@ -18,7 +18,7 @@ OUT="${PIPETWIN_OUT:-out}"
 MODEL=examples/transformer-small.yaml
 BATCH=16
 STEPS="${PIPETWIN_DEMO_STEPS:-5}"
-rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
+rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report" "$OUT"/sweep_cpu.csv* "$OUT"/sweep_calibrated.csv*
 mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
 # schedule:K:M:recompute. The calibration set spans one and two ranks,
