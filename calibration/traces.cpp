@@ -123,9 +123,13 @@ void check_actions(const TraceRun& run) {
 }  // namespace
 
 TraceRun load_trace_run(const std::string& path) {
+  return trace_run_from(ps::read_chrome_trace(path), path);  // names the file when invalid or truncated
+}
+
+TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   TraceRun run;
   run.path = path;
-  run.trace = ps::read_chrome_trace(path);  // names the file when invalid or truncated
+  run.trace = std::move(trace);
   const json& meta = run.trace.metadata;
   run.model_spec = text_field(meta, path, "model_spec");
   try {

@@ -44,6 +44,8 @@ struct TraceRun {
 
 // Reads and checks one trace; throws pipetwin::Error naming `path`.
 TraceRun load_trace_run(const std::string& path);
+// The same checks on a trace already read from `path`.
+TraceRun trace_run_from(schedule::Trace trace, const std::string& path);
 
 // Checks that the runs can be fitted together: one model (the first trace's),
 // one intra-op thread count. Throws pipetwin::Error naming the file that differs.
