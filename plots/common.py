@@ -384,14 +384,27 @@ def write_text(path: str, text: str) -> None:
 
 
 def save_figure(fig, prefix: str) -> list[str]:
-    """Writes PREFIX.png and PREFIX.svg, each through a temporary and a rename."""
-    _check_out(prefix)
-    written = []
-    for ext, opts in (("png", {"dpi": 150}), ("svg", {})):
-        path = f"{prefix}.{ext}"
-        _atomic(path, lambda tmp: fig.savefig(tmp, format=ext, bbox_inches="tight", **opts))
-        written.append(path)
-    return written
+    """Writes PREFIX.png and PREFIX.svg: both are drawn into temporaries first
+    and renamed only once both exist, so a failure leaves the old pair (or
+    none), never a new PNG beside an old SVG."""
+    folder = _check_out(prefix)
+    temps = []
+    try:
+        for ext, opts in (("png", {"dpi": 150}), ("svg", {})):
+            path = f"{prefix}.{ext}"
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+            os.close(fd)
+            temps.append((tmp, path))
+            fig.savefig(tmp, format=ext, bbox_inches="tight", **opts)
+            os.chmod(tmp, 0o644)
+    except BaseException:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    for tmp, path in temps:
+        os.replace(tmp, path)
+    return [path for _, path in temps]
 
 
 def setup_matplotlib():
