@@ -2,7 +2,6 @@
 #include "models/hardware.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -390,57 +389,39 @@ std::string Hardware::describe_devices(int ranks) const {
 
 namespace {
 
-// Shortest text that reads back to the same double.
-std::string num(double x) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
-}
-
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string curve(const Efficiency& e) {
   if (!e.points.empty()) {
     std::string out;
-    for (const auto& [w, eff] : e.points) out += (out.empty() ? "" : ", ") + std::string("[") + num(w) + ", " + num(eff) + "]";
+    for (const auto& [w, eff] : e.points) {
+      out += (out.empty() ? "" : ", ") + std::string("[") + yaml_number(w) + ", " + yaml_number(eff) + "]";
+    }
     return "{points: [" + out + "]}";
   }
-  return "{max: " + num(e.max) + ", half_flops: " + num(e.half_flops) + "}";
+  return "{max: " + yaml_number(e.max) + ", half_flops: " + yaml_number(e.half_flops) + "}";
 }
 std::string link(const Link& l) {
-  return "{latency_us: " + num(l.latency_s / kUs) + ", bandwidth_gbps: " + num(l.bandwidth / kGB) + "}";
+  return "{latency_us: " + yaml_number(l.latency_s / kUs) + ", bandwidth_gbps: " + yaml_number(l.bandwidth / kGB) + "}";
 }
 
 void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   const auto field = [&](const std::string& key, const std::string& value) { out += indent + key + ": " + value + "\n"; };
-  field("name", quoted(d.name));
-  field("peak_flops_fp32", num(d.peak_flops_fp32));
-  field("peak_flops_half", num(d.peak_flops_half));
-  field("memory_gb", num(d.memory_bytes / kGB));
-  if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", num(d.memory_bandwidth / kGB));
+  field("name", yaml_quoted(d.name));
+  field("peak_flops_fp32", yaml_number(d.peak_flops_fp32));
+  field("peak_flops_half", yaml_number(d.peak_flops_half));
+  field("memory_gb", yaml_number(d.memory_bytes / kGB));
+  if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", yaml_number(d.memory_bandwidth / kGB));
   field("efficiency", curve(d.efficiency));
-  field("op_overhead_us", num(d.op_overhead_s / kUs));
-  field("transfer_overhead_us", num(d.transfer_overhead_s / kUs));
-  if (d.step_overhead_s) field("step_overhead_us", num(*d.step_overhead_s / kUs));
-  if (d.recv_overhead_s > 0) field("recv_overhead_us", num(d.recv_overhead_s / kUs));
-  if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", num(d.recv_bandwidth / kGB));
-  if (d.send_bandwidth > 0) field("send_bandwidth_gbps", num(d.send_bandwidth / kGB));
+  field("op_overhead_us", yaml_number(d.op_overhead_s / kUs));
+  field("transfer_overhead_us", yaml_number(d.transfer_overhead_s / kUs));
+  if (d.step_overhead_s) field("step_overhead_us", yaml_number(*d.step_overhead_s / kUs));
+  if (d.recv_overhead_s > 0) field("recv_overhead_us", yaml_number(d.recv_overhead_s / kUs));
+  if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", yaml_number(d.recv_bandwidth / kGB));
+  if (d.send_bandwidth > 0) field("send_bandwidth_gbps", yaml_number(d.send_bandwidth / kGB));
   const ActionOverheads& a = d.action_overhead;
   if (a != ActionOverheads{}) {
-    std::string v = "{forward: " + num(a.forward_s / kUs) + ", backward: " + num(a.backward_s / kUs);
-    if (a.forward_nograd_s) v += ", forward_nograd: " + num(*a.forward_nograd_s / kUs);
-    if (a.recompute_s) v += ", recompute: " + num(*a.recompute_s / kUs);
+    std::string v = "{forward: " + yaml_number(a.forward_s / kUs) + ", backward: " + yaml_number(a.backward_s / kUs);
+    if (a.forward_nograd_s) v += ", forward_nograd: " + yaml_number(*a.forward_nograd_s / kUs);
+    if (a.recompute_s) v += ", recompute: " + yaml_number(*a.recompute_s / kUs);
     field("action_overhead_us", v + "}");
   }
   if (!d.kinds.empty()) {
@@ -469,8 +450,8 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
       begin = end + 1;
     }
   }
-  out += "name: " + quoted(h.name) + "\n";
-  out += "source: " + quoted(h.source) + "\n";
+  out += "name: " + yaml_quoted(h.name) + "\n";
+  out += "source: " + yaml_quoted(h.source) + "\n";
   out += "device:\n";
   device_yaml(out, h.device, "  ");
   const Topology& t = h.topology;
@@ -479,9 +460,9 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   out += "  devices_per_host: " + std::to_string(t.devices_per_host) + "\n";
   out += "  devices_per_switch: " + std::to_string(t.devices_per_switch) + "\n";
   out += "  host_cores: " + std::to_string(t.host_cores) + "\n";
-  if (t.effective_cores > 0) out += "  effective_cores: " + num(t.effective_cores) + "\n";
-  if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + num(t.oversubscribed_send_s / kUs) + "\n";
-  if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + num(t.oversubscribed_recv_s / kUs) + "\n";
+  if (t.effective_cores > 0) out += "  effective_cores: " + yaml_number(t.effective_cores) + "\n";
+  if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + yaml_number(t.oversubscribed_send_s / kUs) + "\n";
+  if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + yaml_number(t.oversubscribed_recv_s / kUs) + "\n";
   if (t.run_to_completion) out += "  run_to_completion: true\n";
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";

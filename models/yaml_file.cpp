@@ -2,6 +2,7 @@
 #include "models/yaml_file.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "schedule/error.hpp"
@@ -126,6 +127,25 @@ void YamlFields::reject_unknown(const std::vector<std::string>& known) const {
       throw Error(where(entry.first) + "field '" + context_ + key + "': unknown (valid: " + list + ")");
     }
   }
+}
+
+std::string yaml_number(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
 }
 
 }  // namespace pipetwin::models

@@ -47,4 +47,9 @@ class YamlFields {
   std::string context_;  // dotted path of this mapping, e.g. "device."
 };
 
+// Writing YAML: the shortest text that reads back to the same double, and a
+// double-quoted scalar (quotes, backslashes and newlines escaped).
+std::string yaml_number(double x);
+std::string yaml_quoted(const std::string& text);
+
 }  // namespace pipetwin::models
