@@ -5,13 +5,13 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "models/stage_costs.hpp"
+#include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
 #include "schedule/interpreter.hpp"
 
@@ -267,11 +267,6 @@ ps::Timeline paced(const ps::Timeline& t) {
 // A link whose transfers take no time per byte (the send holds them).
 constexpr double kUnbounded = 1e18;  // bytes/s
 
-std::string num(double x) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
-}
 
 pm::PartitionRequest request_of(const TraceRun& run) {
   pm::PartitionRequest r;
@@ -402,6 +397,20 @@ struct ComputeFit {
   double loss = 0;
 };
 
+// A parameter that may not be negative: fixed at 0 when it fits so.
+Param non_negative(std::string name, std::string why_dependent = {}) {
+  Param p;
+  p.name = std::move(name);
+  p.why_dependent = std::move(why_dependent);
+  p.why_bounded = "bounded at 0 (fitted negative)";
+  return p;
+}
+
+// Every parameter of a solved problem, as the coefficients the file records.
+void record(std::vector<Coefficient>& into, const Problem& prob, const Solution& sol) {
+  for (std::size_t j = 0; j < prob.params.size(); ++j) into.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+}
+
 ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak) {
   ComputeFit out;
   out.fastest = base_peak;
@@ -422,17 +431,10 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
       a.why_bounded = "bounded at the peak (max 1): its fitted slope was not positive";
       prob.params.push_back(a);
     }
-    Param c;
-    c.name = "action." + pname + "_s";
-    c.why_dependent = "every stage of these traces holds the same layers";
-    c.why_bounded = "bounded at 0 (fitted negative)";
-    prob.params.push_back(c);
+    prob.params.push_back(non_negative("action." + pname + "_s", "every stage of these traces holds the same layers"));
     for (const auto& kind : kinds) {
-      Param b;
-      b.name = kind + "." + pname + ".seconds_per_layer";
-      b.why_dependent = "cannot be told apart from the other fixed costs with these partitions";
-      b.why_bounded = "bounded at 0 (fitted negative)";
-      prob.params.push_back(b);
+      prob.params.push_back(non_negative(kind + "." + pname + ".seconds_per_layer",
+                                         "cannot be told apart from the other fixed costs with these partitions"));
     }
     const std::size_t nk = kinds.size();
     for (const auto& g : obs.compute) {
@@ -465,7 +467,7 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
       if (sol.how[k] == "fitted") out.fastest = std::max(out.fastest, 1 / sol.value[k]);
     }
     out.action[pass] = sol.value[nk];
-    for (std::size_t j = 0; j < prob.params.size(); ++j) out.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+    record(out.coefficients, prob, sol);
   }
   return out;
 }
@@ -589,8 +591,9 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
   // --- The device: peak raised to the fastest kind, curves as efficiencies.
   const double peak = fastest;
   if (peak > base_peak) {
-    result.notes.push_back("peak FLOP/s (" + std::string(pm::precision_name(precision)) + ") raised from " + num(base_peak) +
-                           " to " + num(peak) + ": a kind ran faster than the base device's peak");
+    result.notes.push_back("peak FLOP/s (" + std::string(pm::precision_name(precision)) + ") raised from " +
+                           pm::yaml_number(base_peak) + " to " + pm::yaml_number(peak) +
+                           ": a kind ran faster than the base device's peak");
     if (precision == pm::Precision::FP32) {
       device.peak_flops_fp32 = peak;
       device.peak_flops_half = std::max(device.peak_flops_half, peak);
@@ -633,10 +636,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     slope.strictly_above = true;
     slope.bound_value = slope.fixed_value;
     slope.why_bounded = "kept from the base (fitted slope not positive)";
-    Param c;
-    c.name = "step.overhead_s";
-    c.why_bounded = "bounded at 0 (fitted negative)";
-    prob.params = {c, slope};
+    prob.params = {non_negative("step.overhead_s"), slope};
     std::vector<const StepGroup*> rows;
     for (const auto& g : steps) {
       pm::Hardware unit = base;  // step_s on a unit bandwidth is the traffic in bytes
@@ -653,7 +653,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       const Solution sol = robust_solve(prob);
       device.step_overhead_s = sol.value[0];
       if (sol.value[1] > 0) device.memory_bandwidth = 1 / sol.value[1];
-      for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      record(result.coefficients, prob, sol);
     } else {
       result.notes.push_back("no STEP actions: the optimizer step keeps the base device's cost");
     }
@@ -665,14 +665,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     {
       // The sender's cost, affine in the bytes it writes.
       Problem prob;
-      Param c;
-      c.name = "send.overhead_s";
-      c.why_bounded = "bounded at 0 (fitted negative)";
-      Param slope;
-      slope.name = "send.seconds_per_byte";
-      slope.why_dependent = "every send carries as many bytes";
-      slope.why_bounded = "bounded at 0 (fitted negative)";
-      prob.params = {c, slope};
+      prob.params = {non_negative("send.overhead_s"),
+                     non_negative("send.seconds_per_byte", "every send carries as many bytes")};
       for (const auto& g : links) {
         if (!transfers_from(*g.run)) continue;
         prob.x.push_back({1, g.bytes});
@@ -682,7 +676,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         const Solution sol = robust_solve(prob);
         device.transfer_overhead_s = sol.value[0];
         device.send_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
-        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+        record(result.coefficients, prob, sol);
       }
     }
     // The link, in two passes: first from every receive that was waiting when
@@ -692,18 +686,15 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
     // cost (a receive ends at max(start + its cost, arrival): the simulator's
     // rule).
     const pm::Link base_link = base.topology.path(0, 1);
-    const auto link_fit = [&](const std::function<double(double)>& take, bool record) {
+    const auto link_fit = [&](const std::function<double(double)>& take, bool keep) {
       Problem prob;
-      Param latency;
-      latency.name = "link.latency_s";
-      latency.why_bounded = "bounded at 0 (fitted negative)";
       Param slope;
       slope.name = "link.seconds_per_byte";
       slope.on_dependent = Param::OnDependent::FixValue;
       slope.fixed_value = 1 / base_link.bandwidth;
       slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
       slope.why_bounded = "bounded at 0: the sender's cost holds the transfer (unbounded link bandwidth)";
-      prob.params = {latency, slope};
+      prob.params = {non_negative("link.latency_s"), slope};
       for (auto& g : links) {
         if (!transfers_from(*g.run)) continue;
         // Receives that were waiting when the send ended, and whose own cost
@@ -720,22 +711,16 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
       }
       if (prob.y.empty()) return base_link;
       const Solution sol = robust_solve(prob, /*relative=*/false);
-      if (record) {
-        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+      if (keep) {
+        record(result.coefficients, prob, sol);
       }
       return pm::Link{sol.value[0], sol.value[1] > 0 ? 1 / sol.value[1] : kUnbounded};
     };
     const pm::Link first = link_fit([](double) { return 0.0; }, false);
     {
       Problem prob;
-      Param c;
-      c.name = "recv.overhead_s";
-      c.why_bounded = "bounded at 0 (fitted negative)";
-      Param slope;
-      slope.name = "recv.seconds_per_byte";
-      slope.why_dependent = "every receive takes as many bytes";
-      slope.why_bounded = "bounded at 0 (fitted negative)";
-      prob.params = {c, slope};
+      prob.params = {non_negative("recv.overhead_s"),
+                     non_negative("recv.seconds_per_byte", "every receive takes as many bytes")};
       for (auto& g : links) {
         if (!transfers_from(*g.run)) continue;
         std::vector<double> takes;
@@ -752,7 +737,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
         const Solution sol = robust_solve(prob);
         device.recv_overhead_s = sol.value[0];
         device.recv_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
-        for (std::size_t j = 0; j < 2; ++j) result.coefficients.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
+        record(result.coefficients, prob, sol);
       } else if (!links.empty()) {
         result.notes.push_back("no receive started after its message had arrived: taking a message costs nothing");
       }
@@ -965,22 +950,11 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
 
 namespace {
 
-std::string yaml_quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
 std::string stats_yaml(const ResidualStats& r) {
-  return "{count: " + std::to_string(r.count) + ", rms_us: " + num(r.rms_s * 1e6) + ", max_us: " + num(r.max_s * 1e6) +
-         ", rms_rel: " + num(r.rms_rel) + ", max_rel: " + num(r.max_rel) + "}";
+  using pm::yaml_number;
+  return "{count: " + std::to_string(r.count) + ", rms_us: " + yaml_number(r.rms_s * 1e6) +
+         ", max_us: " + yaml_number(r.max_s * 1e6) + ", rms_rel: " + yaml_number(r.rms_rel) +
+         ", max_rel: " + yaml_number(r.max_rel) + "}";
 }
 
 }  // namespace
@@ -995,9 +969,9 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
     for (const auto& range : r.program.partition) {
       partition += (partition.empty() ? "" : ", ") + std::to_string(range.begin) + ":" + std::to_string(range.end);
     }
-    out += "    - file: " + yaml_quoted(r.path) + "\n";
-    out += "      producer: " + yaml_quoted(r.producer) + "\n";
-    out += "      model: " + yaml_quoted(r.model.name) + "\n";
+    out += "    - file: " + pm::yaml_quoted(r.path) + "\n";
+    out += "      producer: " + pm::yaml_quoted(r.producer) + "\n";
+    out += "      model: " + pm::yaml_quoted(r.model.name) + "\n";
     out += "      schedule: " + r.program.schedule + "\n";
     out += "      ranks: " + std::to_string(r.program.num_ranks) + "\n";
     out += "      stages_per_rank: " + std::to_string(r.program.stages_per_rank) + "\n";
@@ -1006,10 +980,10 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
     out += "      recompute: " + std::string(ps::recompute_name(r.program.recompute)) + "\n";
     out += "      partition: [" + partition + "]\n";
     if (!r.threads.empty()) out += "      threads: " + std::to_string(r.threads.front()) + "\n";
-    out += "      measured_step_s: " + num(r.step_time_s) + "\n";
+    out += "      measured_step_s: " + pm::yaml_number(r.step_time_s) + "\n";
     if (i < predicted_step_s.size()) {
-      out += "      predicted_step_s: " + num(predicted_step_s[i]) + "\n";
-      out += "      step_error: " + num(predicted_step_s[i] / r.step_time_s - 1) + "\n";
+      out += "      predicted_step_s: " + pm::yaml_number(predicted_step_s[i]) + "\n";
+      out += "      step_error: " + pm::yaml_number(predicted_step_s[i] / r.step_time_s - 1) + "\n";
       if (i < engines.size()) out += "      engine: " + engines[i] + "\n";
     }
   }
@@ -1023,11 +997,11 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
   }
   out += "  coefficients:\n";
   for (const auto& c : f.coefficients) {
-    out += "    - {name: " + c.name + ", value: " + num(c.value) + ", how: " + yaml_quoted(c.how) + "}\n";
+    out += "    - {name: " + c.name + ", value: " + pm::yaml_number(c.value) + ", how: " + pm::yaml_quoted(c.how) + "}\n";
   }
   if (!f.notes.empty()) {
     out += "  notes:\n";
-    for (const auto& n : f.notes) out += "    - " + yaml_quoted(n) + "\n";
+    for (const auto& n : f.notes) out += "    - " + pm::yaml_quoted(n) + "\n";
   }
   return out;
 }
