@@ -13,29 +13,19 @@
 
 #include "models/hardware.hpp"
 #include "schedule/io.hpp"
+#include "tests/support/shell.hpp"
 
 namespace pm = pipetwin::models;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using pipetwin::test::has;
+using pipetwin::test::Result;
+using pipetwin::test::run_shell;
 
 Result run(const std::string& args) {
-  const std::string cmd = std::string(PIPETWIN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell(std::string(PIPETWIN_BINARY) + " " + args + " 2>&1");
 }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class CalibrateCli : public ::testing::Test {
  protected:

@@ -14,8 +14,13 @@
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "schedule/trace.hpp"
+#include "tests/support/shell.hpp"
 
 namespace {
+
+using pipetwin::test::has;
+using pipetwin::test::Result;
+using pipetwin::test::run_shell;
 
 using pipetwin::calibration::compare;
 using pipetwin::calibration::Comparison;
@@ -66,8 +71,6 @@ std::string error_of(const Trace& p, const Trace& m) {
   }
   return "(no error)";
 }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 void expect_zero(const pipetwin::calibration::Delta& d) {
   EXPECT_EQ(d.error(), 0.0);
@@ -217,21 +220,8 @@ TEST(Compare, ATraceWithoutStashBytesIsSaidSo) {
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
 Result run(const std::string& args) {
-  const std::string cmd = std::string(PIPETWIN_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell(std::string(PIPETWIN_BINARY) + " " + args + " 2>&1");
 }
 
 class CompareCommand : public ::testing::Test {

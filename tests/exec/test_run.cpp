@@ -19,32 +19,22 @@
 #include <thread>
 
 #include "schedule/trace.hpp"
+#include "tests/support/shell.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+using pipetwin::test::has;
+using pipetwin::test::Result;
+using pipetwin::test::run_shell;
+
 const std::string kModels = PIPETWIN_TEST_MODELS;
 const std::string kTransformer = kModels + "/tiny-transformer.yaml";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
 Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " + PIPETWIN_BINARY + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell(env + " " + PIPETWIN_BINARY + " " + args + " 2>&1");
 }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 fs::path scratch(const std::string& name) {
   const auto dir = fs::temp_directory_path() / ("pipetwin_exec_" + std::to_string(::getpid())) / name;

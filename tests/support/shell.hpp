@@ -1,0 +1,31 @@
+// For tests that start the pipetwin binary (or any command) through a shell.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace pipetwin::test {
+
+struct Result {
+  int code = -1;    // the exit status; -1 when the shell did not exit normally
+  std::string out;  // what the command printed, stdout and stderr together if it says 2>&1
+};
+
+// Runs `command` through /bin/sh and collects its standard output.
+inline Result run_shell(const std::string& command) {
+  Result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (const auto n = std::fread(buf.data(), 1, buf.size(), pipe)) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace pipetwin::test
