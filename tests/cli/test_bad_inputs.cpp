@@ -49,6 +49,9 @@ struct Bad {
 
 const std::string kMlp = "family: mlp\ninput: 8\nhidden: [8, 8]\noutput: 2\n";
 const std::string kT = "family: transformer\nlayers: 2\nd_model: 16\nd_ff: 32\nheads: 2\nseq_len: 4\nvocab: 10\n";
+const std::string kSweepHeader =
+    "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
+    "max_stage_memory_gb,engine,reason\n";
 const std::string kSched2 =
     "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n";
 
@@ -276,6 +279,13 @@ std::vector<Bad> catalogue() {
        "simulate --hardware {}/hw.yaml -s gpipe -k 2 -m 4 --model {}/m.yaml --trace {}/out.json", "fits in memory"},
       {"cli_sweep_foreign_csv", {{"m.yaml", kT}, {"out.json", "a,b\n"}},
        "sweep --hardware a100 -s gpipe -k 1 -m 1 --model {}/m.yaml --out {}/out.json", "header differs"},
+      // Rows of another sweep (other inputs, or none recorded) are refused, not resumed.
+      {"cli_sweep_rows_of_other_inputs",
+       {{"m.yaml", kT}, {"out.csv", kSweepHeader}, {"out.csv.inputs", "model: other.yaml (preset)\nhardware: a100 (preset)\n"}},
+       "sweep --hardware a100 -s gpipe -k 1 -m 1 --model {}/m.yaml --out {}/out.csv",
+       "out.csv: its rows were computed with another model"},
+      {"cli_sweep_rows_without_inputs", {{"m.yaml", kT}, {"out.csv", kSweepHeader}},
+       "sweep --hardware a100 -s gpipe -k 1 -m 1 --model {}/m.yaml --out {}/out.csv", "out.csv.inputs beside it"},
       {"cli_partition_file_too_short", {{"m.yaml", kT}, {"p.txt", "0:1 1:2\n"}},
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition {}/p.txt", "but transformer has 4 layers"},
       {"cli_out_in_missing_dir", {}, "schedule -s gpipe -k 2 -m 2 --out {}/no/dir/s.txt", "cannot open"},
@@ -456,6 +466,13 @@ std::vector<Bad> catalogue() {
        {{"p.json", [] { const auto t = fixture("p.json"); return t.substr(0, t.size() / 3); }}}},
       {"plot_gantt_non_utf8", {{"p.json", "{\"traceEvents\": [\"\xff\"]}"}}, "plot gantt {}/p.json --out {}/g", "p.json:"},
       {"plot_bubble_given_a_trace", {}, "plot bubble {fix}/p.json --out {}/b", "p.json: not a sweep CSV"},
+      // A measured run of another micro-batch size than the plotted sweep rows.
+      {"plot_bubble_measured_other_microbatch_size",
+       {{"s.csv", kSweepHeader + "gpipe,none,2,1,2,2,ok,1.0,2.0,0.3,1.0,fast,\n"},
+        {"run.json", "{\"schedule\": \"gpipe\", \"recompute\": \"none\", \"ranks\": 2, \"microbatches\": 2, "
+                     "\"batch\": 8, \"microbatch_size\": 4, \"summary\": {\"bubble_fraction\": 0.3}}"}},
+       "plot bubble {}/s.csv --measured {}/run.json --out {}/b",
+       "run.json: field 'microbatch_size' is 4 but the plotted sweep rows have 1.0"},
       {"plot_heatmap_malformed_csv", {{"s.csv", "schedule,ranks\n1f1b,2,3,4\n\"unclosed\n"}},
        "plot heatmap {}/s.csv --out {}/h", "s.csv"},
       {"plot_speedup_empty_csv", {{"s.csv", ""}}, "plot speedup {}/s.csv --out {}/s", "s.csv"},
