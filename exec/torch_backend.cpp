@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
+
 #include "schedule/error.hpp"
 
 namespace pipetwin::exec {
@@ -121,11 +123,25 @@ void TorchBackend::begin_step(int step, const Batch& batch) {
   loss_sum_ = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   timed_.clear();
   clock_->begin_step();
+  receives_.clear();
+  next_receive_ = 0;
+  // Gloo: each receive is posted when the one before it on this rank's list
+  // is taken, so that its data can come while the rank computes
+  // (PIPETWIN_POST_AHEAD=0: each is posted when its RECV runs). NCCL orders
+  // a posted receive before later work on its stream: not there.
+  const char* ahead = std::getenv("PIPETWIN_POST_AHEAD");
+  post_ahead_ = !device_.is_cuda() && (ahead == nullptr || std::string(ahead) != "0");
+  if (post_ahead_) {
+    for (const auto& a : config_.program.ranks.at(comm_.rank())) {
+      if (ps::is_recv(a.op)) receives_.push_back(a);
+    }
+    post_ahead();
+  }
 }
 
 std::vector<ps::TimedAction> TorchBackend::end_step() {
   reap_sends(/*wait_all=*/true);
-  if (!stash_.empty() || !inbox_.empty() || !outbox_.empty()) {
+  if (!stash_.empty() || !inbox_.empty() || !outbox_.empty() || !posted_.empty()) {
     const auto [s, mb] = stash_.empty() ? std::pair{-1, -1} : stash_.begin()->first;
     throw Error("step " + std::to_string(step_) + " ended with work left over" +
                 (s >= 0 ? " (" + mb_name(s, mb) + " still stashed: its backward never ran)" : std::string(" (unused messages)")));
@@ -214,7 +230,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
 // temporaries inside a forward do not count (the rank's allocator peak does).
 void TorchBackend::sample_stash() {
   for (const auto& [s, _] : stages_) {
-    const std::int64_t now = meter_ != nullptr ? meter_->stage_bytes(s) - in_flight_[s] : cuda_stash_[s];
+    const std::int64_t now = meter_ != nullptr ? meter_->stage_bytes(s) - in_flight_[s] - posted_bytes_[s] : cuda_stash_[s];
     stash_peak_[s] = std::max(stash_peak_[s], now);
   }
 }
@@ -362,12 +378,11 @@ void TorchBackend::send(ps::RankId, const ps::Action& a, ps::RankId peer) {
   timed_.emplace_back(a, token);
 }
 
-bool TorchBackend::recv(ps::RankId, const ps::Action& a, ps::RankId peer) {
-  const std::size_t token = clock_->start();
+TorchBackend::Posted TorchBackend::post(const ps::Action& a, ps::RankId peer) {
   const auto key = ps::message_of(a);
   const int s = key.to_stage.value;
   Stage& st = stage(s);
-  std::vector<at::Tensor> buffers;
+  Posted out;
   {
     std::optional<MemoryMeter::Tag> tag;
     if (meter_ != nullptr && key.forward) tag.emplace(*meter_, s);  // received inputs are stashed
@@ -375,14 +390,48 @@ bool TorchBackend::recv(ps::RankId, const ps::Action& a, ps::RankId peer) {
       if (!key.forward && !c.grad) continue;
       std::vector<std::int64_t> shape{config_.microbatch_size};
       shape.insert(shape.end(), c.shape.begin(), c.shape.end());
-      buffers.push_back(at::empty(shape, at::TensorOptions(c.dtype).device(device_)));
+      out.buffers.push_back(at::empty(shape, at::TensorOptions(c.dtype).device(device_)));
     }
   }
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    std::vector<at::Tensor> one{buffers[i]};
-    comm_.recv(one, peer.value, tag(key) + static_cast<int>(i));
+  out.stage = s;
+  if (post_ahead_ && meter_ != nullptr && key.forward) {
+    // Until its data is there, a posted buffer is the transport's, not the
+    // stash's (as a sent output is until its send completes).
+    for (const auto& b : out.buffers) out.waiting += static_cast<std::int64_t>(b.nbytes());
+    posted_bytes_[s] += out.waiting;
   }
-  inbox_[key] = std::move(buffers);
+  for (std::size_t i = 0; i < out.buffers.size(); ++i) {
+    std::vector<at::Tensor> one{out.buffers[i]};
+    if (post_ahead_) {
+      out.works.push_back(comm_.post_recv(one, peer.value, tag(key) + static_cast<int>(i)));
+    } else {
+      comm_.recv(one, peer.value, tag(key) + static_cast<int>(i));
+    }
+  }
+  return out;
+}
+
+// Posts the next receive of this rank's list, one ahead of the one it waits on.
+void TorchBackend::post_ahead() {
+  if (!post_ahead_ || next_receive_ >= receives_.size()) return;
+  const ps::Action& a = receives_[next_receive_++];
+  posted_.emplace(ps::message_of(a), post(a, ps::peer_of(config_.program, a)));
+}
+
+bool TorchBackend::recv(ps::RankId, const ps::Action& a, ps::RankId peer) {
+  const std::size_t token = clock_->start();
+  const auto key = ps::message_of(a);
+  auto it = posted_.find(key);
+  if (it == posted_.end()) {
+    if (post_ahead_ && next_receive_ < receives_.size() && ps::message_of(receives_[next_receive_]) == key) ++next_receive_;
+    it = posted_.emplace(key, post(a, peer)).first;
+  }
+  Posted got = std::move(it->second);
+  posted_.erase(it);
+  post_ahead();
+  for (auto& w : got.works) w->wait();  // rethrows a failed receive
+  posted_bytes_[got.stage] -= got.waiting;
+  inbox_[key] = std::move(got.buffers);
   clock_->stop(token);
   timed_.emplace_back(a, token);
   sample_stash();

@@ -9,7 +9,9 @@
 //   B  backward from the received gradient (the loss on the last stage)
 //   I  the same, linear weight gradients queued;   W  run that queue
 //   STEP  the stage's optimizer step
-//   SEND_*  post an asynchronous c10d send;  RECV_*  blocking c10d receive
+//   SEND_*  post an asynchronous c10d send;  RECV_*  wait for a c10d receive
+//      (Gloo: posted ahead, when the previous RECV of the rank's list runs;
+//      NCCL: posted by the RECV itself)
 #pragma once
 
 #include <torch/torch.h>
@@ -83,6 +85,15 @@ class TorchBackend final : public schedule::Backend {
   at::Tensor slice(const at::Tensor& t, int mb) const;
   int tag(const schedule::MessageKey& key) const;
   void reap_sends(bool wait_all);
+  // Receives posted ahead (Gloo): this step's receives in list order.
+  struct Posted {
+    std::vector<at::Tensor> buffers;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // empty: already received (CUDA)
+    int stage = 0;
+    std::int64_t waiting = 0;  // bytes counted in posted_bytes_ until received
+  };
+  Posted post(const schedule::Action& a, schedule::RankId peer);
+  void post_ahead();
   void account_cuda_stash(int s, std::int64_t delta);
   void sample_stash();
 
@@ -105,6 +116,11 @@ class TorchBackend final : public schedule::Backend {
     std::int64_t in_flight = 0;
   };
   std::map<schedule::MessageKey, std::vector<at::Tensor>> inbox_;
+  std::vector<schedule::Action> receives_;  // this rank's receives, in list order
+  std::size_t next_receive_ = 0;            // the first of them not posted yet
+  std::map<schedule::MessageKey, Posted> posted_;
+  bool post_ahead_ = false;
+  std::map<int, std::int64_t> posted_bytes_;  // per stage: its inputs' buffers posted, not yet received
   std::map<schedule::MessageKey, Outgoing> outbox_;
   std::vector<Sending> sending_;
   std::map<int, std::int64_t> in_flight_;  // per stage: its outputs still being sent

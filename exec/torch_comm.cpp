@@ -186,6 +186,11 @@ void Comm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   group->recv(tensors, src, tag)->wait();
 }
 
+c10::intrusive_ptr<c10d::Work> Comm::post_recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  if (cuda_) throw Error("post_recv is for Gloo (CPU) ranks");
+  return group_->recv(tensors, src, tag);
+}
+
 void Comm::publish(const std::string& key, const std::string& value) { store_->set(key, bytes(value)); }
 std::string Comm::fetch(const std::string& key) { return text(store_->get(key)); }
 

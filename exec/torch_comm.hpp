@@ -43,6 +43,11 @@ class Comm {
   // ordered before later work on the current stream (CUDA).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag);
   void recv(std::vector<at::Tensor>& tensors, int src, int tag);
+  // CPU (Gloo) only: posts the receive and returns at once; wait() on the
+  // work. Gloo moves a message only once its receive is posted (the sender
+  // waits for the receiver's ready notice), so posting ahead lets the data
+  // flow while this rank computes.
+  c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag);
 
   // This rank's clock, aligned to rank 0's (seconds).
   double now() const;
