@@ -132,7 +132,9 @@ struct Topology {
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
   // SharedHost, calibrated: with more ranks than cores, a rank computes only
   // once a core is free, then keeps it to the end of the action (the OS's
-  // time slices outlast the actions); the wait for the core is idle time.
+  // time slices outlast the actions); the wait for the core is part of the
+  // action (the rank has work ready: busy, not bubble), as the wall time of an
+  // action that the OS preempts holds its waits.
   // Otherwise (false) the computing ranks share the cores evenly.
   bool run_to_completion = false;
   // The cores' worth of compute that ranks computing at once share.

@@ -114,8 +114,12 @@ class SimBackend final : public ps::Backend {
 
   void compute(ps::RankId, const ps::Action& a) override {
     const double d = in_.stages.at(a.stage.value).of(a.op);
-    if (cores_ && d > 0) cores_->acquire();  // run to completion: wait (idle) for a free core
+    // Run to completion: wait for a free core, then keep it to the end. The
+    // action starts when the rank is ready for it, as on a time-sliced host,
+    // where it starts at once and its wall time holds its waits for a core:
+    // the rank is busy, not in the pipeline's bubble, while it waits.
     const double start = sg4::Engine::get_clock();
+    if (cores_ && d > 0) cores_->acquire();
     if (d > 0 && bounded_) {
       sg4::this_actor::exec_init(d * kSpeed)->set_bound(kSpeed)->start()->wait();
     } else if (d > 0) {

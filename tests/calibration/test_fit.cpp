@@ -424,24 +424,29 @@ TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
   synthetic_trace(c, hw, &full_speed);  // the fast path: no sharing at all
   const ps::Trace t = synthetic_trace(c, fifo, &queued, /*simgrid=*/true);
   EXPECT_GT(queued, full_speed);
+  // Each action runs at full speed at the end of its span, which starts when
+  // its rank is ready (its wait for a core is part of it): never more than
+  // two running at once, and some did wait.
+  const ps::Trace alone = synthetic_trace(c, hw);
+  std::map<std::string, double> full;
+  for (const auto& rank : alone.timeline.ranks) {
+    for (const auto& a : rank) full[ps::to_string(a.action)] = a.end - a.start;
+  }
   std::vector<std::pair<double, int>> edges;
-  std::map<std::string, double> durations;
+  int waited = 0;
   for (const auto& rank : t.timeline.ranks) {
     for (const auto& a : rank) {
       if (!ps::is_compute(a.action.op) && a.action.op != ps::Op::STEP) continue;
-      edges.push_back({a.start, +1});
+      const double d = full.at(ps::to_string(a.action));
+      EXPECT_GE(a.end - a.start, d - 1e-9) << ps::to_string(a.action);
+      if (a.end - a.start > d + 1e-6) ++waited;
+      edges.push_back({a.end - d + 1e-12, +1});
       edges.push_back({a.end, -1});
-      durations[ps::to_string(a.action)] = a.end - a.start;
     }
   }
   std::sort(edges.begin(), edges.end());
   int running = 0, most = 0;
   for (const auto& [time, d] : edges) most = std::max(most, running += d);
   EXPECT_EQ(most, 2);
-  const ps::Trace alone = synthetic_trace(c, hw);
-  for (const auto& rank : alone.timeline.ranks) {
-    for (const auto& a : rank) {
-      if (ps::is_compute(a.action.op)) EXPECT_NEAR(durations[ps::to_string(a.action)], a.end - a.start, 1e-9);
-    }
-  }
+  EXPECT_GT(waited, 0);
 }
