@@ -17,7 +17,7 @@ PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 OUT="${PIPETWIN_OUT:-out}"
 MODEL=examples/transformer-small.yaml
 BATCH=16
-STEPS="${PIPETWIN_DEMO_STEPS:-5}"
+STEPS="${PIPETWIN_DEMO_STEPS:-9}"
 rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report" "$OUT"/sweep_cpu.csv* "$OUT"/sweep_calibrated.csv*
 mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
