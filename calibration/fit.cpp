@@ -923,11 +923,20 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
       t.oversubscribed_send_s = measured ? x * send : x * 1e-3;
       t.oversubscribed_recv_s = measured ? x * recv : x * 1e-3;
     };
-    // Each way of sharing, with its best scale; the better of the two.
+    // Each way of sharing, with its best scale: the cores shared evenly, or
+    // each kept by a rank until it waits for a message, or until then or the
+    // end of a time slice while others wait (round robin) of 16 ms down to
+    // 1 ms; the best of them.
+    struct Way {
+      bool keep;
+      double slice_s;
+    };
+    const Way ways[] = {{false, 0}, {true, 0}, {true, 16e-3}, {true, 8e-3}, {true, 4e-3}, {true, 2e-3}, {true, 1e-3}};
     double best = 0, best_loss = 0;
-    bool best_mode = false;
-    for (const bool mode : {false, true}) {
-      t.run_to_completion = mode;
+    Way best_way = ways[0];
+    for (const Way& way : ways) {
+      t.run_to_completion = way.keep;
+      t.time_slice_s = way.slice_s;
       const double s = golden_min(
           [&](double x) {
             set(x);
@@ -936,13 +945,17 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
           0.0, 3.0, 1e-3);
       set(s);
       const double l = loss(beyond);
-      if (!mode || l < best_loss) best = s, best_loss = l, best_mode = mode;
+      if (&way == &ways[0] || l < best_loss) best = s, best_loss = l, best_way = way;
     }
-    t.run_to_completion = best_mode;
+    t.run_to_completion = best_way.keep;
+    t.time_slice_s = best_way.slice_s;
     set(best);
-    fit.coefficients.push_back({"oversubscribed.run_to_completion", best_mode ? 1.0 : 0.0,
+    fit.coefficients.push_back({"oversubscribed.run_to_completion", best_way.keep ? 1.0 : 0.0,
                                 "fitted on the steps and bubbles of " + std::to_string(beyond.size()) +
-                                    " run(s) with more ranks than cores (replayed): 1 keeps a core to the end of an action, 0 shares it"});
+                                    " run(s) with more ranks than cores (replayed): 1 a rank keeps a core until it waits for a "
+                                    "message (or its time slice ends), 0 shares it"});
+    fit.coefficients.push_back({"oversubscribed.time_slice_s", best_way.slice_s,
+                                "the best of none, 16, 8, 4, 2 and 1 ms on the same (0: none)"});
     fit.coefficients.push_back({"oversubscribed.scale", best,
                                 "of the transfers' waits for a core, fitted on the same"});
   }

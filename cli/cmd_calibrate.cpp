@@ -234,7 +234,13 @@ int run(const Options& o) {
     std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, and each send waits %.1f us "
                 "and each receive %.1f us more for a core\n",
                 t.host_cores, t.compute_capacity(),
-                t.run_to_completion ? "a rank keeps a core to the end of its action" : "ranks share the cores evenly",
+                t.run_to_completion
+                    ? (t.time_slice_s > 0 ? "a rank keeps a core until it waits for a message or its " +
+                                                std::to_string(static_cast<int>(t.time_slice_s * 1e6)) +
+                                                " us time slice ends while another waits"
+                                          : std::string("a rank keeps a core until it waits for a message"))
+                          .c_str()
+                    : "ranks share the cores evenly",
                 t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
   }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");

@@ -223,7 +223,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "run_to_completion", "intra", "bridge", "inter"});
+       "oversubscribed_recv_us", "run_to_completion", "time_slice_us", "intra", "bridge", "inter"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
@@ -246,6 +246,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
     if (v != "true" && v != "false") y.fail("run_to_completion", "expected true or false, got '" + v + "'");
     t.run_to_completion = v == "true";
   }
+  if (y.has("time_slice_us")) t.time_slice_s = y.non_negative_number("time_slice_us") * kUs;
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
@@ -464,6 +465,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + yaml_number(t.oversubscribed_send_s / kUs) + "\n";
   if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + yaml_number(t.oversubscribed_recv_s / kUs) + "\n";
   if (t.run_to_completion) out += "  run_to_completion: true\n";
+  if (t.time_slice_s > 0) out += "  time_slice_us: " + yaml_number(t.time_slice_s / kUs) + "\n";
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";

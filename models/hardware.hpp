@@ -130,13 +130,17 @@ struct Topology {
   // each receive also waits for a core (the ranks and the transport's threads
   // take turns), on top of the device's transfer costs.
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
-  // SharedHost, calibrated: with more ranks than cores, a rank computes only
-  // once a core is free, then keeps it to the end of the action (the OS's
-  // time slices outlast the actions); the wait for the core is part of the
-  // action (the rank has work ready: busy, not bubble), as the wall time of an
-  // action that the OS preempts holds its waits.
-  // Otherwise (false) the computing ranks share the cores evenly.
+  // SharedHost, calibrated: with more ranks than cores, a rank takes a core
+  // when it has work and keeps it until it waits for a message (a thread
+  // holds its core until it blocks); a rank with work and no core waits,
+  // idle (in the measurement, inside the receive that woke it). Otherwise
+  // (false) the computing ranks share the cores evenly.
   bool run_to_completion = false;
+  // SharedHost, calibrated, with run_to_completion: a rank that has computed
+  // this long while another waits for a core gives its core up to that one
+  // and queues again, inside its action (the OS's time slices: round robin,
+  // the wait part of the action's wall time as a preemption is); 0: never.
+  double time_slice_s = 0;
   // The cores' worth of compute that ranks computing at once share.
   double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
   // Whether the host's capacity is calibrated below its cores.

@@ -114,19 +114,58 @@ class SimBackend final : public ps::Backend {
 
   void compute(ps::RankId, const ps::Action& a) override {
     const double d = in_.stages.at(a.stage.value).of(a.op);
-    // Run to completion: wait for a free core, then keep it to the end. The
-    // action starts when the rank is ready for it, as on a time-sliced host,
-    // where it starts at once and its wall time holds its waits for a core:
-    // the rank is busy, not in the pipeline's bubble, while it waits.
-    const double start = sg4::Engine::get_clock();
-    if (cores_ && d > 0) cores_->acquire();
-    if (d > 0 && bounded_) {
-      sg4::this_actor::exec_init(d * kSpeed)->set_bound(kSpeed)->start()->wait();
-    } else if (d > 0) {
-      sg4::this_actor::execute(d * kSpeed);
+    if (!cores_ || d <= 0) {
+      const double start = sg4::Engine::get_clock();
+      if (d > 0) run(d);
+      out_.push_back({a, start, sg4::Engine::get_clock()});
+      return;
     }
-    if (cores_ && d > 0) cores_->release();
+    // Run to completion: a rank takes a core when it has work and keeps it
+    // until it waits for a message; with a time slice, it gives the core up
+    // to the first waiting rank (the semaphore wakes its waiters in order)
+    // each slice, inside its action: round robin. Waiting for a core before
+    // the action is idle, as a woken rank's wait for a core inside its
+    // receive is on a real host; waiting after a slice is part of the action,
+    // as an action's wall time holds its preemptions.
+    take_core();
+    const double start = sg4::Engine::get_clock();
+    const double slice = in_.topology.time_slice_s;
+    for (double left = d; left > 1e-12 * d;) {
+      if (slice > 0 && used_ >= slice * (1 - 1e-12)) {
+        give_core();
+        take_core();
+      }
+      const double chunk = slice > 0 ? std::min(left, slice - used_) : left;
+      run(chunk);
+      used_ += chunk;
+      left -= chunk;
+    }
     out_.push_back({a, start, sg4::Engine::get_clock()});
+  }
+
+  // The rank's last action is done: its core is free.
+  void finish() { give_core(); }
+
+  void take_core() {
+    if (!holding_) {
+      cores_->acquire();
+      holding_ = true;
+      used_ = 0;
+    }
+  }
+  void give_core() {
+    if (holding_) {
+      cores_->release();
+      holding_ = false;
+    }
+  }
+
+  void run(double seconds) const {
+    if (bounded_) {
+      sg4::this_actor::exec_init(seconds * kSpeed)->set_bound(kSpeed)->start()->wait();
+    } else {
+      sg4::this_actor::execute(seconds * kSpeed);
+    }
   }
 
   void send(ps::RankId, const ps::Action& a, ps::RankId) override {
@@ -141,6 +180,7 @@ class SimBackend final : public ps::Backend {
 
   bool recv(ps::RankId, const ps::Action& a, ps::RankId) override {
     const double start = sg4::Engine::get_clock();
+    if (cores_ && !boxes_.of(a)->ready()) give_core();  // it waits: its core goes to a rank that has work
     boxes_.of(a)->get<int>();
     const ps::StageCosts& t = in_.stages.at(a.stage.value);
     const double take = a.op == ps::Op::RECV_F ? t.activation_recv_s : t.gradient_recv_s;
@@ -158,6 +198,8 @@ class SimBackend final : public ps::Backend {
   std::vector<ps::TimedAction>& out_;
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
   sg4::SemaphorePtr cores_;  // run to completion: one token per core; null otherwise
+  bool holding_ = false;     // this rank holds one of them
+  double used_ = 0;          // of its time slice
 };
 
 // Binary timeline through the pipe: [ranks][count][op stage mb start end]...
@@ -247,6 +289,7 @@ ps::Timeline simulate_here(const SimInput& in) {
       ps::RankInterpreter interpreter(in.program, ps::RankId{r});
       while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
       }
+      if (cores) backend.finish();
     });
   }
   engine.run();

@@ -258,6 +258,42 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_recv_s, 500e-6, 1e-6);
 }
 
+TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
+  // Four ranks on two cores, each kept to the end of its time slice while
+  // another waits (round robin): the replayed step times and bubbles of runs
+  // with more ranks than cores recover that way of sharing and its slice
+  // among none (the end of the action), 16, 8, 4, 2 and 1 ms.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.run_to_completion = true;
+  truth.topology.oversubscribed_send_s = 300e-6;
+  truth.topology.oversubscribed_recv_s = 500e-6;
+  for (const double slice : {0.0, 1e-3}) {
+    truth.topology.time_slice_s = slice;
+    std::vector<pc::TraceRun> runs;
+    std::map<std::string, Config> configs;
+    int i = 0;
+    for (const auto& c : grid()) {
+      if (c.ranks != 4) continue;
+      const std::string f = path("slice" + std::to_string(i++) + ".json");
+      ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
+      runs.push_back(pc::load_trace_run(f));
+      configs[f] = c;
+    }
+    ASSERT_GE(runs.size(), 2u);
+    pc::FitResult fit;
+    fit.hardware = truth;  // the sharing alone, on the true device and transfer waits
+    fit.hardware.topology.run_to_completion = false;
+    fit.hardware.topology.time_slice_s = 0;
+    pc::fit_sharing(runs, fit, [&](const pc::TraceRun& r, const pm::Hardware& hw) {
+      return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
+    });
+    EXPECT_TRUE(fit.hardware.topology.run_to_completion) << "slice " << slice;
+    EXPECT_EQ(fit.hardware.topology.time_slice_s, slice);
+    EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6) << "slice " << slice;
+  }
+}
+
 TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
   // One rank only: every stage holds every layer, so the kinds' slopes and
   // fixed costs cannot be told apart; the fit still reproduces these runs.
@@ -407,8 +443,11 @@ TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
 
 TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
   // Four ranks on two cores. Effective cores equal to the cores replay as the
-  // plain multi-core host; run to completion never has more than two ranks
-  // computing, each action at its full-speed duration.
+  // plain multi-core host. Run to completion: a rank keeps its core until it
+  // waits for a message, so never more than two ranks compute, each action
+  // at its full-speed duration (a wait for a core comes before the action:
+  // idle). With time slices, a rank gives its core up after each slice while
+  // another waits: some actions then hold waits (preemptions).
   pm::Hardware hw = known_hardware();
   hw.topology.host_cores = 2;
   const Config c{"1f1b", 4, 8, 16, "none", {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
@@ -421,26 +460,19 @@ TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
   pm::Hardware fifo = hw;
   fifo.topology.run_to_completion = true;
   double full_speed = 0, queued = 0;
-  synthetic_trace(c, hw, &full_speed);  // the fast path: no sharing at all
-  const ps::Trace t = synthetic_trace(c, fifo, &queued, /*simgrid=*/true);
-  EXPECT_GT(queued, full_speed);
-  // Each action runs at full speed at the end of its span, which starts when
-  // its rank is ready (its wait for a core is part of it): never more than
-  // two running at once, and some did wait.
-  const ps::Trace alone = synthetic_trace(c, hw);
+  const ps::Trace alone = synthetic_trace(c, hw, &full_speed);  // the fast path: no sharing at all
   std::map<std::string, double> full;
   for (const auto& rank : alone.timeline.ranks) {
     for (const auto& a : rank) full[ps::to_string(a.action)] = a.end - a.start;
   }
+  const ps::Trace t = synthetic_trace(c, fifo, &queued, /*simgrid=*/true);
+  EXPECT_GT(queued, full_speed);
   std::vector<std::pair<double, int>> edges;
-  int waited = 0;
   for (const auto& rank : t.timeline.ranks) {
     for (const auto& a : rank) {
       if (!ps::is_compute(a.action.op) && a.action.op != ps::Op::STEP) continue;
-      const double d = full.at(ps::to_string(a.action));
-      EXPECT_GE(a.end - a.start, d - 1e-9) << ps::to_string(a.action);
-      if (a.end - a.start > d + 1e-6) ++waited;
-      edges.push_back({a.end - d + 1e-12, +1});
+      EXPECT_NEAR(a.end - a.start, full.at(ps::to_string(a.action)), 1e-9) << ps::to_string(a.action);
+      edges.push_back({a.start, +1});
       edges.push_back({a.end, -1});
     }
   }
@@ -448,5 +480,25 @@ TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
   int running = 0, most = 0;
   for (const auto& [time, d] : edges) most = std::max(most, running += d);
   EXPECT_EQ(most, 2);
-  EXPECT_GT(waited, 0);
+  // Time slices: no action shorter than at full speed, some longer, another
+  // step; slices longer than the whole step change nothing.
+  pm::Hardware sliced = fifo;
+  sliced.topology.time_slice_s = 0.5e-3;
+  double round_robin = 0;
+  const ps::Trace rr = synthetic_trace(c, sliced, &round_robin, /*simgrid=*/true);
+  EXPECT_GT(std::abs(round_robin - queued), 1e-6);
+  int preempted = 0;
+  for (const auto& rank : rr.timeline.ranks) {
+    for (const auto& a : rank) {
+      if (!ps::is_compute(a.action.op)) continue;
+      const double d = full.at(ps::to_string(a.action));
+      EXPECT_GE(a.end - a.start, d - 1e-9) << ps::to_string(a.action);
+      if (a.end - a.start > d + 1e-6) ++preempted;
+    }
+  }
+  EXPECT_GT(preempted, 0);
+  sliced.topology.time_slice_s = 10;
+  double long_slices = 0;
+  synthetic_trace(c, sliced, &long_slices, /*simgrid=*/true);
+  EXPECT_NEAR(long_slices, queued, 1e-9 * queued);
 }

@@ -123,6 +123,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
   h.topology.run_to_completion = true;
+  h.topology.time_slice_s = 2.5e-3;
   h.source = "a \"quoted\" source\nover two lines";
   const std::string text = pm::hardware_to_yaml(h, "first line\n\nthird line", "calibration:\n  note: kept\n");
   EXPECT_EQ(text.rfind("# first line\n#\n# third line\n", 0), 0u) << text;
@@ -146,6 +147,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
   EXPECT_TRUE(back.topology.run_to_completion);
+  EXPECT_DOUBLE_EQ(back.topology.time_slice_s, 2.5e-3);
   // Every preset too, and heterogeneous hardware.
   for (const auto& name : pm::preset_names()) {
     const auto p = pm::preset(name);
@@ -189,6 +191,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'topology.effective_cores': must be at least 1 (one rank alone runs at full speed)"},
       {"preset: cpu\ntopology:\n  run_to_completion: yes\n",
        ":3: field 'topology.run_to_completion': expected true or false, got 'yes'"},
+      {"preset: cpu\ntopology:\n  time_slice_us: -1\n",
+       ":3: field 'topology.time_slice_us': must not be negative, got -1"},
       {"preset: cpu\ntopology:\n  oversubscribed_recv_us: -2\n",
        ":3: field 'topology.oversubscribed_recv_us': must not be negative, got -2"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
