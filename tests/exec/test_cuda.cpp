@@ -20,6 +20,7 @@
 
 #include "schedule/trace.hpp"
 #include "tests/support/shell.hpp"
+#include "tests/support/weights.hpp"
 
 namespace fs = std::filesystem;
 
@@ -27,6 +28,8 @@ namespace {
 
 using pipetwin::test::has;
 using pipetwin::test::Result;
+using pipetwin::test::load_weights;
+using pipetwin::test::max_difference;
 using pipetwin::test::run_shell;
 
 const std::string kModels = PIPETWIN_TEST_MODELS;
@@ -37,35 +40,13 @@ Result run(const std::string& args, const std::string& env = "", int limit_s = 3
   return run_shell(env + " timeout -k 5 " + std::to_string(limit_s) + " " + PIPETWIN_BINARY + " " + args + " 2>&1");
 }
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("pipetwin_cuda_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("cuda", name); }
 
-std::map<int, std::vector<at::Tensor>> load_weights(const fs::path& dir) {
-  std::map<int, std::vector<at::Tensor>> out;
-  for (const auto& f : fs::directory_iterator(dir)) {
-    const std::string name = f.path().filename().string();
-    if (name.rfind("layer_", 0) != 0) continue;
-    std::vector<at::Tensor> tensors;
-    torch::load(tensors, f.path().string());
-    for (auto& t : tensors) t = t.cpu();
-    out[std::stoi(name.substr(6))] = tensors;
-  }
-  return out;
-}
-
-double max_difference(const std::map<int, std::vector<at::Tensor>>& a, const std::map<int, std::vector<at::Tensor>>& b) {
-  if (a.size() != b.size() || a.empty()) return -1;
-  double worst = 0;
-  for (const auto& [layer, ta] : a) {
-    const auto it = b.find(layer);
-    if (it == b.end() || it->second.size() != ta.size()) return -1;
-    for (std::size_t i = 0; i < ta.size(); ++i) worst = std::max(worst, (ta[i] - it->second[i]).abs().max().item<double>());
-  }
-  return worst;
+// The torchrun environment of rank `rank` of two on this host, with its own
+// NCCL_HOSTID so that NCCL takes the two ranks on one GPU for two hosts.
+std::string nccl_rank_env(int rank, int port, const std::string& tag) {
+  return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+         std::to_string(port) + " NCCL_HOSTID=pipetwin-" + tag + "-" + std::to_string(rank);
 }
 
 // SGD: its update is linear in the gradient, so fp32 rounding stays at
@@ -158,10 +139,7 @@ TEST(Cuda, TwoRanksExchangeThroughNcclOnOneGpu) {
   ASSERT_EQ(a.code, 0) << a.out;
   const int port = 29000 + static_cast<int>(::getpid() % 20000);
   const std::string args = common(4) + " -s 1f1b -k 2 --device cuda --timeout 60 --json --save-weights " + two.string();
-  const auto env = [&](int rank) {
-    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-           std::to_string(port) + " NCCL_HOSTID=pipetwin-test-" + std::to_string(rank);
-  };
+  const auto env = [&](int rank) { return nccl_rank_env(rank, port, "test"); };
   const std::string log1 = (two / "rank1.log").string();
   const auto r = run(args, "(" + env(1) + " timeout -k 5 200 " + PIPETWIN_BINARY + " " + args + " >" + log1 + " 2>&1 &); " + env(0), 200);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -180,10 +158,7 @@ TEST(Cuda, ALostNcclPeerEndsTheRankWithItsName) {
   const auto dir = scratch("lost");
   const int port = 29000 + static_cast<int>((::getpid() + 7) % 20000);
   const std::string args = "run --model " + kTransformer + " -m 4 --batch 8 --steps 1000000 -s 1f1b -k 2 --device cuda --timeout 10";
-  const auto env = [&](int rank) {
-    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-           std::to_string(port) + " NCCL_HOSTID=pipetwin-lost-" + std::to_string(rank);
-  };
+  const auto env = [&](int rank) { return nccl_rank_env(rank, port, "lost"); };
   const std::string pid = (dir / "pid").string();
   const std::string peer = "(" + env(1) + " " + PIPETWIN_BINARY + " " + args + " >" + (dir / "rank1.log").string() +
                            " 2>&1 & echo $! >" + pid + "; sleep 8; kill -9 $(cat " + pid + ")) & ";

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/shell.hpp"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -28,12 +30,7 @@ namespace {
 
 const std::string kModel = std::string(PIPETWIN_TEST_MODELS) + "/tiny-transformer.yaml";
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("pipetwin_faults_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("faults", name); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

@@ -20,6 +20,7 @@
 
 #include "schedule/trace.hpp"
 #include "tests/support/shell.hpp"
+#include "tests/support/weights.hpp"
 
 namespace fs = std::filesystem;
 
@@ -27,6 +28,8 @@ namespace {
 
 using pipetwin::test::has;
 using pipetwin::test::Result;
+using pipetwin::test::load_weights;
+using pipetwin::test::max_difference;
 using pipetwin::test::run_shell;
 
 const std::string kModels = PIPETWIN_TEST_MODELS;
@@ -36,36 +39,7 @@ Result run(const std::string& args, const std::string& env = "") {
   return run_shell(env + " " + PIPETWIN_BINARY + " " + args + " 2>&1");
 }
 
-fs::path scratch(const std::string& name) {
-  const auto dir = fs::temp_directory_path() / ("pipetwin_exec_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::map<int, std::vector<at::Tensor>> load_weights(const fs::path& dir) {
-  std::map<int, std::vector<at::Tensor>> out;
-  for (const auto& f : fs::directory_iterator(dir)) {
-    const std::string name = f.path().filename().string();
-    if (name.rfind("layer_", 0) != 0) continue;
-    std::vector<at::Tensor> tensors;
-    torch::load(tensors, f.path().string());
-    out[std::stoi(name.substr(6))] = tensors;
-  }
-  return out;
-}
-
-// Largest |a - b| over every parameter of every layer; -1 if the layers differ.
-double max_difference(const std::map<int, std::vector<at::Tensor>>& a, const std::map<int, std::vector<at::Tensor>>& b) {
-  if (a.size() != b.size() || a.empty()) return -1;
-  double worst = 0;
-  for (const auto& [layer, ta] : a) {
-    const auto it = b.find(layer);
-    if (it == b.end() || it->second.size() != ta.size()) return -1;
-    for (std::size_t i = 0; i < ta.size(); ++i) worst = std::max(worst, (ta[i] - it->second[i]).abs().max().item<double>());
-  }
-  return worst;
-}
+fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("exec", name); }
 
 std::string common(const std::string& model, int m) {
   return "run --model " + model + " -m " + std::to_string(m) + " --batch " + std::to_string(2 * m) +

@@ -1,10 +1,13 @@
-// For tests that start the pipetwin binary (or any command) through a shell.
+// For tests that start the pipetwin binary (or any command) through a shell,
+// with a scratch folder each.
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace pipetwin::test {
@@ -24,6 +27,14 @@ inline Result run_shell(const std::string& command) {
   const int status = ::pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// An empty folder TMP/pipetwin_<suite>_<pid>/<name>.
+inline std::filesystem::path scratch_dir(const std::string& suite, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pipetwin_" + suite + "_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
