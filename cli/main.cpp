@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "schedule/error.hpp"
+#include "schedule/io.hpp"
 
 namespace pipetwin::cli {
 namespace {
@@ -28,30 +29,14 @@ std::string printable(const std::string& s) {
   };
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) hex(c);
-      else out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // The length of a UTF-8 sequence from its lead byte (0: not a lead byte),
-    // then its continuation bytes; overlong and surrogate forms are refused too.
-    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-    if (ok && n >= 3) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90)) {
-        ok = false;
-      }
-    }
-    if (!ok) {
+    const std::size_t n = schedule::utf8_sequence_length(s, i);
+    if (n == 0 || (n == 1 && ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f))) {
       hex(c);
       ++i;
-      continue;
+    } else {
+      out.append(s, i, n);
+      i += n;
     }
-    out.append(s, i, n);
-    i += n;
   }
   return out;
 }

@@ -32,6 +32,11 @@ std::string read_file(const std::string& path);
 // byte that is not part of valid UTF-8: what is read from a file may end up in
 // JSON (traces, --json), which holds UTF-8 only.
 void check_utf8(std::string_view text, const std::string& source);
+
+// The length of the valid UTF-8 sequence that starts at text[i] (1 for
+// ASCII), or 0 when the bytes there are not one: not a lead byte, too few
+// continuation bytes, an overlong form, a surrogate or past U+10FFFF.
+std::size_t utf8_sequence_length(std::string_view text, std::size_t i);
 // Writes `content` to `path` through `path.tmp.<pid>` and rename(2).
 void write_file_atomic(const std::string& path, std::string_view content);
 

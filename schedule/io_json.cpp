@@ -151,24 +151,26 @@ std::string read_file(const std::string& path) {
   return buffer.str();
 }
 
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  // The sequence's length from its lead byte, then its continuation bytes;
+  // overlong forms, surrogates and code points past U+10FFFF are refused too.
+  const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  bool ok = n > 0 && i + n <= s.size();
+  for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+  if (ok && n >= 3) {
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    ok = !((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90));
+  }
+  return ok ? n : 0;
+}
+
 void check_utf8(std::string_view s, const std::string& source) {
   std::size_t i = 0;
   while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // The sequence's length from its lead byte, then its continuation bytes;
-    // overlong forms, surrogates and code points past U+10FFFF are refused too.
-    const std::size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
-    if (ok && n >= 3) {
-      const auto c1 = static_cast<unsigned char>(s[i + 1]);
-      ok = !((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90));
-    }
-    if (!ok) break;
+    const std::size_t n = utf8_sequence_length(s, i);
+    if (n == 0) break;
     i += n;
   }
   if (i >= s.size()) return;
