@@ -99,6 +99,17 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
       }
     }
   }
+  // Gloo: each receive is posted when the one before it on this rank's list
+  // is taken, so that its data can come while the rank computes
+  // (PIPETWIN_POST_AHEAD=0: each is posted when its RECV runs). NCCL orders
+  // a posted receive before later work on its stream: not there.
+  const char* ahead = std::getenv("PIPETWIN_POST_AHEAD");
+  post_ahead_ = !device.is_cuda() && (ahead == nullptr || std::string(ahead) != "0");
+  if (post_ahead_) {
+    for (const auto& a : p.ranks.at(comm.rank())) {
+      if (ps::is_recv(a.op)) receives_.push_back(a);
+    }
+  }
 }
 
 bool TorchBackend::holds_last_stage() const {
@@ -123,20 +134,8 @@ void TorchBackend::begin_step(int step, const Batch& batch) {
   loss_sum_ = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   timed_.clear();
   clock_->begin_step();
-  receives_.clear();
   next_receive_ = 0;
-  // Gloo: each receive is posted when the one before it on this rank's list
-  // is taken, so that its data can come while the rank computes
-  // (PIPETWIN_POST_AHEAD=0: each is posted when its RECV runs). NCCL orders
-  // a posted receive before later work on its stream: not there.
-  const char* ahead = std::getenv("PIPETWIN_POST_AHEAD");
-  post_ahead_ = !device_.is_cuda() && (ahead == nullptr || std::string(ahead) != "0");
-  if (post_ahead_) {
-    for (const auto& a : config_.program.ranks.at(comm_.rank())) {
-      if (ps::is_recv(a.op)) receives_.push_back(a);
-    }
-    post_ahead();
-  }
+  post_ahead();  // this step's first receive
 }
 
 std::vector<ps::TimedAction> TorchBackend::end_step() {

@@ -116,10 +116,10 @@ class TorchBackend final : public schedule::Backend {
     std::int64_t in_flight = 0;
   };
   std::map<schedule::MessageKey, std::vector<at::Tensor>> inbox_;
-  std::vector<schedule::Action> receives_;  // this rank's receives, in list order
-  std::size_t next_receive_ = 0;            // the first of them not posted yet
+  bool post_ahead_ = false;                 // Gloo, unless PIPETWIN_POST_AHEAD=0
+  std::vector<schedule::Action> receives_;  // this rank's receives, in list order (with post_ahead_)
+  std::size_t next_receive_ = 0;            // this step's first of them not posted yet
   std::map<schedule::MessageKey, Posted> posted_;
-  bool post_ahead_ = false;
   std::map<int, std::int64_t> posted_bytes_;  // per stage: its inputs' buffers posted, not yet received
   std::map<schedule::MessageKey, Outgoing> outbox_;
   std::vector<Sending> sending_;

@@ -289,7 +289,7 @@ ps::Timeline simulate_here(const SimInput& in) {
       ps::RankInterpreter interpreter(in.program, ps::RankId{r});
       while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
       }
-      if (cores) backend.finish();
+      backend.finish();
     });
   }
   engine.run();
