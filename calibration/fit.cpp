@@ -474,9 +474,29 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
 
 }  // namespace
 
-FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& base) {
+FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   check_together(runs);
   FitResult result;
+  // A shared host has the cores the traces were measured with, not the base's.
+  pm::Hardware base = given;
+  if (const int cores = recorded_host_cores(runs); cores > 0 && base.topology.kind == pm::TopologyKind::SharedHost &&
+                                                    cores != base.topology.host_cores) {
+    result.notes.push_back("host_cores " + std::to_string(cores) + ", as the traces' ranks recorded (the base hardware '" +
+                           given.name + "' has " + std::to_string(given.topology.host_cores) + ")");
+    base.topology.host_cores = cores;
+  }
+  if (base.topology.kind == pm::TopologyKind::SharedHost) {
+    for (const auto& run : runs) {
+      std::set<std::string> hosts(run.hosts.begin(), run.hosts.end());
+      hosts.erase("");
+      if (hosts.size() < 2) continue;
+      result.notes.push_back(run.path + ": its ranks ran on " + std::to_string(hosts.size()) + " hosts (" + *hosts.begin() +
+                             ", " + *std::next(hosts.begin()) + (hosts.size() > 2 ? ", ..." : "") +
+                             "), but the base hardware is one shared host: the fit and its replays take every rank "
+                             "as a process of that host; start from a hardware file of several hosts instead");
+      break;
+    }
+  }
   const pm::Model& model = runs.front().model;
   const pm::Precision precision = model.precision;
   pm::Device device = base.device;

@@ -178,6 +178,11 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
         throw Error(where + " has no integer 'threads'");
       }
       run.threads.push_back(e["threads"].get<int>());
+      const bool has_cores = e.contains("host_cores") && e["host_cores"].is_number_integer();
+      const int cores = has_cores ? e["host_cores"].get<int>() : 0;
+      if (cores < 0) throw Error(where + ".host_cores must not be negative, got " + std::to_string(cores));
+      run.host_cores.push_back(cores);
+      run.hosts.push_back(e.contains("host") && e["host"].is_string() ? e["host"].get<std::string>() : "");
       const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
       run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
     }
@@ -228,6 +233,25 @@ std::string model_difference(const models::Model& a, const models::Model& b) {
 
 }  // namespace
 
+int recorded_host_cores(const std::vector<TraceRun>& runs) {
+  const TraceRun* first = nullptr;
+  int cores = 0;
+  for (const auto& run : runs) {
+    for (std::size_t r = 0; r < run.host_cores.size(); ++r) {
+      if (run.host_cores[r] <= 0) continue;
+      if (first == nullptr) {
+        first = &run;
+        cores = run.host_cores[r];
+      } else if (run.host_cores[r] != cores) {
+        throw Error(run.path + ": rank " + std::to_string(r) + " ran on a host with " + std::to_string(run.host_cores[r]) +
+                    " usable cores, but " + first->path + " on one with " + std::to_string(cores) +
+                    ": calibrate traces of one kind of host at a time (otherData.measured.ranks[].host_cores)");
+      }
+    }
+  }
+  return cores;
+}
+
 void check_together(const std::vector<TraceRun>& runs) {
   if (runs.empty()) throw Error("calibrate: no traces given");
   const TraceRun& first = runs.front();
@@ -238,6 +262,7 @@ void check_together(const std::vector<TraceRun>& runs) {
                   ": calibrate traces of one model at a time");
     }
   }
+  recorded_host_cores(runs);  // throws when the traces' hosts differ
   const TraceRun* with_threads = nullptr;
   for (const auto& run : runs) {
     if (run.threads.empty()) continue;

@@ -28,6 +28,8 @@ struct TraceRun {
   std::string optimizer = "adam";  // otherData.optimizer when recorded
   std::string producer;            // "pipetwin run", "pipetwin simulate", ...
   std::vector<int> threads;        // per rank (measured.ranks[].threads), empty when not recorded
+  std::vector<int> host_cores;     // per rank (measured.ranks[].host_cores), 0 when not recorded
+  std::vector<std::string> hosts;  // per rank (measured.ranks[].host), "" when not recorded
   std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
   // From the first action of the rank that holds stage 0 to the last end:
   // one step as the simulator replays it. A measured timeline's makespan is
@@ -48,8 +50,14 @@ TraceRun load_trace_run(const std::string& path);
 TraceRun trace_run_from(schedule::Trace trace, const std::string& path);
 
 // Checks that the runs can be fitted together: one model (the first trace's),
-// one intra-op thread count. Throws pipetwin::Error naming the file that differs.
+// one intra-op thread count, one host core count. Throws pipetwin::Error naming
+// the file that differs.
 void check_together(const std::vector<TraceRun>& runs);
+
+// The usable cores of the host the runs were measured on
+// (otherData.measured.ranks[].host_cores); 0 when no trace records them.
+// Throws pipetwin::Error naming two files when they differ.
+int recorded_host_cores(const std::vector<TraceRun>& runs);
 
 // The median (the mean of the middle two for an even count); 0 when empty.
 double median(std::vector<double> values);

@@ -35,6 +35,7 @@ nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& rank : r.ranks) {
     ranks.push_back({{"rank", rank.rank}, {"host", rank.host}, {"threads", rank.threads},
+                     {"host_cores", rank.host_cores},
                      {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});

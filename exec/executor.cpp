@@ -19,6 +19,8 @@
 #include <set>
 #include <thread>
 
+#include <sched.h>
+
 #include "exec/report.hpp"
 #include "exec/run.hpp"
 #include "exec/torch_backend.hpp"
@@ -61,8 +63,17 @@ std::string explain(const std::string& what, const ps::Program& p, const ps::Act
   return what;
 }
 
+// The CPUs this process may run on: its affinity mask (taskset, cgroup
+// cpusets), else the machine's.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int default_threads(const RankEnv& env) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cores();
   return std::max(1, cores / std::max(1, env.local_world_size));
 }
 
@@ -213,6 +224,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.rank = env.rank;
   report.host = comm.host();
   report.threads = threads;
+  report.host_cores = usable_cores();
   report.clock_offset_s = comm.clock_offset();
   report.clock_uncertainty_s = comm.clock_uncertainty();
   comm.barrier("start");

@@ -72,6 +72,7 @@ nlohmann::json RankReport::to_json() const {
   return {{"rank", rank},
           {"host", host},
           {"threads", threads},
+          {"host_cores", host_cores},
           {"clock_offset_s", clock_offset_s},
           {"clock_uncertainty_s", clock_uncertainty_s},
           {"steps", steps_json},
@@ -88,6 +89,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.rank = j.at("rank").get<int>();
   r.host = j.at("host").get<std::string>();
   r.threads = j.at("threads").get<int>();
+  r.host_cores = j.value("host_cores", 0);
   r.clock_offset_s = j.at("clock_offset_s").get<double>();
   r.clock_uncertainty_s = j.at("clock_uncertainty_s").get<double>();
   for (const auto& s : j.at("steps")) r.steps.push_back(timeline_from_json(s));

@@ -3,6 +3,7 @@
 // them; bad traces refused with exit code 1 and the file named; one short
 // real run calibrated.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,6 +141,16 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
   ASSERT_EQ(cal.code, 0) << cal.out;
   const auto h = pm::load_hardware(path("real.yaml"));
   EXPECT_FALSE(h.device.kinds.empty());
+  // Each rank recorded the cores its process may run on, and the calibrated
+  // host has them (the cpu preset's 2 are the base's, not this machine's).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const auto trace = nlohmann::json::parse(pipetwin::schedule::read_file(path("real.json")));
+  for (const auto& rank : trace["otherData"]["measured"]["ranks"]) {
+    EXPECT_EQ(rank.at("host_cores").template get<int>(), CPU_COUNT(&set));
+  }
+  EXPECT_EQ(h.topology.host_cores, CPU_COUNT(&set));
   const auto sim = run("simulate --model " + tiny + " -s 1f1b -k 2 -m 2 --hardware " + path("real.yaml"));
   EXPECT_EQ(sim.code, 0) << sim.out;
 }

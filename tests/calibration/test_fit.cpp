@@ -395,6 +395,67 @@ TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
     const auto e = error_of([&] { pc::check_together({pc::load_trace_run(a), pc::load_trace_run(b)}); });
     EXPECT_NE(e.find(b + ": rank 1 ran with 2 intra-op threads"), std::string::npos) << e;
   }
+  // Hosts of different core counts.
+  {
+    ps::Trace t = good;
+    t.metadata["measured"] = {{"ranks", {{{"threads", 1}, {"host_cores", 16}}, {{"threads", 1}, {"host_cores", 16}}}}};
+    const std::string a = path("cores16.json");
+    ps::write_chrome_trace(a, t);
+    t.metadata["measured"] = {{"ranks", {{{"threads", 1}, {"host_cores", 16}}, {{"threads", 1}, {"host_cores", 2}}}}};
+    const std::string b = path("cores2.json");
+    ps::write_chrome_trace(b, t);
+    const auto e = error_of([&] { pc::check_together({pc::load_trace_run(a), pc::load_trace_run(b)}); });
+    EXPECT_NE(e.find(b + ": rank 1 ran on a host with 2 usable cores, but " + a + " on one with 16"), std::string::npos) << e;
+    t.metadata["measured"] = {{"ranks", {{{"threads", 1}, {"host_cores", -1}}, {{"threads", 1}}}}};
+    const std::string c = path("cores_negative.json");
+    ps::write_chrome_trace(c, t);
+    const auto n = error_of([&] { pc::load_trace_run(c); });
+    EXPECT_NE(n.find(c + ": otherData.measured.ranks[0].host_cores must not be negative"), std::string::npos) << n;
+  }
+}
+
+TEST_F(Calibration, TheHostsCoresAreTheOnesTheTracesRecorded) {
+  // Four ranks measured on a host of 16 cores: none shared a core, whatever
+  // the base hardware says (the cpu preset has 2), so the calibrated file has
+  // 16 and the runs' transfers are fitted like any others.
+  const pm::Hardware truth = known_hardware();
+  std::vector<pc::TraceRun> runs;
+  int i = 0;
+  for (const auto& c : grid()) {
+    ps::Trace t = synthetic_trace(c, truth);
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < c.ranks; ++r) ranks.push_back({{"threads", 1}, {"host_cores", 16}, {"host", "box"}});
+    t.metadata["measured"] = {{"ranks", ranks}};
+    const std::string f = path("h" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, t);
+    runs.push_back(pc::load_trace_run(f));
+  }
+  const pm::Hardware base = pm::preset("cpu");
+  ASSERT_EQ(base.topology.host_cores, 2);
+  const pc::FitResult fit = pc::fit(runs, base);
+  EXPECT_EQ(fit.hardware.topology.host_cores, 16);
+  bool said = false, shared = false;
+  for (const auto& n : fit.notes) {
+    said = said || n.find("host_cores 16, as the traces' ranks recorded (the base hardware 'cpu' has 2)") != std::string::npos;
+    shared = shared || n.find("more ranks x threads than the host's cores") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  EXPECT_FALSE(shared);
+  // Written and read back.
+  const std::string out = path("calibrated16.yaml");
+  ps::write_file_atomic(out, pm::hardware_to_yaml(fit.hardware, "test", pc::calibration_yaml(fit, runs)));
+  EXPECT_EQ(pm::load_hardware(out).topology.host_cores, 16);
+  // Ranks of one run on two hosts: a shared host cannot replay them, and the
+  // fit says so, naming the file.
+  for (bool multi = false; auto& run : runs) {
+    if (run.ranks() < 2 || multi) continue;
+    run.hosts.back() = "other-box";
+    multi = true;
+    const pc::FitResult two = pc::fit(runs, base);
+    bool named = false;
+    for (const auto& n : two.notes) named = named || n.find(run.path + ": its ranks ran on 2 hosts (box, other-box)") == 0;
+    EXPECT_TRUE(named);
+  }
 }
 
 TEST(ReceiverCost, TheEvaluatorAndSimGridAgree) {
