@@ -123,7 +123,10 @@ void warm_up_cuda(at::Device device, at::ScalarType dtype) {
 // behind NCCL operations it does not see; when a peer is gone they never
 // complete, and ProcessGroupNCCL's watchdog (given a longer timeout, see
 // Comm) would end the process with SIGABRT and a stack trace. This ends
-// the rank first, naming what it was doing, its peers and why.
+// the rank first, naming what it was doing, its peers and why. It also
+// outlives the rank's teardown after an error (aborting NCCL communicators
+// whose peer died can block): when leaving takes longer than the timeout,
+// it ends the rank with the error that made it leave.
 class ProgressWatch {
  public:
   ProgressWatch(double timeout_s, std::string peers) : timeout_s_(timeout_s), peers_(std::move(peers)) {
@@ -146,6 +149,14 @@ class ProgressWatch {
     since_ = std::chrono::steady_clock::now();
   }
 
+  // The rank is leaving with `error`: from now on, the time it takes.
+  void leaving(std::string error) {
+    std::lock_guard lock(mutex_);
+    what_ = std::move(error);
+    leaving_ = true;
+    since_ = std::chrono::steady_clock::now();
+  }
+
  private:
   void loop() {
     std::unique_lock lock(mutex_);
@@ -153,6 +164,12 @@ class ProgressWatch {
       wake_.wait_for(lock, std::chrono::milliseconds(200));
       const double stuck = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
       if (stop_ || stuck <= timeout_s_) continue;
+      if (leaving_) {
+        std::fprintf(stderr, "pipetwin: error: %s\n(this rank then spent %.0f s leaving, its transfers with rank(s) %s "
+                     "never ending; ended without finishing)\n", what_.c_str(), stuck, peers_.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
       std::fprintf(stderr,
                    "pipetwin: error: %s: no progress for %.0f s: the GPU waits for a transfer with rank(s) %s that "
                    "never completed (a peer exited, died or is stuck; --timeout sets how long to wait)\n",
@@ -166,7 +183,7 @@ class ProgressWatch {
   std::string peers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stop_ = false;
+  bool stop_ = false, leaving_ = false;
   std::string what_ = "starting";
   std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
   std::thread thread_;
@@ -217,6 +234,9 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   at::set_num_threads(threads);
   MemoryMeter* meter = device.is_cuda() ? nullptr : &MemoryMeter::install(p.num_stages());
 
+  // Declared before what it watches, so that it runs on while they are torn
+  // down after an error.
+  std::optional<ProgressWatch> watch;
   Comm comm(env, device.is_cuda(), std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
   TorchBackend backend(c, comm, device, meter);
   const SyntheticTask task(c.model, c.seed, c.microbatch_size * p.num_microbatches);
@@ -236,40 +256,44 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
     report.baseline_bytes = static_cast<double>(MemoryMeter::cuda_live_bytes(device.index()));
   }
 
-  std::optional<ProgressWatch> watch;
   if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
-  for (int step = 0; step < c.steps; ++step) {
-    const std::string at_step = me + ", step " + std::to_string(step);
-    if (watch) watch->at(at_step + ", its start");
-    try {
-      backend.begin_step(step, task.minibatch(step));
-    } catch (const std::exception& e) {
-      throw Error(at_step + ", its start: " + message_of(e));
-    }
-    ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
-    while (!interpreter.done()) {
-      const ps::Action action = interpreter.next();
-      if (watch) {
-        watch->at(at_step + ", action " + ps::to_string(action) + " (#" + std::to_string(interpreter.position()) +
-                  " of its list)");
-      }
+  try {
+    for (int step = 0; step < c.steps; ++step) {
+      const std::string at_step = me + ", step " + std::to_string(step);
+      if (watch) watch->at(at_step + ", its start");
       try {
-        interpreter.step(backend);
+        backend.begin_step(step, task.minibatch(step));
       } catch (const std::exception& e) {
-        throw Error(me + ", step " + std::to_string(step) + ", action " + ps::to_string(action) + " (#" +
-                    std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
+        throw Error(at_step + ", its start: " + message_of(e));
       }
+      ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
+      while (!interpreter.done()) {
+        const ps::Action action = interpreter.next();
+        if (watch) {
+          watch->at(at_step + ", action " + ps::to_string(action) + " (#" + std::to_string(interpreter.position()) +
+                    " of its list)");
+        }
+        try {
+          interpreter.step(backend);
+        } catch (const std::exception& e) {
+          throw Error(me + ", step " + std::to_string(step) + ", action " + ps::to_string(action) + " (#" +
+                      std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
+        }
+      }
+      if (watch) watch->at(me + ", end of step " + std::to_string(step));
+      try {
+        ps::Timeline t;
+        t.ranks.resize(p.num_ranks);
+        t.ranks[env.rank] = backend.end_step();
+        report.steps.push_back(std::move(t));
+      } catch (const std::exception& e) {
+        throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
+      }
+      if (backend.holds_last_stage()) report.losses.push_back(backend.step_loss());
     }
-    if (watch) watch->at(me + ", end of step " + std::to_string(step));
-    try {
-      ps::Timeline t;
-      t.ranks.resize(p.num_ranks);
-      t.ranks[env.rank] = backend.end_step();
-      report.steps.push_back(std::move(t));
-    } catch (const std::exception& e) {
-      throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
-    }
-    if (backend.holds_last_stage()) report.losses.push_back(backend.step_loss());
+  } catch (const std::exception& e) {
+    if (watch) watch->leaving(e.what());
+    throw;
   }
 
   watch.reset();
