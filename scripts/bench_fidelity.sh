@@ -127,6 +127,17 @@ def step_of(path):  # one step as below: from rank 0's first action to the last 
     t0 = min(e["ts"] for e in events if e["pid"] == 0)
     return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
 
+def bubble_of(path):  # the mean over ranks of the share of that step not in compute
+    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    ms = step_of(path)
+    ranks = sorted({e["pid"] for e in events})
+    busy = [sum(e["dur"] for e in events if e["pid"] == r and e.get("cat") == "compute") / 1e6 for r in ranks]
+    return sum(1 - b / ms for b in busy) / len(busy)
+
+def host_cores(meta):  # the cores the run's ranks could use, as recorded (older traces: this machine's)
+    cores = [r.get("host_cores", 0) for r in meta["measured"]["ranks"]]
+    return min(cores) if cores and min(cores) > 0 else os.cpu_count()
+
 def compute_pace(name):
     # The run's compute actions, measured (each until the next action on its
     # rank starts, as calibration reads them) over predicted, in total: how
@@ -177,8 +188,12 @@ for name in names:
     spread = 100 * (max(reps) - min(reps)) / statistics.median(reps) if len(reps) > 1 else 0.0
     against = [100 * (ps / r - 1) for r in reps]
     pace = compute_pace(name)
+    # The same for the bubble: its spread over the repeats, in points.
+    bubbles = [100 * bubble_of(f"{out}/runs/{name}_r{r}.json") for r in range(1, repeats + 1)
+               if os.path.exists(f"{out}/runs/{name}_r{r}.json")]
     rows.append((name, err, 100 * (pb - mb), stash, spread, min(against, key=abs), min(against), max(against), pace,
-                 m["ranks"] * m["measured"]["ranks"][0]["threads"] <= 2))
+                 m["ranks"] * m["measured"]["ranks"][0]["threads"] <= host_cores(m), max(bubbles) - min(bubbles),
+                 [100 * pb - b for b in bubbles]))
     print(f"{name:<22} {ms:9.4f} {ps:9.4f} {err:+6.2f}%  {100*mb:5.1f}/{100*pb:5.1f}% {100*(pb-mb):+5.1f}  "
           f"{spread:5.1f}% {min(against):+8.2f}..{max(against):+6.2f}% {pace:+5.1f}%  "
           f"{' '.join(f'{s:+.1f}%' for s in stash):<28} {p['summary']['engine'].split()[0]}")
@@ -189,6 +204,9 @@ worst = max(rows, key=lambda r: abs(r[1]))
 print()
 print(f"step time error    median {statistics.median(step):.2f}%  worst {max(step):.2f}% ({worst[0]})   target <= 5% (aim 3%), worst <= 10%")
 print(f"bubble error       median {statistics.median(bubble):.2f} points  worst {max(bubble):.2f} points   target <= 3 points")
+print(f"  within 3 points: {sum(b <= 3 for b in bubble)}/{len(rows)} configurations ("
+      + ", ".join(f"K={K} {sum(abs(r[2]) <= 3 for r in rows if f'_k{K}_' in r[0])}/{sum(f'_k{K}_' in r[0] for r in rows)}"
+                  for K in (1, 2, 4)) + ")")
 print(f"peak stash error   median {statistics.median(stash):.2f}%  worst {max(stash):.2f}%   target within 5%")
 for K in (1, 2, 4):
     e = [abs(r[1]) for r in rows if f"_k{K}_" in r[0]]
@@ -213,6 +231,11 @@ if spreads:
           f"{statistics.median(inside):.2f}%")
     print(f"                   held out: {within}/{len(rows)} errors within their repeats' spread; against the nearest "
           f"repeat: median {statistics.median(nearest):.2f}%, worst {max(nearest):.2f}%")
+    bspread = [r[10] for r in rows]
+    bnear = [min(abs(e) for e in r[11]) for r in rows]
+    print(f"                   bubble: repeats' spread median {statistics.median(bspread):.2f} points, worst "
+          f"{max(bspread):.2f}; against the nearest repeat: median {statistics.median(bnear):.2f} points, worst "
+          f"{max(bnear):.2f}, within 3 points {sum(b <= 3 for b in bnear)}/{len(rows)}")
 # The compute pace: where no rank waits for a core, a run whose compute
 # actions ran x% slower than the calibrated model (the machine's state during
 # that run) makes the step about x% longer than any model of the calibration
@@ -220,6 +243,6 @@ if spreads:
 net = [(r[0], 100 * ((1 + r[1] / 100) * (1 + r[8] / 100) - 1)) for r in rows if r[9]]
 if net:
     worst_net = max(net, key=lambda r: abs(r[1]))
-    print(f"compute pace       where ranks <= cores: step error with the run's own compute pace: median "
+    print(f"compute pace       where ranks x threads <= cores: step error with the run's own compute pace: median "
           f"{statistics.median(abs(e) for _, e in net):.2f}%, worst {abs(worst_net[1]):.2f}% ({worst_net[0]}) over {len(net)} configurations")
 EOF
