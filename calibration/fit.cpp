@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "models/stage_costs.hpp"
 #include "models/yaml_file.hpp"
@@ -385,6 +386,50 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
   return out;
 }
 
+// The stages of a partition that never ran alone in some pass, in any run:
+// the curves have no row of theirs, so the split of their time between
+// their layers' kinds comes from other partitions (and, for a kind no other
+// stage holds alone, from differences of stages: an error there shows in
+// these stages' predictions). One note per (partition, stage).
+std::vector<std::string> never_alone_notes(const Observations& alone, const Observations& every, const pm::Model& model) {
+  const auto partition_of = [](const TraceRun& run) {
+    std::string out;
+    for (const auto& r : run.program.partition) {
+      out += (out.empty() ? "" : " ") + std::to_string(r.begin) + ":" + std::to_string(r.end);
+    }
+    return out;
+  };
+  std::set<std::tuple<std::string, int, pm::Pass>> seen;  // (partition, stage, pass) with a row
+  for (const auto& g : alone.compute) seen.insert({partition_of(*g.run), g.stage, g.pass});
+  struct Missing {
+    std::set<const TraceRun*> runs;
+    std::set<pm::Pass> passes;
+    ps::LayerRange layers{};
+  };
+  std::map<std::pair<std::string, int>, Missing> missing;  // (partition, stage)
+  for (const auto& g : every.compute) {
+    const std::string partition = partition_of(*g.run);
+    if (seen.count({partition, g.stage, g.pass}) > 0) continue;
+    auto& m = missing[{partition, g.stage}];
+    m.runs.insert(g.run);
+    m.passes.insert(g.pass);
+    m.layers = g.run->program.partition.at(g.stage);
+  }
+  std::vector<std::string> out;
+  for (const auto& [key, m] : missing) {
+    std::string passes, kinds;
+    for (const pm::Pass pass : m.passes) passes += (passes.empty() ? "" : ", ") + std::string(pm::pass_name(pass));
+    std::set<std::string> held;
+    for (int l = m.layers.begin; l < m.layers.end; ++l) held.insert(std::string(pm::kind_name(model.layers[l].kind)));
+    for (const auto& k : held) kinds += (kinds.empty() ? "" : ", ") + k;
+    out.push_back("stage " + std::to_string(key.second) + " of partition [" + key.first + "] (" + kinds + ") ran its " +
+                  passes + " only while another rank computed, in all " + std::to_string(m.runs.size()) +
+                  " run(s) with that partition: the curves have no row of its own there, so its predicted time "
+                  "rests on the other partitions' rows (a kind that only it holds is fitted from differences)");
+  }
+  return out;
+}
+
 // Per pass: each kind's (seconds per FLOP, seconds per layer): the time of
 // one layer invocation, affine in its work w = FLOPs x micro-batch size;
 // the action's overhead; the fastest FLOP/s a kind reached; the fit's loss
@@ -537,6 +582,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       result.notes.push_back(std::to_string(observed.shared_actions) +
                              " compute actions ran while another rank computed: the curves leave them out; "
                              "how the ranks share the host is fitted from the step times (fit_sharing)");
+      for (const auto& n : never_alone_notes(observed, compute_observations(runs, true), model)) result.notes.push_back(n);
     }
   }
   const auto& compute = observed.compute;
