@@ -524,8 +524,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   FitResult result;
   // A shared host has the cores the traces were measured with, not the base's.
   pm::Hardware base = given;
-  if (const int cores = recorded_host_cores(runs); cores > 0 && base.topology.kind == pm::TopologyKind::SharedHost &&
-                                                    cores != base.topology.host_cores) {
+  if (const int cores = base.topology.kind == pm::TopologyKind::SharedHost ? recorded_host_cores(runs) : 0;
+      cores > 0 && cores != base.topology.host_cores) {
     result.notes.push_back("host_cores " + std::to_string(cores) + ", as the traces' ranks recorded (the base hardware '" +
                            given.name + "' has " + std::to_string(given.topology.host_cores) + ")");
     base.topology.host_cores = cores;

@@ -262,7 +262,6 @@ void check_together(const std::vector<TraceRun>& runs) {
                   ": calibrate traces of one model at a time");
     }
   }
-  recorded_host_cores(runs);  // throws when the traces' hosts differ
   const TraceRun* with_threads = nullptr;
   for (const auto& run : runs) {
     if (run.threads.empty()) continue;

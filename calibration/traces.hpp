@@ -50,13 +50,13 @@ TraceRun load_trace_run(const std::string& path);
 TraceRun trace_run_from(schedule::Trace trace, const std::string& path);
 
 // Checks that the runs can be fitted together: one model (the first trace's),
-// one intra-op thread count, one host core count. Throws pipetwin::Error naming
-// the file that differs.
+// one intra-op thread count. Throws pipetwin::Error naming the file that differs.
 void check_together(const std::vector<TraceRun>& runs);
 
 // The usable cores of the host the runs were measured on
 // (otherData.measured.ranks[].host_cores); 0 when no trace records them.
-// Throws pipetwin::Error naming two files when they differ.
+// Throws pipetwin::Error naming two files when they differ (fit() asks only
+// when the base hardware is one shared host, whose cores matter).
 int recorded_host_cores(const std::vector<TraceRun>& runs);
 
 // The median (the mean of the middle two for an even count); 0 when empty.
