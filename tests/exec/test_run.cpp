@@ -163,7 +163,9 @@ TEST(Run, RecomputeLowersTheStashByWhatTheAccountingPredicts) {
         << "stage " << s << ": measured drop " << measured_drop << " B, predicted " << predicted_drop << " B";
     EXPECT_NEAR(bytes(a, "peak_stash_bytes"), bytes(a, "predicted_peak_stash_bytes"), 0.05 * bytes(a, "predicted_peak_stash_bytes"));
     EXPECT_NEAR(bytes(b, "peak_stash_bytes"), bytes(b, "predicted_peak_stash_bytes"), 0.05 * bytes(a, "predicted_peak_stash_bytes"));
-    if (s == 0) EXPECT_GT(predicted_drop, 0.3 * bytes(a, "predicted_peak_stash_bytes"));
+    if (s == 0) {
+      EXPECT_GT(predicted_drop, 0.3 * bytes(a, "predicted_peak_stash_bytes"));
+    }
   }
   EXPECT_LT(b["ranks"][0]["peak_allocated_bytes"].get<double>(), a["ranks"][0]["peak_allocated_bytes"].get<double>());
 }

@@ -2,6 +2,8 @@
 // with a scratch folder each.
 #pragma once
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,10 +31,21 @@ inline Result run_shell(const std::string& command) {
   return r;
 }
 
+// Removes `dir` and everything under it (nothing when it is not there)
+// without std::filesystem::remove_all: a libtorch.so that exports its own
+// std::filesystem symbols (the torch 2.11 of a GPU machine's image did)
+// takes the place of the C++ library's in the binaries linked with it, and
+// its remove_all crashed on a folder that was not empty (a second
+// --gtest_repeat iteration of test_exec_cuda).
+inline void remove_tree(const std::filesystem::path& dir) {
+  ::nftw(dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return std::remove(path); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+}
+
 // An empty folder TMP/pipetwin_<suite>_<pid>/<name>.
 inline std::filesystem::path scratch_dir(const std::string& suite, const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("pipetwin_" + suite + "_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(dir);
+  remove_tree(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }
