@@ -386,19 +386,20 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
   return out;
 }
 
+// "0:3 3:6" (separator " ") or "0:3, 3:6" (", "): a partition's layer ranges.
+std::string partition_text(const std::vector<ps::LayerRange>& partition, const std::string& separator) {
+  std::string out;
+  for (const auto& r : partition) out += (out.empty() ? "" : separator) + std::to_string(r.begin) + ":" + std::to_string(r.end);
+  return out;
+}
+
 // The stages of a partition that never ran alone in some pass, in any run:
 // the curves have no row of theirs, so the split of their time between
 // their layers' kinds comes from other partitions (and, for a kind no other
 // stage holds alone, from differences of stages: an error there shows in
 // these stages' predictions). One note per (partition, stage).
 std::vector<std::string> never_alone_notes(const Observations& alone, const Observations& every, const pm::Model& model) {
-  const auto partition_of = [](const TraceRun& run) {
-    std::string out;
-    for (const auto& r : run.program.partition) {
-      out += (out.empty() ? "" : " ") + std::to_string(r.begin) + ":" + std::to_string(r.end);
-    }
-    return out;
-  };
+  const auto partition_of = [](const TraceRun& run) { return partition_text(run.program.partition, " "); };
   std::set<std::tuple<std::string, int, pm::Pass>> seen;  // (partition, stage, pass) with a row
   for (const auto& g : alone.compute) seen.insert({partition_of(*g.run), g.stage, g.pass});
   struct Missing {
@@ -571,18 +572,19 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   // some pass has none (then the sharing is in the curves).
   Observations observed = compute_observations(runs, false);
   {
+    Observations every = compute_observations(runs, true);
     std::set<pm::Pass> with, wanted;
     for (const auto& g : observed.compute) with.insert(g.pass);
-    for (const auto& g : compute_observations(runs, true).compute) wanted.insert(g.pass);
+    for (const auto& g : every.compute) wanted.insert(g.pass);
     if (with != wanted) {
-      observed = compute_observations(runs, true);
+      observed = std::move(every);
       result.notes.push_back("some pass has no action that ran alone: the curves are fitted on every action, "
                              "whatever the ranks computing at the same time");
     } else if (observed.shared_actions > 0) {
       result.notes.push_back(std::to_string(observed.shared_actions) +
                              " compute actions ran while another rank computed: the curves leave them out; "
                              "how the ranks share the host is fitted from the step times (fit_sharing)");
-      for (const auto& n : never_alone_notes(observed, compute_observations(runs, true), model)) result.notes.push_back(n);
+      for (const auto& n : never_alone_notes(observed, every, model)) result.notes.push_back(n);
     }
   }
   const auto& compute = observed.compute;
@@ -1044,10 +1046,6 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
   out += "  fitted_on:\n";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
-    std::string partition;
-    for (const auto& range : r.program.partition) {
-      partition += (partition.empty() ? "" : ", ") + std::to_string(range.begin) + ":" + std::to_string(range.end);
-    }
     out += "    - file: " + pm::yaml_quoted(r.path) + "\n";
     out += "      producer: " + pm::yaml_quoted(r.producer) + "\n";
     out += "      model: " + pm::yaml_quoted(r.model.name) + "\n";
@@ -1057,7 +1055,7 @@ std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& ru
     out += "      microbatches: " + std::to_string(r.program.num_microbatches) + "\n";
     out += "      microbatch_size: " + std::to_string(r.microbatch_size) + "\n";
     out += "      recompute: " + std::string(ps::recompute_name(r.program.recompute)) + "\n";
-    out += "      partition: [" + partition + "]\n";
+    out += "      partition: [" + partition_text(r.program.partition, ", ") + "]\n";
     if (!r.threads.empty()) out += "      threads: " + std::to_string(r.threads.front()) + "\n";
     out += "      measured_step_s: " + pm::yaml_number(r.step_time_s) + "\n";
     if (i < predicted_step_s.size()) {

@@ -109,6 +109,16 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
   return traces;
 }
 
+// How ranks beyond the cores share them, as fitted.
+std::string sharing_way(const models::Topology& t) {
+  if (!t.run_to_completion) return "ranks share the cores evenly";
+  std::string way = "a rank keeps a core until it waits for a message";
+  if (t.time_slice_s > 0) {
+    way += " or its " + std::to_string(static_cast<int>(t.time_slice_s * 1e6)) + " us time slice ends while another waits";
+  }
+  return way;
+}
+
 int run(const Options& o) {
   if (o.traces.empty() && !o.microbench) throw Error("calibrate: give traces (pipetwin run --trace FILE), --microbench, or both");
   // The names go into the calibrated YAML, which is read back as UTF-8 only.
@@ -233,15 +243,8 @@ int run(const Options& o) {
     const auto& t = result.hardware.topology;
     std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, and each send waits %.1f us "
                 "and each receive %.1f us more for a core\n",
-                t.host_cores, t.compute_capacity(),
-                t.run_to_completion
-                    ? (t.time_slice_s > 0 ? "a rank keeps a core until it waits for a message or its " +
-                                                std::to_string(static_cast<int>(t.time_slice_s * 1e6)) +
-                                                " us time slice ends while another waits"
-                                          : std::string("a rank keeps a core until it waits for a message"))
-                          .c_str()
-                    : "ranks share the cores evenly",
-                t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
+                t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), t.oversubscribed_send_s * 1e6,
+                t.oversubscribed_recv_s * 1e6);
   }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {
