@@ -72,8 +72,8 @@ int usable_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-int default_threads(const RankEnv& env) {
-  const int cores = usable_cores();
+// Intra-op threads when --threads does not say: the usable cores over the ranks on this host.
+int default_threads(int cores, const RankEnv& env) {
   return std::max(1, cores / std::max(1, env.local_world_size));
 }
 
@@ -230,7 +230,8 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
     ps::check_in_order_channels(p);
     warm_up_cuda(device, dtype_of(c.model.precision));
   }
-  const int threads = c.threads > 0 ? c.threads : default_threads(env);
+  const int cores = usable_cores();
+  const int threads = c.threads > 0 ? c.threads : default_threads(cores, env);
   at::set_num_threads(threads);
   MemoryMeter* meter = device.is_cuda() ? nullptr : &MemoryMeter::install(p.num_stages());
 
@@ -244,7 +245,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.rank = env.rank;
   report.host = comm.host();
   report.threads = threads;
-  report.host_cores = usable_cores();
+  report.host_cores = cores;
   report.clock_offset_s = comm.clock_offset();
   report.clock_uncertainty_s = comm.clock_uncertainty();
   comm.barrier("start");

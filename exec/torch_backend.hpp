@@ -88,7 +88,7 @@ class TorchBackend final : public schedule::Backend {
   // Receives posted ahead (Gloo): this step's receives in list order.
   struct Posted {
     std::vector<at::Tensor> buffers;
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // empty: already received (CUDA)
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // empty: received when posted (NCCL, PIPETWIN_POST_AHEAD=0)
     int stage = 0;
     std::int64_t waiting = 0;  // bytes counted in posted_bytes_ until received
   };
