@@ -398,6 +398,22 @@ std::vector<Bad> catalogue() {
        "{}/b.json: rank 0 ran with 2 intra-op threads, but {}/a.json with 1", 1,
        {{"a.json", edited("p.json", [](json& j) { as_measured(j, 1); })},
         {"b.json", edited("p4.json", [](json& j) { as_measured(j, 2); })}}},
+      cal("calibrate_negative_host_cores",
+          edited("p.json", [](json& j) {
+            as_measured(j);
+            j["otherData"]["measured"]["ranks"][1]["host_cores"] = -4;
+          }),
+          "t.json: otherData.measured.ranks[1].host_cores must not be negative, got -4"),
+      {"calibrate_two_host_core_counts", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
+       "{}/b.json: rank 0 ran on a host with 2 usable cores, but {}/a.json on one with 16", 1,
+       {{"a.json", edited("p.json", [](json& j) {
+          as_measured(j);
+          for (auto& r : j["otherData"]["measured"]["ranks"]) r["host_cores"] = 16;
+        })},
+        {"b.json", edited("p4.json", [](json& j) {
+          as_measured(j);
+          for (auto& r : j["otherData"]["measured"]["ranks"]) r["host_cores"] = 2;
+        })}}},
       {"calibrate_missing_trace", {}, "calibrate {}/none.json --hardware cpu --out {}/out.yaml", "{}/none.json: cannot open"},
       {"calibrate_out_in_missing_dir", {}, "calibrate {fix}/p.json --hardware cpu --out {}/no/dir/cal.yaml",
        "{}/no/dir/cal.yaml: cannot open"},
