@@ -204,6 +204,22 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   if (!(run.step_time_s > 0)) throw Error(path + ": the step takes no time (every event has dur 0)");
   for (int r = 0; r < K; ++r) run.bubble += 1 - run.trace.timeline.busy(ps::RankId{r}) / run.step_time_s;
   run.bubble /= K;
+  // A run that recorded every step's bubble: their median (the first step,
+  // warm-up, left out when there are others), steadier than one step's.
+  if (meta.contains("measured") && meta["measured"].is_object() && meta["measured"].contains("bubble_fractions")) {
+    const json& all = meta["measured"]["bubble_fractions"];
+    const std::string where = path + ": otherData.measured.bubble_fractions";
+    if (!all.is_array() || all.empty()) throw Error(where + " must be a non-empty list of fractions");
+    std::vector<double> steps;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
+        throw Error(where + "[" + std::to_string(i) + "] must be a fraction between 0 and 1, got " + all[i].dump());
+      }
+      if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
+    }
+    run.bubble = median(steps);
+    run.bubble_steps = static_cast<int>(steps.size());
+  }
   return run;
 }
 

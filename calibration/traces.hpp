@@ -37,7 +37,11 @@ struct TraceRun {
   // step to leave stage 0 (consecutive steps overlap).
   double step_start_s = 0;
   double step_time_s = 0;
-  double bubble = 0;  // mean over ranks of the share of that step not in compute (F B I W R)
+  // Mean over ranks of the share of that step not in compute (F B I W R); where
+  // the run recorded every step's (measured.bubble_fractions), their median,
+  // the first step left out, over bubble_steps steps (0: the one step's).
+  double bubble = 0;
+  int bubble_steps = 0;
 
   int ranks() const { return program.num_ranks; }
   // "1f1b K=2 M=4 mb=4 recompute none"

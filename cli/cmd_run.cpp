@@ -48,7 +48,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
     stages.push_back({{"stage", s}, {"peak_stash_bytes", r.stage_peak_stash_bytes.at(s)},
                       {"predicted_peak_stash_bytes", predicted}, {"weight_versions", r.stage_weight_versions.at(s)}});
   }
-  return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s}, {"losses", r.losses},
+  return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s},
+          {"bubble_fractions", r.bubble_fractions}, {"losses", r.losses},
           {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages}};
 }
 

@@ -134,6 +134,7 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
       }
     }
     out.step_times_s.push_back(t.makespan());
+    out.bubble_fractions.push_back(t.bubble_fraction());
     out.steps.push_back(std::move(t));
   }
   out.wall_s = steps > 0 ? last - first : 0;

@@ -70,6 +70,7 @@ struct RunResult {
   std::vector<RankReport> ranks;
   std::vector<schedule::Timeline> steps;  // every rank, each step shifted to start at 0
   std::vector<double> step_times_s;
+  std::vector<double> bubble_fractions;  // per step: mean over ranks of its share not in compute
   std::vector<double> losses;
   double wall_s = 0;                      // all steps, first action to last
   int representative_step = 0;            // the median step (warm-up excluded)

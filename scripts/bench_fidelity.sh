@@ -21,7 +21,8 @@
 # A step is timed from the first action of rank 0 (stage 0) to the last end,
 # as the simulator replays one: pipetwin run's makespan also holds the other
 # ranks' wait, at the step's start, for the previous step to leave stage 0
-# (consecutive steps overlap). The bubble is taken over that step.
+# (consecutive steps overlap). The bubble is the median of the run's steps'
+# (each over its own step, the first left out), as calibrate reads it.
 # Timings on a shared machine are disturbed by whatever else runs: the load
 # average is printed before and after, and the runs go in a session of their
 # own at high priority (with autogroup scheduling, nice alone does not beat
@@ -127,8 +128,15 @@ def step_of(path):  # one step as below: from rank 0's first action to the last 
     t0 = min(e["ts"] for e in events if e["pid"] == 0)
     return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
 
-def bubble_of(path):  # the mean over ranks of the share of that step not in compute
-    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+def bubble_of(path):
+    # The mean over ranks of the share of a step not in compute: the median of
+    # the run's steps (the first, warm-up, left out) where it recorded each
+    # step's, as calibrate reads it; else that of the trace's one step.
+    trace = json.load(open(path))
+    every = trace["otherData"]["measured"].get("bubble_fractions")
+    if every:
+        return statistics.median(every[1:] if len(every) > 1 else every)
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     ms = step_of(path)
     ranks = sorted({e["pid"] for e in events})
     busy = [sum(e["dur"] for e in events if e["pid"] == r and e.get("cat") == "compute") / 1e6 for r in ranks]
@@ -174,9 +182,7 @@ for name in names:
     events = [e for e in json.load(open(f"{out}/runs/{name}.json"))["traceEvents"] if e.get("ph") == "X"]
     t0 = min(e["ts"] for e in events if e["pid"] == 0)
     ms = (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
-    ranks = sorted({e["pid"] for e in events})
-    busy = [sum(e["dur"] for e in events if e["pid"] == r and e.get("cat") == "compute") / 1e6 for r in ranks]
-    mb = sum(1 - b / ms for b in busy) / len(busy)
+    mb = bubble_of(f"{out}/runs/{name}.json")
     ps, pb = p["summary"]["step_time_s"], p["summary"]["bubble_fraction"]
     measured_stash = [s["peak_stash_bytes"] for s in m["measured"]["stages"]]
     predicted_stash = pt["predicted_stash_bytes_per_stage"]

@@ -10,12 +10,15 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "calibration/traces.hpp"
 #include "models/hardware.hpp"
 #include "schedule/io.hpp"
 #include "tests/support/shell.hpp"
 
+namespace pc = pipetwin::calibration;
 namespace pm = pipetwin::models;
 
 namespace {
@@ -151,6 +154,28 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
     EXPECT_EQ(rank.at("host_cores").template get<int>(), CPU_COUNT(&set));
   }
   EXPECT_EQ(h.topology.host_cores, CPU_COUNT(&set));
+  // Every step's bubble is recorded; calibration reads the median of the
+  // steps after the first (here the second alone), which is the bubble of
+  // the trace's own step (the median one) as read from its events.
+  const auto& bubbles = trace["otherData"]["measured"]["bubble_fractions"];
+  ASSERT_EQ(bubbles.size(), 2u);
+  for (const auto& b : bubbles) {
+    EXPECT_GT(b.template get<double>(), 0);
+    EXPECT_LT(b.template get<double>(), 1);
+  }
+  ASSERT_EQ(trace["otherData"]["measured"]["representative_step"].template get<int>(), 1);
+  const auto recorded = pc::load_trace_run(path("real.json"));
+  EXPECT_EQ(recorded.bubble_steps, 1);
+  EXPECT_DOUBLE_EQ(recorded.bubble, bubbles[1].template get<double>());
+  auto one_step = trace;
+  one_step["otherData"]["measured"].erase("bubble_fractions");
+  {
+    std::ofstream f(path("one_step.json"));
+    f << one_step.dump();
+  }
+  const auto from_events = pc::load_trace_run(path("one_step.json"));
+  EXPECT_EQ(from_events.bubble_steps, 0);
+  EXPECT_NEAR(from_events.bubble, recorded.bubble, 1e-6);
   const auto sim = run("simulate --model " + tiny + " -s 1f1b -k 2 -m 2 --hardware " + path("real.yaml"));
   EXPECT_EQ(sim.code, 0) << sim.out;
 }

@@ -404,6 +404,12 @@ std::vector<Bad> catalogue() {
             j["otherData"]["measured"]["ranks"][1]["host_cores"] = -4;
           }),
           "t.json: otherData.measured.ranks[1].host_cores must not be negative, got -4"),
+      cal("calibrate_bubble_fraction_out_of_range",
+          edited("p.json", [](json& j) {
+            as_measured(j);
+            j["otherData"]["measured"]["bubble_fractions"] = {0.5, 1.5};
+          }),
+          "t.json: otherData.measured.bubble_fractions[1] must be a fraction between 0 and 1, got 1.5"),
       {"calibrate_two_host_core_counts", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
        "{}/b.json: rank 0 ran on a host with 2 usable cores, but {}/a.json on one with 16", 1,
        {{"a.json", edited("p.json", [](json& j) {
@@ -646,7 +652,9 @@ TEST_P(BadInput, ClearErrorNonZeroExitNoOutput) {
   } else {
     // CLI11 follows its one-line message with a hint, the one second line allowed.
     EXPECT_LE(lines.size(), 2u) << b.name << "\n" << r.err;
-    if (lines.size() == 2) EXPECT_EQ(lines[1], "Run with --help for more information.") << b.name;
+    if (lines.size() == 2) {
+      EXPECT_EQ(lines[1], "Run with --help for more information.") << b.name;
+    }
   }
   // The folder holds exactly the inputs, unchanged: no output, no temporary.
   std::map<std::string, std::string> expected_files = o.inputs;
