@@ -518,6 +518,23 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
   return out;
 }
 
+// A compute group's time as a fit's curves give it.
+double group_seconds(const ComputeFit& cf, const ComputeGroup& g, const std::vector<std::string>& kinds) {
+  const auto curves = cf.curves.find(g.pass);
+  const auto action = cf.action.find(g.pass);
+  double t = action != cf.action.end() ? action->second : 0;
+  const auto [i, j] = g.run->program.partition.at(g.stage);
+  for (int l = i; l < j; ++l) {
+    const auto& layer = g.run->model.layers[l];
+    const double w = pass_flops(layer, g.pass) * g.run->microbatch_size;
+    if (w <= 0 || curves == cf.curves.end()) continue;
+    const auto ab = curves->second.find(std::string(pm::kind_name(layer.kind)));
+    if (ab == curves->second.end() || std::find(kinds.begin(), kinds.end(), ab->first) == kinds.end()) continue;
+    t += ab->second.first * w + ab->second.second;
+  }
+  return t;
+}
+
 }  // namespace
 
 FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
@@ -587,10 +604,42 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       for (const auto& n : never_alone_notes(observed, every, model)) result.notes.push_back(n);
     }
   }
+  const auto is_shared = [&](const TraceRun& run) { return oversubscribed(run, base); };
+  // With more ranks than cores, an action that ran alone still took longer
+  // than in a run with a core per rank (the other processes and the
+  // transport's threads wake on the same cores): the curves take those
+  // actions divided by 1 + x, x the ratio of their total to the curves'
+  // (refitted until it settles), and the topology records x.
+  double slower = 0;
+  ComputeFit cf = fit_compute(observed, kinds, base_peak);
+  if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost &&
+      std::any_of(observed.compute.begin(), observed.compute.end(), [&](const ComputeGroup& g) { return is_shared(*g.run); })) {
+    const Observations measured = observed;
+    for (int round = 0; round < 100; ++round) {
+      double m = 0, p = 0;
+      for (const auto& g : measured.compute) {
+        if (!is_shared(*g.run)) continue;
+        m += g.measured;
+        p += group_seconds(cf, g, kinds);
+      }
+      const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
+      const bool settled = std::abs(next - slower) < 1e-9;
+      slower = next;
+      for (std::size_t i = 0; i < observed.compute.size(); ++i) {
+        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = measured.compute[i].measured / (1 + slower);
+      }
+      for (std::size_t i = 0; i < observed.steps.size(); ++i) {
+        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = measured.steps[i].measured / (1 + slower);
+      }
+      cf = fit_compute(observed, kinds, base_peak);
+      if (settled) break;
+    }
+    result.coefficients.push_back({"oversubscribed.compute", slower,
+                                   "how much longer the compute actions that ran alone took in runs with more ranks than "
+                                   "cores than the curves say"});
+  }
   const auto& compute = observed.compute;
   const auto& steps = observed.steps;
-  ComputeFit cf = fit_compute(observed, kinds, base_peak);
-  const auto is_shared = [&](const TraceRun& run) { return oversubscribed(run, base); };
   if (!all_shared && unshared.size() < runs.size()) {
     result.notes.push_back(std::to_string(runs.size() - unshared.size()) +
                            " run(s) with more ranks x threads than the host's cores: their transfers are not fitted");
@@ -840,6 +889,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
         for (const double x : v) sum += x;
         return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
       };
+      topology.oversubscribed_compute = slower;
       topology.oversubscribed_send_s = mean(send_excess);
       topology.oversubscribed_recv_s = mean(recv_excess);
       if (!send_excess.empty()) {
@@ -869,7 +919,9 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
     const pm::StageCostModel costs(run.model, hw, request_of(run));
     const auto add = [&](const std::string& op, double predicted, double measured) {
       if (apart) {
-        if (op != "send" && op != "transfer" && op != "receive") result.shared_core_residuals[op].add(predicted, measured);
+        if (op != "send" && op != "transfer" && op != "receive") {
+          result.shared_core_residuals[op].add(predicted * (1 + hw.topology.oversubscribed_compute), measured);
+        }
         return;
       }
       result.residuals[op].add(predicted, measured);

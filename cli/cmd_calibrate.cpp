@@ -241,10 +241,10 @@ int run(const Options& o) {
   std::printf("step         memory bandwidth %.3g GB/s (optimizer step)\n", d.memory_bandwidth / 1e9);
   if (result.hardware.topology.kind == models::TopologyKind::SharedHost) {
     const auto& t = result.hardware.topology;
-    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, and each send waits %.1f us "
-                "and each receive %.1f us more for a core\n",
-                t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), t.oversubscribed_send_s * 1e6,
-                t.oversubscribed_recv_s * 1e6);
+    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, each compute action takes "
+                "%.1f%% longer, and each send waits %.1f us and each receive %.1f us more for a core\n",
+                t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), 100 * t.oversubscribed_compute,
+                t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
   }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {

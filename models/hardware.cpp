@@ -223,7 +223,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "run_to_completion", "time_slice_us", "intra", "bridge", "inter"});
+       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
@@ -241,6 +241,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
   }
   if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;
   if (y.has("oversubscribed_recv_us")) t.oversubscribed_recv_s = y.non_negative_number("oversubscribed_recv_us") * kUs;
+  if (y.has("oversubscribed_compute")) t.oversubscribed_compute = y.non_negative_number("oversubscribed_compute");
   if (y.has("run_to_completion")) {
     const std::string v = y.text("run_to_completion");
     if (v != "true" && v != "false") y.fail("run_to_completion", "expected true or false, got '" + v + "'");
@@ -464,6 +465,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.effective_cores > 0) out += "  effective_cores: " + yaml_number(t.effective_cores) + "\n";
   if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + yaml_number(t.oversubscribed_send_s / kUs) + "\n";
   if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + yaml_number(t.oversubscribed_recv_s / kUs) + "\n";
+  if (t.oversubscribed_compute > 0) out += "  oversubscribed_compute: " + yaml_number(t.oversubscribed_compute) + "\n";
   if (t.run_to_completion) out += "  run_to_completion: true\n";
   if (t.time_slice_s > 0) out += "  time_slice_us: " + yaml_number(t.time_slice_s / kUs) + "\n";
   out += "  intra: " + link(t.intra) + "\n";

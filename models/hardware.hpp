@@ -130,6 +130,10 @@ struct Topology {
   // each receive also waits for a core (the ranks and the transport's threads
   // take turns), on top of the device's transfer costs.
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
+  // SharedHost, calibrated: with more ranks than cores, how much longer each
+  // compute action takes even while no other rank computes (0.08: 8%): the
+  // other ranks' processes and the transport's threads wake on its cores.
+  double oversubscribed_compute = 0;
   // SharedHost, calibrated: with more ranks than cores, a rank takes a core
   // when it has work and keeps it until it waits for a message (a thread
   // holds its core until it blocks); a rank with work and no core waits,

@@ -34,6 +34,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       if (s > 0) t.activation_recv_s += topo.oversubscribed_recv_s;
       if (s + 1 < S) t.gradient_recv_s += topo.oversubscribed_recv_s;
       t.recv_wake_s = topo.oversubscribed_recv_s;  // a rank woken by its message waits for a core too
+      const double slower = 1 + topo.oversubscribed_compute;
+      for (double* d : {&t.forward_s, &t.input_grad_s, &t.weight_grad_s, &t.backward_s, &t.recompute_s, &t.step_s}) *d *= slower;
     }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);

@@ -213,15 +213,16 @@ TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
 
 TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   // Two cores that give ranks computing at once 1.7 cores' worth, and make
-  // each transfer wait for a core when four ranks share them, as SimGrid
-  // replays it. The actions that ran
-  // alone recover the device exactly, whatever the sharing; the step times,
-  // replayed, recover the sharing.
+  // each transfer wait for a core, and each compute action take 8% longer,
+  // when four ranks share them, as SimGrid replays it. The actions that ran
+  // alone recover the device exactly, whatever the sharing, and the 8%; the
+  // step times, replayed, recover the sharing.
   pm::Hardware truth = known_hardware();
   truth.topology.host_cores = 2;
   truth.topology.effective_cores = 1.7;
   truth.topology.oversubscribed_send_s = 300e-6;
   truth.topology.oversubscribed_recv_s = 500e-6;
+  truth.topology.oversubscribed_compute = 0.08;
   std::vector<pc::TraceRun> runs;
   std::map<std::string, Config> configs;
   int i = 0;
@@ -240,6 +241,7 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
                "action overhead " + std::string(pm::pass_name(pass)));
   }
   expect_rel(fit.hardware.device.step_overhead(), *truth.device.step_overhead_s, "step overhead");
+  EXPECT_NEAR(fit.hardware.topology.oversubscribed_compute, 0.08, 1e-6);
   bool said = false;
   for (const auto& n : fit.notes) said = said || n.find("ran while another rank computed") != std::string::npos;
   EXPECT_TRUE(said);

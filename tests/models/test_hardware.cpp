@@ -60,7 +60,7 @@ TEST(Topology, MultiHostUsesTheNetworkBetweenHosts) {
 TEST(Device, EfficiencyCurve) {
   pm::Device d;
   d.peak_flops_fp32 = 1e12;
-  d.efficiency = {0.5, 1e9};
+  d.efficiency = {0.5, 1e9, {}};
   EXPECT_DOUBLE_EQ(d.compute_seconds(1e9, pm::Precision::FP32), 1e9 / (1e12 * 0.25));
   EXPECT_DOUBLE_EQ(d.compute_seconds(0, pm::Precision::FP32), 0);
 }

@@ -122,6 +122,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.effective_cores = 1.73;
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
+  h.topology.oversubscribed_compute = 0.0625;
   h.topology.run_to_completion = true;
   h.topology.time_slice_s = 2.5e-3;
   h.source = "a \"quoted\" source\nover two lines";
@@ -146,6 +147,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.effective_cores, 1.73);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
+  EXPECT_DOUBLE_EQ(back.topology.oversubscribed_compute, 0.0625);
   EXPECT_TRUE(back.topology.run_to_completion);
   EXPECT_DOUBLE_EQ(back.topology.time_slice_s, 2.5e-3);
   // Every preset too, and heterogeneous hardware.
@@ -195,6 +197,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'topology.time_slice_us': must not be negative, got -1"},
       {"preset: cpu\ntopology:\n  oversubscribed_recv_us: -2\n",
        ":3: field 'topology.oversubscribed_recv_us': must not be negative, got -2"},
+      {"preset: cpu\ntopology:\n  oversubscribed_compute: -0.1\n",
+       ":3: field 'topology.oversubscribed_compute': must not be negative, got -0.1"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
        ":4: field 'devices[1].kinds.conv.forward.max': must be positive, got 0"},
   };
@@ -240,11 +244,14 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(table[0].activation_recv_s, 0);
   // Sends: the sender's overhead and its cost per byte of the cut.
   EXPECT_DOUBLE_EQ(table[0].send_s(ps::Op::SEND_F), d.transfer_overhead_s + costs.cut_bytes(3) / 0.5e9);
-  // More ranks than the shared host's cores: each transfer also waits for a core.
+  // More ranks than the shared host's cores: each transfer also waits for a
+  // core, and each compute action takes the recorded share longer.
   pm::Hardware crowded = h;
   crowded.topology.oversubscribed_send_s = 1e-3;
   crowded.topology.oversubscribed_recv_s = 2e-3;
+  crowded.topology.oversubscribed_compute = 0.25;
   EXPECT_EQ(pm::stage_table(costs, crowded, p)[0].send_overhead_s, table[0].send_overhead_s);  // 2 ranks, 2 cores
+  EXPECT_EQ(pm::stage_table(costs, crowded, p)[1].backward_s, table[1].backward_s);
   pm::PartitionRequest r4 = r;
   r4.ranks = 4;
   ps::Program p4 = ps::build_schedule("1f1b", {4, 4, 1, ps::RecomputePolicy::Full});
@@ -254,6 +261,10 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(t4[1].send_overhead_s, d.transfer_overhead_s + 1e-3);
   EXPECT_DOUBLE_EQ(t4[1].activation_recv_s, d.recv_seconds(costs4.cut_bytes(2)) + 2e-3);
   EXPECT_DOUBLE_EQ(t4[0].activation_recv_s, 0);
+  EXPECT_DOUBLE_EQ(t4[1].forward_s, 1.25 * costs4.scheduled_forward_s(2, 3, 1));
+  EXPECT_DOUBLE_EQ(t4[3].backward_s, 1.25 * costs4.backward_s(4, 6, 3));
+  EXPECT_DOUBLE_EQ(t4[0].recompute_s, 1.25 * costs4.recompute_s(0, 2, 0));
+  EXPECT_DOUBLE_EQ(t4[2].step_s, 1.25 * costs4.step_s(3, 4, 2));
   // The step: its own overhead plus the traffic over the memory bandwidth.
   pm::Hardware unit = h;
   unit.device.memory_bandwidth = 1;
