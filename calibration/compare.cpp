@@ -242,6 +242,23 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   c.matched_actions = static_cast<int>(p_index.size());
   c.step_time_s = {pt.makespan(), mt.makespan()};
   c.bubble_fraction = {pt.bubble_fraction(), mt.bubble_fraction()};
+  if (const auto& meta = measured.metadata; meta.contains("measured") && meta["measured"].is_object() &&
+                                            meta["measured"].contains("bubble_fractions")) {
+    const json& all = meta["measured"]["bubble_fractions"];
+    std::vector<double> steps;
+    if (!all.is_array() || all.empty()) throw Error(mf + ": otherData.measured.bubble_fractions must be a non-empty list of fractions");
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
+        throw Error(mf + ": otherData.measured.bubble_fractions[" + std::to_string(i) +
+                    "] must be a fraction between 0 and 1, got " + all[i].dump());
+      }
+      if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
+    }
+    std::sort(steps.begin(), steps.end());
+    const std::size_t n = steps.size();
+    c.bubble_over_steps = {pt.bubble_fraction(), n % 2 == 1 ? steps[n / 2] : 0.5 * (steps[n / 2 - 1] + steps[n / 2])};
+    c.bubble_steps = static_cast<int>(n);
+  }
   const int ranks = static_cast<int>(std::max(pt.ranks.size(), mt.ranks.size()));
   for (int r = 0; r < ranks; ++r) {
     const auto busy = [r](const schedule::Timeline& tl) {
@@ -319,6 +336,11 @@ json Comparison::to_json() const {
   j["bubble_fraction"] = {{"predicted", bubble_fraction.predicted},
                           {"measured", bubble_fraction.measured},
                           {"error_points", 100 * bubble_fraction.error()}};
+  if (bubble_steps > 0) {
+    j["bubble_fraction"]["measured_over_steps"] = {{"median", bubble_over_steps.measured},
+                                                   {"steps", bubble_steps},
+                                                   {"error_points", 100 * bubble_over_steps.error()}};
+  }
   j["busy_s_per_rank"] = json::array();
   for (std::size_t r = 0; r < busy_s_per_rank.size(); ++r) {
     auto d = delta_json(busy_s_per_rank[r]);
@@ -363,6 +385,11 @@ std::string Comparison::to_text() const {
   std::snprintf(line, sizeof line, "bubble       predicted %.2f%%, measured %.2f%%: error %+.2f points\n",
                 100 * bubble_fraction.predicted, 100 * bubble_fraction.measured, 100 * bubble_fraction.error());
   o << line;
+  if (bubble_steps > 0) {
+    std::snprintf(line, sizeof line, "             measured over %d steps (their median): %.2f%%: error %+.2f points\n",
+                  bubble_steps, 100 * bubble_over_steps.measured, 100 * bubble_over_steps.error());
+    o << line;
+  }
   o << "busy         per rank, predicted / measured: error\n";
   for (std::size_t r = 0; r < busy_s_per_rank.size(); ++r) {
     const auto& d = busy_s_per_rank[r];

@@ -53,6 +53,11 @@ struct Comparison {
   int matched_actions = 0;
   Delta step_time_s;
   Delta bubble_fraction;  // its error in points is 100 * error()
+  // Where the measured trace recorded every step's bubble
+  // (measured.bubble_fractions): the prediction against their median (the
+  // first step, warm-up, left out), over bubble_steps steps; else 0 steps.
+  Delta bubble_over_steps;
+  int bubble_steps = 0;
   std::vector<Delta> busy_s_per_rank;
   std::vector<OpKindErrors> op_kinds;
   std::optional<MatchedAction> largest_duration_error, largest_start_error;

@@ -48,6 +48,14 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
             if field in doc and doc[field] != value:
                 raise common.PlotError(f"{path}: field '{field}' is {doc[field]!r} but the plotted sweep rows have "
                                        f"{value!r} (choose them with --{field.replace('_', '-')})")
+    # The median of the run's steps where it recorded each step's (the first,
+    # warm-up, left out), as calibrate reads it; else its summary's one step.
+    every = (doc.get("measured") or {}).get("bubble_fractions")
+    if isinstance(every, list) and every and all(isinstance(b, (int, float)) for b in every):
+        steps = sorted(every[1:] if len(every) > 1 else every)
+        n = len(steps)
+        return int(doc["ranks"]), int(doc["microbatches"]), float(
+            steps[n // 2] if n % 2 else (steps[n // 2 - 1] + steps[n // 2]) / 2)
     summary = doc.get("summary") or {}
     bubble = summary.get("bubble_fraction")
     if not isinstance(bubble, (int, float)):

@@ -25,6 +25,13 @@ def row(path: str) -> dict:
     step = doc["step_time_s"]
     stash_errors = [abs(s["relative_error"]) for s in doc["stash_bytes_per_stage"].get("stages", [])
                     if s.get("relative_error") is not None]
+    # The measured bubble: the median of the run's steps where the comparison
+    # has it (compare's measured_over_steps), else the traced step's.
+    bubble = doc["bubble_fraction"]
+    measured_bubble, bubble_points = bubble["measured"], bubble["error_points"]
+    over = bubble.get("measured_over_steps")
+    if isinstance(over, dict) and "median" in over and "error_points" in over:
+        measured_bubble, bubble_points = over["median"], over["error_points"]
     batch = c["microbatches"] * c["microbatch_size"] if "microbatch_size" in c and "microbatches" in c else "?"
     name = (f"{c.get('schedule')} K={c.get('ranks')} M={c.get('microbatches')} "
             f"batch={batch} recompute={c.get('recompute')}")
@@ -34,8 +41,8 @@ def row(path: str) -> dict:
         "measured": step["measured"],
         "error": step["relative_error"],
         "bubble_predicted": doc["bubble_fraction"]["predicted"],
-        "bubble_measured": doc["bubble_fraction"]["measured"],
-        "bubble_points": doc["bubble_fraction"]["error_points"],
+        "bubble_measured": measured_bubble,
+        "bubble_points": bubble_points,
         "stash_worst": max(stash_errors) if stash_errors else None,
     }
 

@@ -166,6 +166,29 @@ TEST(Compare, AHandMadePairGivesTheExpectedErrors) {
   EXPECT_TRUE(has(text, "config       transformer-small, 1f1b, K=2 V=1 M=1, micro-batch 4, recompute none, partition [[0,3],[3,6]]")) << text;
 }
 
+TEST(Compare, TheBubbleOverTheMeasuredRunsStepsWhereItRecordedThem) {
+  // No steps recorded: the traced step's bubble alone.
+  EXPECT_EQ(compare(predicted(), "p.json", measured(), "m.json").bubble_steps, 0);
+  // Five steps: the median of the last four (the first is the warm-up).
+  auto m = measured();
+  m.metadata["measured"]["bubble_fractions"] = {0.9, 0.5, 0.3, 0.6, 0.4};
+  const auto c = compare(predicted(), "p.json", m, "m.json");
+  EXPECT_EQ(c.bubble_steps, 4);
+  EXPECT_DOUBLE_EQ(c.bubble_over_steps.measured, 0.45);
+  EXPECT_DOUBLE_EQ(c.bubble_over_steps.predicted, 1 - 3 / 6.5);
+  EXPECT_DOUBLE_EQ(c.bubble_fraction.measured, 1 - 3.75 / 9.2);  // the traced step's, as before
+  EXPECT_TRUE(has(c.to_text(), "measured over 4 steps (their median): 45.00%: error +8.85 points")) << c.to_text();
+  EXPECT_DOUBLE_EQ(c.to_json()["bubble_fraction"]["measured_over_steps"]["median"].get<double>(), 0.45);
+  // A fraction outside [0, 1] names the file, field and index.
+  m.metadata["measured"]["bubble_fractions"] = {0.5, -0.25};
+  try {
+    compare(predicted(), "p.json", m, "m.json");
+    ADD_FAILURE() << "accepted a negative bubble";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "m.json: otherData.measured.bubble_fractions[1] must be a fraction between 0 and 1, got -0.25");
+  }
+}
+
 TEST(Compare, ADifferentConfigurationIsRefusedNamingTheFileAndField) {
   for (const auto& field : pipetwin::calibration::configuration_fields()) {
     auto m = measured();

@@ -173,6 +173,12 @@ class Sweep(Files):
         run = self.write("run.json", {"schedule": "gpipe", "recompute": "none", "microbatch_size": 1, "ranks": 2,
                                       "microbatches": 4, "summary": {"bubble_fraction": 0.25}})
         self.assertEqual(bubble.measured_point(run, sel), (2, 4, 0.25))
+        # A run that recorded every step's bubble: the median of the steps
+        # after the first (0.9 is the warm-up), not its summary's one step.
+        steps = self.write("steps.json", {"schedule": "gpipe", "recompute": "none", "microbatch_size": 1, "ranks": 2,
+                                          "microbatches": 4, "summary": {"bubble_fraction": 0.25},
+                                          "measured": {"bubble_fractions": [0.9, 0.25, 0.5, 0.75, 0.125]}})
+        self.assertEqual(bubble.measured_point(steps, sel), (2, 4, 0.375))
         other = self.write("o.json", {"schedule": "1f1b", "ranks": 2, "microbatches": 4, "summary": {}})
         with self.assertRaisesRegex(common.PlotError, "o.json: field 'schedule' is '1f1b'"):
             bubble.measured_point(other, sel)
@@ -218,6 +224,12 @@ class Report(Files):
         self.assertIn("median |error| 5.0%, worst 5.0% over 2 held-out configurations", text)
         self.assertIn("Bubble: median |error| 1.0 points, worst 2.0", text)
         self.assertIn("worst 3.0%", text)
+
+    def test_the_bubble_over_the_runs_steps_is_preferred(self):
+        doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        doc["bubble_fraction"]["measured_over_steps"] = {"median": 0.31, "steps": 8, "error_points": -1.0}
+        r = report.row(self.write("s.json", doc))
+        self.assertEqual((r["bubble_measured"], r["bubble_points"]), (0.31, -1.0))
 
     def test_a_file_that_is_not_a_comparison_is_named(self):
         path = self.write("x.json", {"traceEvents": []})
