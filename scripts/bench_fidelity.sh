@@ -57,15 +57,19 @@ for K in 1 2 4; do
   done
 done
 
+# Repeat by repeat, every configuration once in each: a spell of the machine
+# running slow then lands on one repeat of several configurations, which the
+# median repeat leaves out, not on every repeat of one.
 n=0
-for c in "${configs[@]}"; do
-  read -r S K M R <<<"$c"
-  name="${S}_k${K}_m${M}_${R}"
-  n=$((n + 1))
-  for rep in $(seq 1 "$REPEATS"); do
+for rep in $(seq 1 "$REPEATS"); do
+  for c in "${configs[@]}"; do
+    read -r S K M R <<<"$c"
+    name="${S}_k${K}_m${M}_${R}"
+    n=$((n + 1))
     trace="$OUT/runs/${name}_r${rep}.json"
     [ -s "$trace" ] && continue
-    printf "[%2d/%d] run %-22s repeat %d (load %s)\n" "$n" "${#configs[@]}" "$name" "$rep" "$(cut -d' ' -f1 /proc/loadavg)"
+    printf "[%3d/%d] run %-22s repeat %d (load %s)\n" "$n" "$((${#configs[@]} * REPEATS))" "$name" "$rep" \
+      "$(cut -d' ' -f1 /proc/loadavg)"
     prio "$PIPETWIN" run --model "$MODEL" -s "$S" -k "$K" -m "$M" --batch "$BATCH" --recompute "$R" --steps "$STEPS" \
       --threads 1 --trace "$trace" >"$OUT/runs/${name}_r${rep}.log" 2>&1 || {
       cat "$OUT/runs/${name}_r${rep}.log" >&2
