@@ -86,8 +86,15 @@ say "predict the ${#HELD_OUT[@]} held-out configurations with the calibrated har
 compares=()
 for c in "${HELD_OUT[@]}"; do
   n=$(name_of "$c")
+  # The partition the run used (the calibrated costs may balance the layers
+  # differently): the prediction is of the same IR.
+  python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(' '.join(f'{b}:{e}' for b, e in d['otherData']['partition']))" "$OUT/runs/$n.json" >"$OUT/predicted/$n.partition"
   # shellcheck disable=SC2046
-  "$PIPETWIN" simulate $(args_of "$c") --hardware "$OUT/cpu-calibrated.yaml" --trace "$OUT/predicted/$n.json" >/dev/null
+  "$PIPETWIN" simulate $(args_of "$c") --hardware "$OUT/cpu-calibrated.yaml" --partition "$OUT/predicted/$n.partition" \
+    --trace "$OUT/predicted/$n.json" >/dev/null
   "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" --json >"$OUT/compare/$n.json"
   "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" | sed -n 's/^step time/  '"$n"': step time/p'
   compares+=("$OUT/compare/$n.json")
