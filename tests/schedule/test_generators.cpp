@@ -79,7 +79,9 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
     EXPECT_NEAR(run.timeline.bubble_fraction(), analytic, 1e-12);
   } else if (s.name == "zb-h1") {
     // F = I = W = 1: 3M + K - 1 once M >= K (bubble (K-1)(F+I-W)); never worse than 1F1B's 3(M+K-1).
-    if (M >= K) EXPECT_DOUBLE_EQ(steps, 3.0 * M + K - 1);
+    if (M >= K) {
+      EXPECT_DOUBLE_EQ(steps, 3.0 * M + K - 1);
+    }
     EXPECT_LE(steps, 3.0 * (M + K - 1));
   } else if (s.name == "interleaved-1f1b") {
     // Megatron: the bubble shrinks by V; with every chunk op 1 step: 2(VM + K - 1).
@@ -95,19 +97,27 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     const int stage = m.stage.value;
     overall = std::max(overall, m.peak_activations);
     EXPECT_EQ(m.peak_inputs, 0);
-    if (s.name == "gpipe") EXPECT_EQ(m.peak_activations, s.M) << "stage " << stage;
+    if (s.name == "gpipe") {
+      EXPECT_EQ(m.peak_activations, s.M) << "stage " << stage;
+    }
     if (s.name == "1f1b" || s.name == "pipedream") {
       EXPECT_EQ(m.peak_activations, std::min(s.K - stage, s.M)) << "stage " << stage;
     }
     if (s.name == "pipedream") {
       // One version per in-flight mini-batch once the window is in steady state.
       EXPECT_LE(m.weight_versions, s.K - stage) << "stage " << stage;
-      if (s.M >= 2 * s.K - 2) EXPECT_EQ(m.weight_versions, s.K - stage) << "stage " << stage;
+      if (s.M >= 2 * s.K - 2) {
+        EXPECT_EQ(m.weight_versions, s.K - stage) << "stage " << stage;
+      }
     }
-    if (s.name != "pipedream") EXPECT_EQ(m.weight_versions, 1);
+    if (s.name != "pipedream") {
+      EXPECT_EQ(m.weight_versions, 1);
+    }
   }
   // ZB-H1 keeps 1F1B's largest stash over the pipeline.
-  if (s.name == "zb-h1") EXPECT_EQ(overall, std::min(s.K, s.M));
+  if (s.name == "zb-h1") {
+    EXPECT_EQ(overall, std::min(s.K, s.M));
+  }
 }
 
 TEST_P(EveryShape, GeneratorWeightVersionsMatchTheAccounting) {
