@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "calibration/traces.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::calibration {
@@ -81,7 +82,7 @@ const char* kind_of(Op op) {
   return "?";
 }
 
-std::optional<double> median(std::vector<double> v) {
+std::optional<double> median_or_none(std::vector<double> v) {
   if (v.empty()) return std::nullopt;
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -242,22 +243,9 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   c.matched_actions = static_cast<int>(p_index.size());
   c.step_time_s = {pt.makespan(), mt.makespan()};
   c.bubble_fraction = {pt.bubble_fraction(), mt.bubble_fraction()};
-  if (const auto& meta = measured.metadata; meta.contains("measured") && meta["measured"].is_object() &&
-                                            meta["measured"].contains("bubble_fractions")) {
-    const json& all = meta["measured"]["bubble_fractions"];
-    std::vector<double> steps;
-    if (!all.is_array() || all.empty()) throw Error(mf + ": otherData.measured.bubble_fractions must be a non-empty list of fractions");
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
-        throw Error(mf + ": otherData.measured.bubble_fractions[" + std::to_string(i) +
-                    "] must be a fraction between 0 and 1, got " + all[i].dump());
-      }
-      if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
-    }
-    std::sort(steps.begin(), steps.end());
-    const std::size_t n = steps.size();
-    c.bubble_over_steps = {pt.bubble_fraction(), n % 2 == 1 ? steps[n / 2] : 0.5 * (steps[n / 2 - 1] + steps[n / 2])};
-    c.bubble_steps = static_cast<int>(n);
+  if (const auto recorded = recorded_bubble(measured.metadata, mf)) {
+    c.bubble_over_steps = {pt.bubble_fraction(), recorded->median};
+    c.bubble_steps = recorded->steps;
   }
   const int ranks = static_cast<int>(std::max(pt.ranks.size(), mt.ranks.size()));
   for (int r = 0; r < ranks; ++r) {
@@ -301,7 +289,7 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
     const auto it = acc.find(kind);
     if (it == acc.end()) continue;
     const auto& k = it->second;
-    c.op_kinds.push_back({kind, k.actions, k.total, median(k.rel), median(k.abs_rel), k.without});
+    c.op_kinds.push_back({kind, k.actions, k.total, median_or_none(k.rel), median_or_none(k.abs_rel), k.without});
   }
 
   const auto [p_stash, p_source] = stash_of(predicted.metadata, pf);

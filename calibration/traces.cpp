@@ -21,6 +21,23 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::string& path) {
+  if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("bubble_fractions")) {
+    return std::nullopt;
+  }
+  const json& all = meta["measured"]["bubble_fractions"];
+  const std::string where = path + ": otherData.measured.bubble_fractions";
+  if (!all.is_array() || all.empty()) throw Error(where + " must be a non-empty list of fractions");
+  std::vector<double> steps;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
+      throw Error(where + "[" + std::to_string(i) + "] must be a fraction between 0 and 1, got " + all[i].dump());
+    }
+    if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
+  }
+  return RecordedBubble{median(steps), static_cast<int>(steps.size())};
+}
+
 std::string TraceRun::describe() const {
   return program.schedule + " K=" + std::to_string(program.num_ranks) + " M=" + std::to_string(program.num_microbatches) +
          " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute));
@@ -204,21 +221,9 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   if (!(run.step_time_s > 0)) throw Error(path + ": the step takes no time (every event has dur 0)");
   for (int r = 0; r < K; ++r) run.bubble += 1 - run.trace.timeline.busy(ps::RankId{r}) / run.step_time_s;
   run.bubble /= K;
-  // A run that recorded every step's bubble: their median (the first step,
-  // warm-up, left out when there are others), steadier than one step's.
-  if (meta.contains("measured") && meta["measured"].is_object() && meta["measured"].contains("bubble_fractions")) {
-    const json& all = meta["measured"]["bubble_fractions"];
-    const std::string where = path + ": otherData.measured.bubble_fractions";
-    if (!all.is_array() || all.empty()) throw Error(where + " must be a non-empty list of fractions");
-    std::vector<double> steps;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
-        throw Error(where + "[" + std::to_string(i) + "] must be a fraction between 0 and 1, got " + all[i].dump());
-      }
-      if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
-    }
-    run.bubble = median(steps);
-    run.bubble_steps = static_cast<int>(steps.size());
+  if (const auto recorded = recorded_bubble(meta, path)) {
+    run.bubble = recorded->median;
+    run.bubble_steps = recorded->steps;
   }
   return run;
 }

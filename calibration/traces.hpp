@@ -8,6 +8,7 @@
 // rank or action at fault.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,17 @@ struct TraceRun {
   // "1f1b K=2 M=4 mb=4 recompute none"
   std::string describe() const;
 };
+
+// The bubble of every step a run recorded (otherData.measured.bubble_fractions):
+// their median, the first step (warm-up) left out when there are others, and
+// how many steps that is; nullopt when the trace records none. Throws
+// pipetwin::Error naming `path`, the field and the index of a value that is
+// not a fraction.
+struct RecordedBubble {
+  double median = 0;
+  int steps = 0;
+};
+std::optional<RecordedBubble> recorded_bubble(const nlohmann::json& meta, const std::string& path);
 
 // Reads and checks one trace; throws pipetwin::Error naming `path`.
 TraceRun load_trace_run(const std::string& path);
