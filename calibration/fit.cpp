@@ -612,12 +612,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   // (refitted until it settles), and the topology records x.
   double slower = 0;
   ComputeFit cf = fit_compute(observed, kinds, base_peak);
+  const Observations as_measured = observed;  // undivided, for the residuals
   if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost &&
       std::any_of(observed.compute.begin(), observed.compute.end(), [&](const ComputeGroup& g) { return is_shared(*g.run); })) {
-    const Observations measured = observed;
     for (int round = 0; round < 100; ++round) {
       double m = 0, p = 0;
-      for (const auto& g : measured.compute) {
+      for (const auto& g : as_measured.compute) {
         if (!is_shared(*g.run)) continue;
         m += g.measured;
         p += group_seconds(cf, g, kinds);
@@ -626,10 +626,10 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       const bool settled = std::abs(next - slower) < 1e-9;
       slower = next;
       for (std::size_t i = 0; i < observed.compute.size(); ++i) {
-        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = measured.compute[i].measured / (1 + slower);
+        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = as_measured.compute[i].measured / (1 + slower);
       }
       for (std::size_t i = 0; i < observed.steps.size(); ++i) {
-        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = measured.steps[i].measured / (1 + slower);
+        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
       }
       cf = fit_compute(observed, kinds, base_peak);
       if (settled) break;
@@ -638,7 +638,6 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
                                    "how much longer the compute actions that ran alone took in runs with more ranks than "
                                    "cores than the curves say"});
   }
-  const auto& compute = observed.compute;
   const auto& steps = observed.steps;
   if (!all_shared && unshared.size() < runs.size()) {
     result.notes.push_back(std::to_string(runs.size() - unshared.size()) +
@@ -928,7 +927,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       result.overall.add(predicted, measured);
       ++result.observations;
     };
-    for (const auto& g : compute) {
+    for (const auto& g : as_measured.compute) {
       if (g.run != &run) continue;
       const auto [i, j] = run.program.partition.at(g.stage);
       double predicted = 0;
@@ -940,7 +939,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       }
       add(std::string(pm::pass_name(g.pass)), predicted, g.measured);
     }
-    for (const auto& g : steps) {
+    for (const auto& g : as_measured.steps) {
       if (g.run != &run) continue;
       const auto [i, j] = run.program.partition.at(g.stage);
       add("step", costs.step_s(i, j, g.stage), g.measured);

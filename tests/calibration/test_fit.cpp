@@ -242,6 +242,13 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   }
   expect_rel(fit.hardware.device.step_overhead(), *truth.device.step_overhead_s, "step overhead");
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_compute, 0.08, 1e-6);
+  // The runs with more ranks than cores: their alone actions, as measured,
+  // against the curves lengthened by it.
+  for (const char* op : {"forward", "backward", "recompute", "step"}) {
+    ASSERT_TRUE(fit.shared_core_residuals.count(op)) << op;
+    EXPECT_GT(fit.shared_core_residuals.at(op).count, 0) << op;
+    EXPECT_LT(fit.shared_core_residuals.at(op).max_rel, 1e-6) << op;
+  }
   bool said = false;
   for (const auto& n : fit.notes) said = said || n.find("ran while another rank computed") != std::string::npos;
   EXPECT_TRUE(said);
