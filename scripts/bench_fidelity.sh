@@ -112,10 +112,7 @@ for name in "${held[@]}"; do
   read -r S K M R <<<"${name//_/ }"
   K=${K#k}
   M=${M#m}
-  python3 -c "
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(' '.join(f'{b}:{e}' for b, e in d['otherData']['partition']))" "$OUT/runs/$name.json" >"$OUT/predicted/$name.partition"
+  python3 scripts/trace_partition.py "$OUT/runs/$name.json" >"$OUT/predicted/$name.partition"
   "$PIPETWIN" simulate --model "$MODEL" --hardware "$OUT/calibrated.yaml" -s "$S" -k "$K" -m "$M" --batch "$BATCH" \
     --recompute "$R" --partition "$OUT/predicted/$name.partition" --trace "$OUT/predicted/$name.json" --json \
     >"$OUT/predicted/$name.summary.json"

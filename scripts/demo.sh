@@ -88,10 +88,7 @@ for c in "${HELD_OUT[@]}"; do
   n=$(name_of "$c")
   # The partition the run used (the calibrated costs may balance the layers
   # differently): the prediction is of the same IR.
-  python3 -c "
-import json, sys
-d = json.load(open(sys.argv[1]))
-print(' '.join(f'{b}:{e}' for b, e in d['otherData']['partition']))" "$OUT/runs/$n.json" >"$OUT/predicted/$n.partition"
+  python3 scripts/trace_partition.py "$OUT/runs/$n.json" >"$OUT/predicted/$n.partition"
   # shellcheck disable=SC2046
   "$PIPETWIN" simulate $(args_of "$c") --hardware "$OUT/cpu-calibrated.yaml" --partition "$OUT/predicted/$n.partition" \
     --trace "$OUT/predicted/$n.json" >/dev/null
