@@ -518,8 +518,9 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
   return out;
 }
 
-// A compute group's time as a fit's curves give it.
-double group_seconds(const ComputeFit& cf, const ComputeGroup& g, const std::vector<std::string>& kinds) {
+// A compute group's time as a fit's curves give it (its row of fit_compute's
+// problem: the action's overhead, and per layer with work a w + b).
+double group_seconds(const ComputeFit& cf, const ComputeGroup& g) {
   const auto curves = cf.curves.find(g.pass);
   const auto action = cf.action.find(g.pass);
   double t = action != cf.action.end() ? action->second : 0;
@@ -529,7 +530,7 @@ double group_seconds(const ComputeFit& cf, const ComputeGroup& g, const std::vec
     const double w = pass_flops(layer, g.pass) * g.run->microbatch_size;
     if (w <= 0 || curves == cf.curves.end()) continue;
     const auto ab = curves->second.find(std::string(pm::kind_name(layer.kind)));
-    if (ab == curves->second.end() || std::find(kinds.begin(), kinds.end(), ab->first) == kinds.end()) continue;
+    if (ab == curves->second.end()) continue;
     t += ab->second.first * w + ab->second.second;
   }
   return t;
@@ -620,17 +621,18 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       for (const auto& g : as_measured.compute) {
         if (!is_shared(*g.run)) continue;
         m += g.measured;
-        p += group_seconds(cf, g, kinds);
+        p += group_seconds(cf, g);
       }
       const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
       const bool settled = std::abs(next - slower) < 1e-9;
       slower = next;
-      for (std::size_t i = 0; i < observed.compute.size(); ++i) {
-        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = as_measured.compute[i].measured / (1 + slower);
-      }
-      for (std::size_t i = 0; i < observed.steps.size(); ++i) {
-        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
-      }
+      const auto divide = [&](auto& groups, const auto& originals) {
+        for (std::size_t i = 0; i < groups.size(); ++i) {
+          if (is_shared(*groups[i].run)) groups[i].measured = originals[i].measured / (1 + slower);
+        }
+      };
+      divide(observed.compute, as_measured.compute);
+      divide(observed.steps, as_measured.steps);
       cf = fit_compute(observed, kinds, base_peak);
       if (settled) break;
     }

@@ -11,6 +11,7 @@ given (large hollow markers).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,10 +53,8 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
     # warm-up, left out), as calibrate reads it; else its summary's one step.
     every = (doc.get("measured") or {}).get("bubble_fractions")
     if isinstance(every, list) and every and all(isinstance(b, (int, float)) for b in every):
-        steps = sorted(every[1:] if len(every) > 1 else every)
-        n = len(steps)
         return int(doc["ranks"]), int(doc["microbatches"]), float(
-            steps[n // 2] if n % 2 else (steps[n // 2 - 1] + steps[n // 2]) / 2)
+            statistics.median(every[1:] if len(every) > 1 else every))
     summary = doc.get("summary") or {}
     bubble = summary.get("bubble_fraction")
     if not isinstance(bubble, (int, float)):
