@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -225,6 +226,10 @@ struct ComputeGroup {
   int stage = 0;
   pm::Pass pass = pm::Pass::Forward;
   double measured = 0;  // median over the group's actions
+  // Where the group is the stage's first forward in a step alone (no other
+  // forward of its pass to take instead): its weight bytes, whose cold read
+  // it also holds (then measured is net of it); else 0.
+  double cold_bytes = 0;
 };
 
 struct StepGroup {
@@ -352,11 +357,62 @@ struct Observations {
   int shared_actions = 0;  // left out
 };
 
+// The bytes of stage s's weights in `run` (what its first forward in a step
+// reads back: the device's cold_weights_bandwidth).
+double weight_bytes(const TraceRun& run, int s) {
+  const auto [i, j] = run.program.partition.at(s);
+  double params = 0;
+  for (int l = i; l < j; ++l) params += static_cast<double>(run.model.layers.at(l).cost.params);
+  return params * pm::bytes_per_element(run.model.precision);
+}
+
+// Each stage's first forward in a step (micro-batch 0's F) against its other
+// forwards of the same pass, where all of them ran alone: (weight bytes, how
+// much longer it took than their median). Runs with more ranks than cores
+// only where no other run has such a stage.
+std::vector<std::pair<double, double>> cold_forward_observations(const std::vector<TraceRun>& runs,
+                                                                 const pm::Hardware& base) {
+  std::vector<std::pair<double, double>> within, beyond;
+  for (const TraceRun& run : runs) {
+    const auto& p = run.program;
+    const ps::Timeline timeline = paced(run.trace.timeline);
+    const auto shared = concurrent_time(timeline);
+    struct Forwards {
+      std::optional<double> first;
+      bool first_nograd = false;
+      std::vector<std::pair<bool, double>> others;  // (no grad, duration)
+    };
+    std::map<int, Forwards> by_stage;
+    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
+      for (std::size_t n = 0; n < timeline.ranks[r].size(); ++n) {
+        const auto& a = timeline.ranks[r][n];
+        if (a.action.op != ps::Op::F || !a.action.microbatch) continue;
+        const double d = a.end - a.start;
+        if (shared[r][n] > 1e-3 * d) continue;
+        const bool nograd = p.recomputes(a.action.stage, *a.action.microbatch);
+        auto& f = by_stage[a.action.stage.value];
+        if (a.action.microbatch->value == 0) f.first = d, f.first_nograd = nograd;
+        else f.others.push_back({nograd, d});
+      }
+    }
+    for (const auto& [s, f] : by_stage) {
+      if (!f.first) continue;
+      std::vector<double> same;
+      for (const auto& [nograd, d] : f.others) {
+        if (nograd == f.first_nograd) same.push_back(d);
+      }
+      if (same.size() < 2) continue;
+      (oversubscribed(run, base) ? beyond : within).push_back({weight_bytes(run, s), *f.first - median(same)});
+    }
+  }
+  return within.empty() ? beyond : within;
+}
+
 Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
   Observations out;
   for (const TraceRun& run : runs) {
     const auto& p = run.program;
-    std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass;
+    std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass, first;  // first: micro-batch 0's forwards
     std::map<int, std::vector<double>> by_step;
     const ps::Timeline timeline = paced(run.trace.timeline);
     const auto shared = concurrent_time(timeline);
@@ -370,7 +426,9 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
         if (!alone && !all) continue;
         switch (a.action.op) {
           case ps::Op::F:
-            by_pass[{s, p.recomputes(a.action.stage, *a.action.microbatch) ? pm::Pass::ForwardNoGrad : pm::Pass::Forward}]
+            (a.action.microbatch->value == 0 ? first : by_pass)[{s, p.recomputes(a.action.stage, *a.action.microbatch)
+                                                                        ? pm::Pass::ForwardNoGrad
+                                                                        : pm::Pass::Forward}]
                 .push_back(d);
             break;
           case ps::Op::R: by_pass[{s, pm::Pass::Recompute}].push_back(d); break;
@@ -380,7 +438,13 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
         }
       }
     }
-    for (const auto& [key, durations] : by_pass) out.compute.push_back({&run, key.first, key.second, median(durations)});
+    for (const auto& [key, durations] : by_pass) out.compute.push_back({&run, key.first, key.second, median(durations), 0});
+    // A stage's first forward only where it has no other (it also reads its weights cold).
+    for (const auto& [key, durations] : first) {
+      if (by_pass.count(key) == 0) {
+        out.compute.push_back({&run, key.first, key.second, median(durations), weight_bytes(run, key.first)});
+      }
+    }
     for (const auto& [s, durations] : by_step) out.steps.push_back({&run, s, median(durations)});
   }
   return out;
@@ -588,6 +652,27 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   }
   // The device's curves from the actions that ran alone; every action when
   // some pass has none (then the sharing is in the curves).
+  // First, each stage's first forward in a step: how long its weights take
+  // to read back (least squares through 0 of its extra on its weight bytes).
+  double cold_s_per_byte = 0;
+  {
+    Problem prob;
+    prob.params = {non_negative("cold_weights.seconds_per_byte")};
+    for (const auto& [bytes, extra] : cold_forward_observations(runs, base)) {
+      prob.x.push_back({bytes});
+      prob.y.push_back(extra);
+    }
+    if (!prob.y.empty()) {
+      const Solution sol = robust_solve(prob, false);
+      cold_s_per_byte = sol.value[0];
+      device.cold_weights_bandwidth = cold_s_per_byte > 0 ? 1 / cold_s_per_byte : 0;
+      record(result.coefficients, prob, sol);
+    } else {
+      result.notes.push_back("no stage ran its first forward and two others of the same pass alone: the first forward's "
+                             "cold weights keep the base device's cost");
+      cold_s_per_byte = device.cold_weights_bandwidth > 0 ? 1 / device.cold_weights_bandwidth : 0;
+    }
+  }
   Observations observed = compute_observations(runs, false);
   {
     Observations every = compute_observations(runs, true);
@@ -612,8 +697,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   // actions divided by 1 + x, x the ratio of their total to the curves'
   // (refitted until it settles), and the topology records x.
   double slower = 0;
+  const Observations as_measured = observed;  // undivided, with the first forwards' cold reads, for the residuals
+  // A group of a first forward without its cold read, over `over`.
+  const auto net = [&](const ComputeGroup& g, double over) { return g.measured / over - cold_s_per_byte * g.cold_bytes; };
+  for (auto& g : observed.compute) g.measured = net(g, 1);
   ComputeFit cf = fit_compute(observed, kinds, base_peak);
-  const Observations as_measured = observed;  // undivided, for the residuals
   if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost &&
       std::any_of(observed.compute.begin(), observed.compute.end(), [&](const ComputeGroup& g) { return is_shared(*g.run); })) {
     for (int round = 0; round < 100; ++round) {
@@ -621,18 +709,17 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       for (const auto& g : as_measured.compute) {
         if (!is_shared(*g.run)) continue;
         m += g.measured;
-        p += group_seconds(cf, g);
+        p += group_seconds(cf, g) + cold_s_per_byte * g.cold_bytes;
       }
       const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
       const bool settled = std::abs(next - slower) < 1e-9;
       slower = next;
-      const auto divide = [&](auto& groups, const auto& originals) {
-        for (std::size_t i = 0; i < groups.size(); ++i) {
-          if (is_shared(*groups[i].run)) groups[i].measured = originals[i].measured / (1 + slower);
-        }
-      };
-      divide(observed.compute, as_measured.compute);
-      divide(observed.steps, as_measured.steps);
+      for (std::size_t i = 0; i < observed.compute.size(); ++i) {
+        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = net(as_measured.compute[i], 1 + slower);
+      }
+      for (std::size_t i = 0; i < observed.steps.size(); ++i) {
+        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
+      }
       cf = fit_compute(observed, kinds, base_peak);
       if (settled) break;
     }
@@ -939,6 +1026,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
         case pm::Pass::Recompute: predicted = costs.recompute_s(i, j, g.stage); break;
         case pm::Pass::Backward: predicted = costs.backward_s(i, j, g.stage); break;
       }
+      predicted += cold_s_per_byte * g.cold_bytes;
       add(std::string(pm::pass_name(g.pass)), predicted, g.measured);
     }
     for (const auto& g : as_measured.steps) {

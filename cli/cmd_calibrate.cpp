@@ -239,6 +239,10 @@ int run(const Options& o) {
               d.transfer_overhead_s * 1e6, d.send_bandwidth / 1e9, d.recv_overhead_s * 1e6, d.recv_bandwidth / 1e9,
               result.hardware.topology.intra.latency_s * 1e6, result.hardware.topology.intra.bandwidth / 1e9);
   std::printf("step         memory bandwidth %.3g GB/s (optimizer step)\n", d.memory_bandwidth / 1e9);
+  if (d.cold_weights_bandwidth > 0) {
+    std::printf("cold         each stage's first forward in a step reads its weights at %.3g GB/s\n",
+                d.cold_weights_bandwidth / 1e9);
+  }
   if (result.hardware.topology.kind == models::TopologyKind::SharedHost) {
     const auto& t = result.hardware.topology;
     std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, each compute action takes "

@@ -201,7 +201,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
-                                 "recv_bandwidth_gbps",   "send_bandwidth_gbps"};
+                                 "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.text("name");
@@ -218,6 +218,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("recv_overhead_us")) d.recv_overhead_s = y.non_negative_number("recv_overhead_us") * kUs;
   if (y.has("recv_bandwidth_gbps")) d.recv_bandwidth = y.positive_number("recv_bandwidth_gbps") * kGB;
   if (y.has("send_bandwidth_gbps")) d.send_bandwidth = y.positive_number("send_bandwidth_gbps") * kGB;
+  if (y.has("cold_weights_gbps")) d.cold_weights_bandwidth = y.positive_number("cold_weights_gbps") * kGB;
 }
 
 void apply_topology(Topology& t, const YamlFields& y) {
@@ -419,6 +420,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   if (d.recv_overhead_s > 0) field("recv_overhead_us", yaml_number(d.recv_overhead_s / kUs));
   if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", yaml_number(d.recv_bandwidth / kGB));
   if (d.send_bandwidth > 0) field("send_bandwidth_gbps", yaml_number(d.send_bandwidth / kGB));
+  if (d.cold_weights_bandwidth > 0) field("cold_weights_gbps", yaml_number(d.cold_weights_bandwidth / kGB));
   const ActionOverheads& a = d.action_overhead;
   if (a != ActionOverheads{}) {
     std::string v = "{forward: " + yaml_number(a.forward_s / kUs) + ", backward: " + yaml_number(a.backward_s / kUs);

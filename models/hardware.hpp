@@ -82,6 +82,10 @@ struct Device {
   // (a copy), on top of the link: recv_overhead + bytes / recv_bandwidth.
   double recv_overhead_s = 0;
   double recv_bandwidth = 0;  // bytes/s; 0: no cost per byte
+  // The first forward of each stage in a step reads the stage's weights at
+  // this rate (the optimizer step left other data in the caches): weight
+  // bytes / this on top of that action. bytes/s; 0: no such cost.
+  double cold_weights_bandwidth = 0;
   double recv_seconds(double bytes) const {
     return recv_overhead_s + (recv_bandwidth > 0 ? bytes / recv_bandwidth : 0);
   }

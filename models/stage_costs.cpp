@@ -73,6 +73,12 @@ double StageCostModel::step_s(int i, int j, int s) const {
   return d.memory_bandwidth > 0 ? d.step_overhead() + traffic / d.memory_bandwidth : 0;
 }
 
+double StageCostModel::cold_forward_s(int i, int j, int s) const {
+  const Device& d = device_of(s);
+  return d.cold_weights_bandwidth > 0 ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) / d.cold_weights_bandwidth
+                                      : 0;
+}
+
 double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
   // Checkpointed micro-batches run their forward without autograd (with
   // except-last, all but the last one: the stage's F is counted as theirs).

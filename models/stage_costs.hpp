@@ -35,6 +35,9 @@ class StageCostModel {
   }
   // The forward that F runs under this request's recompute policy.
   double scheduled_forward_s(int i, int j, int s) const;
+  // The extra of the stage's first forward in a step: its weights read at the
+  // device's cold_weights_bandwidth (0 where it has none).
+  double cold_forward_s(int i, int j, int s) const;
   // Optimizer step: memory-bound over weights, gradients and optimizer state.
   double step_s(int i, int j, int s) const;
 

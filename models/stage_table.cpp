@@ -22,6 +22,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.backward_s = costs.backward_s(i, j, s);
     t.recompute_s = costs.recompute_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
+    t.first_forward_extra_s = costs.cold_forward_s(i, j, s);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     // A stage's receives (there are only where the neighbour is on another rank).
@@ -35,7 +36,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       if (s + 1 < S) t.gradient_recv_s += topo.oversubscribed_recv_s;
       t.recv_wake_s = topo.oversubscribed_recv_s;  // a rank woken by its message waits for a core too
       const double slower = 1 + topo.oversubscribed_compute;
-      for (double* d : {&t.forward_s, &t.input_grad_s, &t.weight_grad_s, &t.backward_s, &t.recompute_s, &t.step_s}) *d *= slower;
+      for (double* d : {&t.forward_s, &t.first_forward_extra_s, &t.input_grad_s, &t.weight_grad_s, &t.backward_s, &t.recompute_s, &t.step_s}) *d *= slower;
     }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);

@@ -47,7 +47,7 @@ class EvalBackend final : public Backend {
     for (int r = 0; r < p.num_ranks; ++r) timeline_.ranks[r].reserve(p.ranks[r].size());
   }
 
-  void compute(RankId r, const Action& a) override { record(r, a, clock_[r.value], costs_[a.stage.value].of(a.op)); }
+  void compute(RankId r, const Action& a) override { record(r, a, clock_[r.value], costs_[a.stage.value].of(a)); }
 
   void send(RankId r, const Action& a, RankId) override {
     const StageCosts& c = costs_[a.stage.value];

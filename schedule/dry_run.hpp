@@ -30,7 +30,15 @@ struct StageCosts {
   double gradient_bytes = 0;         // what its SEND_B carries (for sim/)
   double activation_transfer_s = 0;  // its SEND_F's flight time, latency + bytes / bandwidth
   double gradient_transfer_s = 0;    // its SEND_B's flight time
+  // A stage's first forward in a step (micro-batch 0's F) also reads its
+  // weights back into the caches that the optimizer step evicted: this on top.
+  double first_forward_extra_s = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
+  // The time of compute action `a` of this stage: of(a.op), and the first
+  // forward's extra for micro-batch 0's F.
+  double of(const Action& a) const {
+    return of(a.op) + (a.op == Op::F && a.microbatch && a.microbatch->value == 0 ? first_forward_extra_s : 0);
+  }
   // What posting its SEND_F or SEND_B costs the sender.
   double send_s(Op op) const {
     return send_overhead_s + send_s_per_byte * (op == Op::SEND_F ? activation_bytes : gradient_bytes);

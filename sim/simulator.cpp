@@ -113,7 +113,7 @@ class SimBackend final : public ps::Backend {
         cores_(std::move(cores)) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
-    const double d = in_.stages.at(a.stage.value).of(a.op);
+    const double d = in_.stages.at(a.stage.value).of(a);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
       if (d > 0) run(d);

@@ -43,6 +43,7 @@ pm::Hardware known_hardware() {
   d.recv_bandwidth = 1.5e9;
   d.memory_bandwidth = 7.5e9;
   d.step_overhead_s = 230e-6;
+  d.cold_weights_bandwidth = 9e9;
   d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
   d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, pm::Efficiency{0.52, 2e6, {}}, pm::Efficiency{0.43, 4e6, {}}};
   d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, pm::Efficiency{0.66, 9e5, {}}, pm::Efficiency{0.6, 1.1e6, {}}};
@@ -166,6 +167,7 @@ TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
   }
   expect_rel(got.step_overhead(), *want.step_overhead_s, "step overhead");
   expect_rel(got.memory_bandwidth, want.memory_bandwidth, "memory bandwidth");
+  expect_rel(got.cold_weights_bandwidth, want.cold_weights_bandwidth, "first forward's weights");
   expect_rel(got.transfer_overhead_s, want.transfer_overhead_s, "send overhead");
   expect_rel(got.recv_overhead_s, want.recv_overhead_s, "receive overhead");
   expect_rel(got.send_bandwidth, want.send_bandwidth, "send bandwidth");
@@ -241,6 +243,7 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
                "action overhead " + std::string(pm::pass_name(pass)));
   }
   expect_rel(fit.hardware.device.step_overhead(), *truth.device.step_overhead_s, "step overhead");
+  expect_rel(fit.hardware.device.cold_weights_bandwidth, truth.device.cold_weights_bandwidth, "first forward's weights");
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_compute, 0.08, 1e-6);
   // The runs with more ranks than cores: their alone actions, as measured,
   // against the curves lengthened by it.

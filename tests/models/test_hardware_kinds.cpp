@@ -115,6 +115,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   pm::Hardware h = pm::load_hardware(write("hw.yaml", kCalibrated));
   h.device.transfer_overhead_s = 1.0 / 3 * 1e-5;
   h.device.memory_bandwidth = 7.123456789e9;
+  h.device.cold_weights_bandwidth = 13.0987654321e9;
   h.device.action_overhead.forward_nograd_s = 0.1e-6;
   h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321, {}};
   h.device.kinds["embedding"].forward.points = {{1234.5, 0.01}, {9876.54321, 0.0123456789}};
@@ -139,6 +140,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.device.send_bandwidth, h.device.send_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.transfer_overhead_s, h.device.transfer_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.memory_bandwidth, h.device.memory_bandwidth);
+  EXPECT_DOUBLE_EQ(back.device.cold_weights_bandwidth, h.device.cold_weights_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.memory_bytes, h.device.memory_bytes);
   EXPECT_DOUBLE_EQ(back.topology.intra.latency_s, h.topology.intra.latency_s);
   EXPECT_DOUBLE_EQ(back.topology.intra.bandwidth, h.topology.intra.bandwidth);
@@ -181,6 +183,7 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'device.action_overhead_us.step': unknown (valid: forward, backward, forward_nograd, recompute)"},
       {"preset: cpu\ndevice:\n  step_overhead_us: fast\n", ":3: field 'device.step_overhead_us': expected a number, got 'fast'"},
       {"preset: cpu\ndevice:\n  recv_bandwidth_gbps: 0\n", ":3: field 'device.recv_bandwidth_gbps': must be positive, got 0"},
+      {"preset: cpu\ndevice:\n  cold_weights_gbps: -2\n", ":3: field 'device.cold_weights_gbps': must be positive, got -2"},
       {"preset: cpu\ndevice:\n  efficiency: {points: [[1e6, 0.5], [1e6, 0.6]]}\n",
        ":3: field 'device.efficiency.points': the points' works must increase"},
       {"preset: cpu\ndevice:\n  efficiency: {points: [[1e6, 1.5]]}\n",
@@ -265,6 +268,19 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(t4[3].backward_s, 1.25 * costs4.backward_s(4, 6, 3));
   EXPECT_DOUBLE_EQ(t4[0].recompute_s, 1.25 * costs4.recompute_s(0, 2, 0));
   EXPECT_DOUBLE_EQ(t4[2].step_s, 1.25 * costs4.step_s(3, 4, 2));
+  // A stage's first forward in a step reads its weights at the device's
+  // cold_weights_bandwidth: micro-batch 0's F only, on top of the others'.
+  EXPECT_DOUBLE_EQ(table[0].first_forward_extra_s, 0);  // the file has none
+  pm::Hardware cold = h;
+  cold.device.cold_weights_bandwidth = 4e9;
+  const pm::StageCostModel cold_costs(m, cold, r);
+  const auto ct = pm::stage_table(cold_costs, cold, p);
+  const double bytes = 4.0 * static_cast<double>(cold_costs.params(3, 6));
+  EXPECT_GT(bytes, 0);
+  EXPECT_DOUBLE_EQ(ct[1].first_forward_extra_s, bytes / 4e9);
+  EXPECT_DOUBLE_EQ(ct[1].of(ps::make_action(ps::Op::F, 1, 0)), ct[1].forward_s + bytes / 4e9);
+  EXPECT_DOUBLE_EQ(ct[1].of(ps::make_action(ps::Op::F, 1, 1)), ct[1].forward_s);
+  EXPECT_DOUBLE_EQ(ct[1].of(ps::make_action(ps::Op::B, 1, 0)), ct[1].backward_s);
   // The step: its own overhead plus the traffic over the memory bandwidth.
   pm::Hardware unit = h;
   unit.device.memory_bandwidth = 1;
