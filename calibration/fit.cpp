@@ -525,6 +525,13 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
   ComputeFit out;
   out.fastest = base_peak;
   for (const pm::Pass pass : pm::kPasses) {
+    // A recompute is its stage's forward with autograd again: one problem
+    // for both, the layers' curves shared, each pass its own cost per action
+    // (a kind whose recompute rows alone could not be told apart, such as
+    // the embedding, which only stage 0 holds, takes the forward's rows too).
+    if (pass == pm::Pass::Recompute) continue;
+    const bool with_recompute = pass == pm::Pass::Forward;
+    const auto rows_of = [&](pm::Pass p) { return p == pass || (with_recompute && p == pm::Pass::Recompute); };
     Problem prob;
     const std::string pname(pm::pass_name(pass));
     // Parameters: slopes (largest kind first), the action overhead, per-layer overheads.
@@ -542,13 +549,20 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
       prob.params.push_back(a);
     }
     prob.params.push_back(non_negative("action." + pname + "_s", "every stage of these traces holds the same layers"));
+    const std::size_t nk = kinds.size();
+    const std::size_t recompute_action = prob.params.size();  // with_recompute: the recompute's cost per action
+    if (with_recompute) {
+      prob.params.push_back(non_negative("action.recompute_s", "every stage of these traces holds the same layers"));
+    }
+    const std::size_t layer0 = prob.params.size();  // each kind's seconds per layer, from here
     for (const auto& kind : kinds) {
       prob.params.push_back(non_negative(kind + "." + pname + ".seconds_per_layer",
                                          "cannot be told apart from the other fixed costs with these partitions"));
     }
-    const std::size_t nk = kinds.size();
+    bool seen[2] = {false, false};  // forward rows, recompute rows
     for (const auto& g : obs.compute) {
-      if (g.pass != pass) continue;
+      if (!rows_of(g.pass)) continue;
+      seen[g.pass == pm::Pass::Recompute] = true;
       std::vector<double> x(prob.params.size(), 0);
       const auto [i, j] = g.run->program.partition.at(g.stage);
       for (int l = i; l < j; ++l) {
@@ -557,9 +571,9 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
         if (w <= 0) continue;
         const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
         x[k] += w;
-        x[nk + 1 + k] += 1;
+        x[layer0 + k] += 1;
       }
-      x[nk] = 1;
+      x[g.pass == pm::Pass::Recompute ? recompute_action : nk] = 1;
       prob.x.push_back(x);
       prob.y.push_back(g.measured);
     }
@@ -573,10 +587,13 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
       bool observed = false;
       for (const auto& x : prob.x) observed = observed || x[k] > 0;
       if (!observed) continue;
-      out.curves[pass][kinds[k]] = {sol.value[k], sol.value[nk + 1 + k]};
+      const std::pair<double, double> curve{sol.value[k], sol.value[layer0 + k]};
+      if (seen[0] || !with_recompute) out.curves[pass][kinds[k]] = curve;
+      if (with_recompute && seen[1]) out.curves[pm::Pass::Recompute][kinds[k]] = curve;
       if (sol.how[k] == "fitted") out.fastest = std::max(out.fastest, 1 / sol.value[k]);
     }
-    out.action[pass] = sol.value[nk];
+    if (seen[0] || !with_recompute) out.action[pass] = sol.value[nk];
+    if (with_recompute && seen[1]) out.action[pm::Pass::Recompute] = sol.value[recompute_action];
     record(out.coefficients, prob, sol);
   }
   return out;
