@@ -11,6 +11,7 @@ the same height in both; each title gives its step time and bubble.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 
@@ -67,7 +68,13 @@ def panel_title(label: str, trace: common.Trace) -> str:
     if trace.meta.get("device"):
         source += f" on {trace.meta['device']}"
     head = f"{label} ({source})" if source else label
-    return f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
+    text = f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
+    # A run that recorded every step's bubble: their median too (the first,
+    # warm-up, left out), the figure calibrate and compare read.
+    every = (trace.meta.get("measured") or {}).get("bubble_fractions")
+    if isinstance(every, list) and len(every) > 2 and all(isinstance(b, (int, float)) for b in every):
+        text += f" (the median of its {len(every) - 1} steps: {100 * statistics.median(every[1:]):.1f}%)"
+    return text
 
 
 def draw(traces: list[tuple[str, common.Trace]], title: str | None = None):

@@ -9,7 +9,7 @@
 # held-out configuration, predicted against measured step time, bubble
 # fraction and peak stashed bytes per stage, then medians and worst cases.
 #
-#   bash scripts/bench_fidelity.sh        (about 8 minutes on 2 idle cores)
+#   bash scripts/bench_fidelity.sh        (about 9 minutes on 2 idle cores)
 #
 # Environment: PIPETWIN_BUILD_DIR (default build), FIDELITY_OUT (default
 # out/fidelity; runs already there are reused, so a second call only

@@ -73,6 +73,17 @@ class Gantt(Files):
         self.assertAlmostEqual(trace.step_time(), 4e-3)
         self.assertAlmostEqual(trace.bubble(), ((1 - 1 / 4) + (1 - 2 / 4)) / 2)
 
+    def test_titles_give_the_traced_steps_bubble_and_the_runs_median(self):
+        events = [("0F0", 0, 0, 1000), ("0SEND_F0", 0, 1000, 0), ("1RECV_F0", 1, 0, 1500), ("1F0", 1, 1500, 2000),
+                  ("1STEP", 1, 3500, 500)]
+        plain = common.parse_trace(trace_doc(events, {"producer": "pipetwin run"}), "m.json")
+        self.assertEqual(gantt.panel_title("measured", plain), "measured (pipetwin run): step 4 ms, bubble 62.5%")
+        # every step's bubble recorded: the median of all but the first (0.9: warm-up)
+        run = common.parse_trace(trace_doc(events, {"producer": "pipetwin run",
+                                                    "measured": {"bubble_fractions": [0.9, 0.2, 0.3, 0.25]}}), "m.json")
+        self.assertEqual(gantt.panel_title("measured", run),
+                         "measured (pipetwin run): step 4 ms, bubble 62.5% (the median of its 3 steps: 25.0%)")
+
     def test_bad_traces_name_the_file(self):
         with self.assertRaisesRegex(common.PlotError, r"^t.json: traceEvents\[0\]: field 'name'"):
             common.parse_trace(trace_doc([("zz", 0, 0, 1)]), "t.json")
