@@ -667,8 +667,6 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
     for (const auto& [k, _] : work) kinds.push_back(k);
     std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
   }
-  // The device's curves from the actions that ran alone; every action when
-  // some pass has none (then the sharing is in the curves).
   // First, each stage's first forward in a step: how long its weights take
   // to read back (least squares through 0 of its extra on its weight bytes).
   double cold_s_per_byte = 0;
@@ -690,6 +688,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       cold_s_per_byte = device.cold_weights_bandwidth > 0 ? 1 / device.cold_weights_bandwidth : 0;
     }
   }
+  // The device's curves from the actions that ran alone; every action when
+  // some pass has none (then the sharing is in the curves).
   Observations observed = compute_observations(runs, false);
   {
     Observations every = compute_observations(runs, true);
