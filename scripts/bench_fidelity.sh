@@ -21,7 +21,7 @@
 # trace is the median step, the first left out), FIDELITY_MICROBENCH=1 (also
 # calibrate --microbench), PIPETWIN_SKIP_BUILD=1.
 #
-# A step is timed from the first action of rank 0 (stage 0) to the last end,
+# A step is timed (scripts/trace_step.py) from the first action of rank 0 (stage 0) to the last end,
 # as the simulator replays one: pipetwin run's makespan also holds the other
 # ranks' wait, at the step's start, for the previous step to leave stage 0
 # (consecutive steps overlap). A held-out configuration's measured bubble is
@@ -92,15 +92,13 @@ done
 # is used. The same rule for every configuration, calibration ones too.
 EXTRA="${FIDELITY_EXTRA:-3}"
 mapfile -t noisy < <(python3 - "$OUT" "$REPEATS" "${FIDELITY_SPREAD:-10}" "${configs[@]}" <<'EOF'
-import json, statistics, sys
+import statistics, sys
+sys.path.insert(0, "scripts")
+from trace_step import step_of
 out, repeats, limit, configs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 for c in configs:
     S, K, M, R = c.split()
-    steps = []
-    for r in range(1, repeats + 1):
-        events = [e for e in json.load(open(f"{out}/runs/{S}_k{K}_m{M}_{R}_r{r}.json"))["traceEvents"] if e.get("ph") == "X"]
-        t0 = min(e["ts"] for e in events if e["pid"] == 0)
-        steps.append(max(e["ts"] + e["dur"] for e in events) - t0)
+    steps = [step_of(f"{out}/runs/{S}_k{K}_m{M}_{R}_r{r}.json") for r in range(1, repeats + 1)]
     if len(steps) > 1 and 100 * (max(steps) - min(steps)) / statistics.median(steps) > limit:
         print(c)
 EOF
@@ -119,19 +117,18 @@ fi
 
 # The median repeat of each configuration (of an even count, the faster of
 # the two middle ones), and the split.
-python3 - "$OUT" "$REPEATS" <<'EOF'
-import glob, json, os, shutil, sys
-out, repeats = sys.argv[1], int(sys.argv[2])
+python3 - "$OUT" <<'EOF'
+import glob, os, shutil, sys
+sys.path.insert(0, "scripts")
+from trace_step import step_of
+out = sys.argv[1]
 for f in sorted(os.listdir(f"{out}/runs")):
     if not f.endswith("_r1.json"):
         continue
     name = f[: -len("_r1.json")]
     reps = []
     for path in glob.glob(f"{out}/runs/{name}_r[0-9]*.json"):
-        r = int(path[len(f"{out}/runs/{name}_r"): -len(".json")])
-        events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
-        t0 = min(e["ts"] for e in events if e["pid"] == 0)
-        reps.append((max(e["ts"] + e["dur"] for e in events) - t0, r))
+        reps.append((step_of(path), int(path[len(f"{out}/runs/{name}_r"): -len(".json")])))
     reps.sort()
     shutil.copyfile(f"{out}/runs/{name}_r{reps[(len(reps) - 1) // 2][1]}.json", f"{out}/runs/{name}.json")
 EOF
@@ -160,28 +157,24 @@ for name in "${held[@]}"; do
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT" "$REPEATS" "${held[@]}" <<'EOF'
+python3 - "$OUT" "${held[@]}" <<'EOF'
 import glob, json, os, statistics, sys
-out, repeats, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+sys.path.insert(0, "scripts")
+from trace_step import step_of  # one step as the simulator replays one
+out, names = sys.argv[1], sys.argv[2:]
 rows = []
 
 def repeat_files(name):  # every repeat of a configuration, extra ones included
     return sorted(glob.glob(f"{out}/runs/{name}_r[0-9]*.json"))
 
-def step_of(path):  # one step as below: from rank 0's first action to the last end
-    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
-    t0 = min(e["ts"] for e in events if e["pid"] == 0)
-    return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
-
 def bubble_of(path):
     # The mean over ranks of the share of a step not in compute: the median of
     # the run's steps (the first, warm-up, left out) where it recorded each
     # step's, as calibrate reads it; else that of the trace's one step.
-    trace = json.load(open(path))
-    every = trace["otherData"]["measured"].get("bubble_fractions")
+    every = steps_bubbles(path)
     if every:
-        return statistics.median(every[1:] if len(every) > 1 else every)
-    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        return statistics.median(every)
+    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     ms = step_of(path)
     ranks = sorted({e["pid"] for e in events})
     busy = [sum(e["dur"] for e in events if e["pid"] == r and e.get("cat") == "compute") / 1e6 for r in ranks]
@@ -234,12 +227,7 @@ for name in names:
     m = json.load(open(f"{out}/runs/{name}.json"))["otherData"]
     p = json.load(open(f"{out}/predicted/{name}.summary.json"))
     pt = json.load(open(f"{out}/predicted/{name}.json"))["otherData"]
-    # One step as the simulator replays it: from the first action of rank 0
-    # (stage 0) to the last end; the measured makespan also holds the other
-    # ranks' wait for the previous step to leave stage 0 (steps overlap).
-    events = [e for e in json.load(open(f"{out}/runs/{name}.json"))["traceEvents"] if e.get("ph") == "X"]
-    t0 = min(e["ts"] for e in events if e["pid"] == 0)
-    ms = (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
+    ms = step_of(f"{out}/runs/{name}.json")
     mb = pooled_bubble(name)
     mb_median_repeat = bubble_of(f"{out}/runs/{name}.json")
     ps, pb = p["summary"]["step_time_s"], p["summary"]["bubble_fraction"]

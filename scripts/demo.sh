@@ -64,14 +64,12 @@ done
 names=()
 for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
 python3 - "$OUT/runs" "$REPEATS" "${names[@]}" <<'EOF_PY'
-import json, shutil, sys
+import shutil, sys
+sys.path.insert(0, "scripts")
+from trace_step import step_of
 runs, repeats, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 for name in names:
-    steps = []
-    for r in range(1, repeats + 1):
-        events = [e for e in json.load(open(f"{runs}/{name}_r{r}.json"))["traceEvents"] if e.get("ph") == "X"]
-        t0 = min(e["ts"] for e in events if e["pid"] == 0)
-        steps.append((max(e["ts"] + e["dur"] for e in events) - t0, r))
+    steps = [(step_of(f"{runs}/{name}_r{r}.json"), r) for r in range(1, repeats + 1)]
     r = sorted(steps)[(repeats - 1) // 2][1]
     for ext in (".json", ".summary.json", ".txt"):
         shutil.copyfile(f"{runs}/{name}_r{r}{ext}", f"{runs}/{name}{ext}")

@@ -1,0 +1,23 @@
+"""One step of a measured trace as the simulator replays one: from the first
+action of rank 0 (stage 0) to the last end, in seconds. `pipetwin run`'s
+makespan also holds the other ranks' wait, at the step's start, for the
+previous step to leave stage 0 (consecutive steps overlap).
+
+    import trace_step; trace_step.step_of("run.json")   (with scripts/ on sys.path)
+    python3 scripts/trace_step.py TRACE.json...          (prints each one's step)
+"""
+import json
+import sys
+
+
+def step_of(path: str) -> float:
+    events = [e for e in json.load(open(path, encoding="utf-8"))["traceEvents"] if e.get("ph") == "X"]
+    t0 = min(e["ts"] for e in events if e["pid"] == 0)
+    return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: trace_step.py TRACE.json...")
+    for p in sys.argv[1:]:
+        print(f"{p} {step_of(p):.6f}")
