@@ -11,7 +11,6 @@ given (large hollow markers).
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,10 +50,9 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
                                        f"{value!r} (choose them with --{field.replace('_', '-')})")
     # The median of the run's steps where it recorded each step's (the first,
     # warm-up, left out), as calibrate reads it; else its summary's one step.
-    every = (doc.get("measured") or {}).get("bubble_fractions")
-    if isinstance(every, list) and every and all(isinstance(b, (int, float)) for b in every):
-        return int(doc["ranks"]), int(doc["microbatches"]), float(
-            statistics.median(every[1:] if len(every) > 1 else every))
+    recorded = common.recorded_bubble(doc)
+    if recorded is not None:
+        return int(doc["ranks"]), int(doc["microbatches"]), recorded[0]
     summary = doc.get("summary") or {}
     bubble = summary.get("bubble_fraction")
     if not isinstance(bubble, (int, float)):

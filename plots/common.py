@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -273,6 +274,18 @@ def select_rows(rows: list[dict], path: str, schedule: str | None = None, recomp
                             f"(first at line {seen[key]})")
         seen[key] = r["_line"]
     return Selection(s, rc, b, pool, None if batch is None else float(batch))
+
+
+def recorded_bubble(meta: dict) -> tuple[float, int] | None:
+    """The median of the step bubbles a run recorded (measured.bubble_fractions
+    in a trace's otherData or a summary), the first step (warm-up) left out
+    when there are others, and how many steps that is, as calibrate and
+    compare read them (calibration::recorded_bubble); None when it has none."""
+    every = (meta.get("measured") or {}).get("bubble_fractions")
+    if not (isinstance(every, list) and every and all(isinstance(b, (int, float)) for b in every)):
+        return None
+    steps = every[1:] if len(every) > 1 else every
+    return float(statistics.median(steps)), len(steps)
 
 
 def analytic_bubble(k: int, m: int) -> float:

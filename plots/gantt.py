@@ -11,7 +11,6 @@ the same height in both; each title gives its step time and bubble.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 from dataclasses import dataclass
 
@@ -71,9 +70,9 @@ def panel_title(label: str, trace: common.Trace) -> str:
     text = f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
     # A run that recorded every step's bubble: their median too (the first,
     # warm-up, left out), the figure calibrate and compare read.
-    every = (trace.meta.get("measured") or {}).get("bubble_fractions")
-    if isinstance(every, list) and len(every) > 2 and all(isinstance(b, (int, float)) for b in every):
-        text += f" (the median of its {len(every) - 1} steps: {100 * statistics.median(every[1:]):.1f}%)"
+    recorded = common.recorded_bubble(trace.meta)
+    if recorded is not None and recorded[1] > 1:
+        text += f" (the median of its {recorded[1]} steps: {100 * recorded[0]:.1f}%)"
     return text
 
 
