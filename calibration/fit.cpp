@@ -8,7 +8,6 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <optional>
 #include <set>
 #include <tuple>
 
@@ -355,6 +354,14 @@ struct Observations {
   std::vector<ComputeGroup> compute;
   std::vector<StepGroup> steps;
   int shared_actions = 0;  // left out
+  // Each stage's first forward in a step against at least two other forwards
+  // of its pass, all alone (not with `all`): its weight bytes and how much
+  // longer it took than their median (the device's cold_weights_bandwidth).
+  struct ColdForward {
+    const TraceRun* run = nullptr;
+    double bytes = 0, extra = 0;
+  };
+  std::vector<ColdForward> cold;
 };
 
 // The bytes of stage s's weights in `run` (what its first forward in a step
@@ -364,48 +371,6 @@ double weight_bytes(const TraceRun& run, int s) {
   double params = 0;
   for (int l = i; l < j; ++l) params += static_cast<double>(run.model.layers.at(l).cost.params);
   return params * pm::bytes_per_element(run.model.precision);
-}
-
-// Each stage's first forward in a step (micro-batch 0's F) against its other
-// forwards of the same pass, where all of them ran alone: (weight bytes, how
-// much longer it took than their median). Runs with more ranks than cores
-// only where no other run has such a stage.
-std::vector<std::pair<double, double>> cold_forward_observations(const std::vector<TraceRun>& runs,
-                                                                 const pm::Hardware& base) {
-  std::vector<std::pair<double, double>> within, beyond;
-  for (const TraceRun& run : runs) {
-    const auto& p = run.program;
-    const ps::Timeline timeline = paced(run.trace.timeline);
-    const auto shared = concurrent_time(timeline);
-    struct Forwards {
-      std::optional<double> first;
-      bool first_nograd = false;
-      std::vector<std::pair<bool, double>> others;  // (no grad, duration)
-    };
-    std::map<int, Forwards> by_stage;
-    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
-      for (std::size_t n = 0; n < timeline.ranks[r].size(); ++n) {
-        const auto& a = timeline.ranks[r][n];
-        if (a.action.op != ps::Op::F || !a.action.microbatch) continue;
-        const double d = a.end - a.start;
-        if (shared[r][n] > 1e-3 * d) continue;
-        const bool nograd = p.recomputes(a.action.stage, *a.action.microbatch);
-        auto& f = by_stage[a.action.stage.value];
-        if (a.action.microbatch->value == 0) f.first = d, f.first_nograd = nograd;
-        else f.others.push_back({nograd, d});
-      }
-    }
-    for (const auto& [s, f] : by_stage) {
-      if (!f.first) continue;
-      std::vector<double> same;
-      for (const auto& [nograd, d] : f.others) {
-        if (nograd == f.first_nograd) same.push_back(d);
-      }
-      if (same.size() < 2) continue;
-      (oversubscribed(run, base) ? beyond : within).push_back({weight_bytes(run, s), *f.first - median(same)});
-    }
-  }
-  return within.empty() ? beyond : within;
 }
 
 Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
@@ -439,10 +404,14 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
       }
     }
     for (const auto& [key, durations] : by_pass) out.compute.push_back({&run, key.first, key.second, median(durations), 0});
-    // A stage's first forward only where it has no other (it also reads its weights cold).
+    // A stage's first forward only where it has no other (it also reads its
+    // weights cold); beside two others or more, how much longer it took.
     for (const auto& [key, durations] : first) {
-      if (by_pass.count(key) == 0) {
+      const auto others = by_pass.find(key);
+      if (others == by_pass.end()) {
         out.compute.push_back({&run, key.first, key.second, median(durations), weight_bytes(run, key.first)});
+      } else if (!all && others->second.size() >= 2) {
+        out.cold.push_back({&run, weight_bytes(run, key.first), median(durations) - median(others->second)});
       }
     }
     for (const auto& [s, durations] : by_step) out.steps.push_back({&run, s, median(durations)});
@@ -667,15 +636,20 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
     for (const auto& [k, _] : work) kinds.push_back(k);
     std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
   }
+  Observations observed = compute_observations(runs, false);
   // First, each stage's first forward in a step: how long its weights take
-  // to read back (least squares through 0 of its extra on its weight bytes).
+  // to read back (least squares through 0 of its extra on its weight bytes),
+  // from runs with a core per rank where there are such stages.
   double cold_s_per_byte = 0;
   {
     Problem prob;
     prob.params = {non_negative("cold_weights.seconds_per_byte")};
-    for (const auto& [bytes, extra] : cold_forward_observations(runs, base)) {
-      prob.x.push_back({bytes});
-      prob.y.push_back(extra);
+    const bool within = std::any_of(observed.cold.begin(), observed.cold.end(),
+                                    [&](const auto& c) { return !oversubscribed(*c.run, base); });
+    for (const auto& c : observed.cold) {
+      if (within && oversubscribed(*c.run, base)) continue;
+      prob.x.push_back({c.bytes});
+      prob.y.push_back(c.extra);
     }
     if (!prob.y.empty()) {
       const Solution sol = robust_solve(prob, false);
@@ -690,7 +664,6 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   }
   // The device's curves from the actions that ran alone; every action when
   // some pass has none (then the sharing is in the curves).
-  Observations observed = compute_observations(runs, false);
   {
     Observations every = compute_observations(runs, true);
     std::set<pm::Pass> with, wanted;
