@@ -11,13 +11,21 @@ import sys
 
 
 def step_of(path: str) -> float:
-    events = [e for e in json.load(open(path, encoding="utf-8"))["traceEvents"] if e.get("ph") == "X"]
-    t0 = min(e["ts"] for e in events if e["pid"] == 0)
-    return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
+    """Raises ValueError naming `path` when it is not such a trace."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        t0 = min(e["ts"] for e in events if e["pid"] == 0)
+        return (max(e["ts"] + e["dur"] for e in events) - t0) / 1e6
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: no step to time (complete events with rank 0's among them): {e!r}") from None
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: trace_step.py TRACE.json...")
-    for p in sys.argv[1:]:
-        print(f"{p} {step_of(p):.6f}")
+    try:
+        for p in sys.argv[1:]:
+            print(f"{p} {step_of(p):.6f}")
+    except ValueError as e:
+        sys.exit(str(e))

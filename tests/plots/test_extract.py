@@ -1,14 +1,19 @@
 """Unit tests of the plots' data extraction: the closed-form bubble, the
 speed-up normalisation, the Gantt bars' positions, sweep selection, and the
-one-line errors for missing or mismatched inputs. No figure is drawn here."""
+one-line errors for missing or mismatched inputs; and of the scripts' trace
+readers (scripts/trace_step.py, scripts/trace_partition.py). No figure is
+drawn here."""
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
 
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plots"))
+sys.path.insert(0, SCRIPTS)
 import bubble  # noqa: E402
 import common  # noqa: E402
 import gantt  # noqa: E402
@@ -16,6 +21,7 @@ import heatmap  # noqa: E402
 import memory  # noqa: E402
 import report  # noqa: E402
 import speedup  # noqa: E402
+import trace_step  # noqa: E402
 
 HEADER = ",".join(common.SWEEP_COLUMNS)
 
@@ -40,6 +46,36 @@ class Files(unittest.TestCase):
 
     def sweep(self, rows):
         return self.write("s.csv", HEADER + "\n" + "\n".join(rows) + "\n")
+
+
+class TraceScripts(Files):
+    def run_script(self, name, *args):
+        return subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args], capture_output=True, text=True)
+
+    def test_step_is_rank_0s_first_action_to_the_last_end(self):
+        # rank 1 waits before rank 0 starts (the previous step): not counted
+        path = self.write("t.json", trace_doc([("1RECV_F0", 1, 0, 3000), ("0F0", 0, 1000, 1000),
+                                               ("1F0", 1, 3000, 2500)], {"partition": [[0, 3], [3, 6]]}))
+        self.assertAlmostEqual(trace_step.step_of(path), 4.5e-3)
+        r = self.run_script("trace_step.py", path)
+        self.assertEqual((r.returncode, r.stdout), (0, f"{path} 0.004500\n"))
+        r = self.run_script("trace_partition.py", path)
+        self.assertEqual((r.returncode, r.stdout), (0, "0:3 3:6\n"))
+
+    def test_bad_traces_end_in_one_line_naming_the_file(self):
+        empty = self.write("empty.json", {"traceEvents": []})
+        broken = self.write("broken.json", "not json")
+        missing = os.path.join(self.dir.name, "missing.json")
+        for path in (empty, broken, missing):
+            with self.assertRaisesRegex(ValueError, f"^{path}: no step to time"):
+                trace_step.step_of(path)
+            r = self.run_script("trace_step.py", path)
+            self.assertEqual(r.returncode, 1)
+            self.assertEqual(r.stdout, "")
+            self.assertRegex(r.stderr, f"^{path}: no step to time [^\n]*\n$")
+            r = self.run_script("trace_partition.py", path)
+            self.assertEqual(r.returncode, 1)
+            self.assertRegex(r.stderr, f"^{path}: no partition to read [^\n]*\n$")
 
 
 class ClosedForm(unittest.TestCase):
