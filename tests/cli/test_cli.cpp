@@ -71,6 +71,16 @@ TEST_F(Cli, BrokenScheduleGivesTheGridAndExitCode1) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(has(r.out, "pipetwin: error: invalid schedule: rank 0, step 2: deadlock")) << r.out;
   EXPECT_TRUE(has(r.out, "<-- ERROR HERE")) << r.out;
+
+  // The same schedule as the README shows it, from examples/.
+  const auto example = run("validate " + std::string(PIPETWIN_EXAMPLES_DIR) + "/deadlock.txt");
+  EXPECT_EQ(example.code, 1) << example.out;
+  const auto from = [](const std::string& out) {
+    const auto at = out.find("pipetwin: error:");
+    return at == std::string::npos ? out : out.substr(at);
+  };
+  EXPECT_TRUE(has(example.out, "rank 0, step 2: deadlock")) << example.out;
+  EXPECT_EQ(from(example.out), from(r.out));
 }
 
 TEST_F(Cli, BadInputIsOneClearErrorAndNonZeroExit) {
