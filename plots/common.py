@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import stat
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,10 @@ def run_main(script: str, main) -> None:
     except PlotError as e:
         print(f"{prog_name(script)}: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except OSError as e:  # an output that cannot be written (read-only, full, not a folder): the user's to fix
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{prog_name(script)}: error: {where}cannot write ({e.strerror or e})", file=sys.stderr)
+        sys.exit(1)
     except Exception as e:  # a bug: one line too, never a traceback (exit 3, like pipetwin's internal errors)
         print(f"{prog_name(script)}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(3)
@@ -52,6 +57,10 @@ def parser(script: str, description: str) -> argparse.ArgumentParser:
 # --- reading files ----------------------------------------------------------
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 def load_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
@@ -63,9 +72,11 @@ def load_json(path: str) -> dict:
     except UnicodeDecodeError as e:
         raise PlotError(f"{path}: not UTF-8 text (byte \\x{e.object[e.start]:02x} at offset {e.start})") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as e:
         raise PlotError(f"{path}: not JSON (invalid or truncated at line {e.lineno}: {e.msg})") from None
+    except ValueError as e:
+        raise PlotError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict):
         raise PlotError(f"{path}: expected a JSON object (a trace or a pipetwin summary)")
     return doc
@@ -134,8 +145,9 @@ def parse_trace(doc: dict, path: str) -> Trace:
         name, pid, ts, dur = e.get("name"), e.get("pid"), e.get("ts"), e.get("dur")
         if not isinstance(pid, int) or pid < 0:
             raise PlotError(f"{where}: field 'pid' must be a rank (a non-negative integer)")
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
-            raise PlotError(f"{where}: fields 'ts' and 'dur' must be numbers, 'dur' not negative")
+        if (not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or isinstance(ts, bool)
+                or isinstance(dur, bool) or not math.isfinite(ts) or not math.isfinite(dur) or dur < 0):
+            raise PlotError(f"{where}: fields 'ts' and 'dur' must be finite numbers, 'dur' not negative")
         m = _ACTION.match(name) if isinstance(name, str) else None
         if not m:
             raise PlotError(f"{where}: field 'name' must be an action such as 1F3, got {name!r}")
@@ -373,8 +385,27 @@ def _check_out(prefix: str) -> str:
     return folder
 
 
+def _target(path: str) -> tuple[str, bool]:
+    """Where an output really goes, and whether it is written in place: a
+    symbolic link is followed (the link stays, its target is replaced); a
+    device, FIFO or socket (/dev/null) is written as it is, never replaced by a
+    regular file; a folder is refused."""
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        raise PlotError(f"{path}: is a folder, not a file to write")
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        return real, False
+    return real, not stat.S_ISREG(mode)
+
+
 def _atomic(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
+    path, in_place = _target(path)
+    if in_place:
+        write(path)
+        return
+    folder = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     os.close(fd)
     try:
@@ -400,24 +431,31 @@ def save_figure(fig, prefix: str) -> list[str]:
     """Writes PREFIX.png and PREFIX.svg: both are drawn into temporaries first
     and renamed only once both exist, so a failure leaves the old pair (or
     none), never a new PNG beside an old SVG."""
-    folder = _check_out(prefix)
+    _check_out(prefix)
+    targets = [(f"{prefix}.{ext}", *_target(f"{prefix}.{ext}"), ext, opts)
+               for ext, opts in (("png", {"dpi": 150}), ("svg", {}))]  # every target checked before any is drawn
     temps = []
     try:
-        for ext, opts in (("png", {"dpi": 150}), ("svg", {})):
-            path = f"{prefix}.{ext}"
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        for _, real, in_place, ext, opts in targets:
+            if in_place:
+                continue
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix="." + os.path.basename(real) + ".",
+                                       suffix=".tmp")
             os.close(fd)
-            temps.append((tmp, path))
+            temps.append((tmp, real))
             fig.savefig(tmp, format=ext, bbox_inches="tight", **opts)
             os.chmod(tmp, 0o644)
+        for _, real, in_place, ext, opts in targets:
+            if in_place:
+                fig.savefig(real, format=ext, bbox_inches="tight", **opts)
     except BaseException:
         for tmp, _ in temps:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         raise
-    for tmp, path in temps:
-        os.replace(tmp, path)
-    return [path for _, path in temps]
+    for tmp, real in temps:
+        os.replace(tmp, real)
+    return [path for path, *_ in targets]
 
 
 def setup_matplotlib():

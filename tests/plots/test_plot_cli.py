@@ -161,6 +161,49 @@ class PlotCli(unittest.TestCase):
             self.assertFalse(name.startswith("bad"), name)
             self.assertFalse(name.endswith(".tmp"), name)
 
+    def test_outputs_through_links_devices_and_unwritable_folders(self):
+        # A link is followed (it stays a link, its target gets the picture); a
+        # device is written in place, never replaced by a regular file.
+        real = self.path("real-target.png")
+        link = self.path("linked.png")
+        os.symlink(real, link)
+        r = pipetwin("plot", "gantt", self.path("p.json"), "--out", self.path("linked"))
+        check_ok(self, r)
+        self.assertTrue(os.path.islink(link))
+        with open(real, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        null_dir = self.path("null-out")
+        os.mkdir(null_dir)
+        for ext in ("png", "svg"):
+            os.symlink("/dev/null", os.path.join(null_dir, f"g.{ext}"))
+        r = pipetwin("plot", "gantt", self.path("p.json"), "--out", os.path.join(null_dir, "g"))
+        check_ok(self, r)
+        self.assertTrue(os.path.exists("/dev/null") and not os.path.isfile("/dev/null"))
+        self.assertEqual(sorted(os.listdir(null_dir)), ["g.png", "g.svg"])
+        # A folder where the SVG would go: refused before anything is drawn.
+        os.mkdir(self.path("taken.svg"))
+        r = pipetwin("plot", "gantt", self.path("p.json"), "--out", self.path("taken"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"{self.path('taken.svg')}: is a folder", r.stderr)
+        self.assertFalse(os.path.exists(self.path("taken.png")))
+        # A trace whose durations are NaN (Python's JSON reader would take them).
+        with open(self.path("p.json")) as f:
+            text = f.read()
+        with open(self.path("nan.json"), "w") as f:
+            f.write(text.replace('"dur":', '"dur": NaN, "x":', 1))
+        r = pipetwin("plot", "gantt", self.path("nan.json"), "--out", self.path("nan"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("NaN is not a JSON number", r.stderr)
+        # An output folder this user may not write (unless root, who may).
+        if os.geteuid() != 0:
+            ro = self.path("read-only")
+            os.mkdir(ro, 0o555)
+            r = pipetwin("plot", "gantt", self.path("p.json"), "--out", os.path.join(ro, "g"))
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("cannot write", r.stderr)
+        for name in os.listdir(self.dir):
+            self.assertFalse(name.endswith(".tmp"), name)
+
     def test_command_line_errors(self):
         r = pipetwin("plot", "pie", self.path("p.json"), "--out", self.path("x"))
         self.assertEqual(r.returncode, 2, r.stderr)
