@@ -37,7 +37,10 @@ void check_utf8(std::string_view text, const std::string& source);
 // ASCII), or 0 when the bytes there are not one: not a lead byte, too few
 // continuation bytes, an overlong form, a surrogate or past U+10FFFF.
 std::size_t utf8_sequence_length(std::string_view text, std::size_t i);
-// Writes `content` to `path` through `path.tmp.<pid>` and rename(2).
+// Writes `content` to `path` through `path.tmp.<pid>` and rename(2), so that
+// no reader ever sees half a file. A symbolic link is followed (its target is
+// replaced); a device, FIFO or socket (/dev/null) is written in place; a
+// folder is refused naming the path.
 void write_file_atomic(const std::string& path, std::string_view content);
 
 }  // namespace pipetwin::schedule

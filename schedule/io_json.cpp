@@ -1,4 +1,5 @@
 // JSON form of a Program, file reading with format detection, atomic writes.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -192,8 +193,44 @@ Program read_program(const std::string& path) {
   return has_rank_line ? parse_text(text, path) : parse_csv(text, path);
 }
 
+namespace {
+
+// Where an output really goes: a symbolic link is followed (the link stays and
+// its target is replaced, also where the target does not exist yet).
+std::string output_target(const std::string& path) {
+  std::string target = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(target.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return target;
+    std::string link(PATH_MAX, '\0');
+    const ssize_t n = ::readlink(target.c_str(), link.data(), link.size());
+    if (n <= 0) return target;
+    link.resize(static_cast<std::size_t>(n));
+    const auto slash = target.rfind('/');
+    target = link.front() == '/' || slash == std::string::npos ? link : target.substr(0, slash + 1) + link;
+  }
+  throw Error(path + ": too many levels of symbolic links");
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view content) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string target = output_target(path);
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(path + ": is a folder, not a file to write");
+    if (!S_ISREG(st.st_mode)) {
+      // A device, FIFO or socket (/dev/null, /dev/stdout): written as it is,
+      // never replaced by a regular file.
+      std::ofstream out(target, std::ios::binary);
+      if (!out) throw Error(path + ": cannot open for writing");
+      out.write(content.data(), static_cast<std::streamsize>(content.size()));
+      out.close();
+      if (!out) throw Error(path + ": write failed");
+      return;
+    }
+  }
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(path + ": cannot open " + tmp + " for writing");
@@ -204,7 +241,7 @@ void write_file_atomic(const std::string& path, std::string_view content) {
       throw Error(path + ": write failed");
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw Error(path + ": cannot rename " + tmp + " into place");
   }

@@ -149,3 +149,39 @@ TEST(Files, ReadProgramDetectsTheFormatAndWritesAreAtomic) {
   EXPECT_THROW(ps::write_file_atomic((dir / "no/such/dir/f").string(), "x"), pipetwin::Error);
   std::filesystem::remove_all(dir);
 }
+
+TEST(Io, AtomicWritesFollowLinksAndLeaveDevicesAndFoldersAlone) {
+  const auto dir = std::filesystem::temp_directory_path() / ("pipetwin-io-links-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "sub");
+  const auto slurp = [](const std::filesystem::path& p) { return ps::read_file(p.string()); };
+  // A link (relative, into a subfolder) stays a link; its target gets the text,
+  // also when the target does not exist yet.
+  std::filesystem::create_symlink("sub/real.txt", dir / "link.txt");
+  ps::write_file_atomic((dir / "link.txt").string(), "first\n");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.txt"));
+  EXPECT_EQ(slurp(dir / "sub" / "real.txt"), "first\n");
+  ps::write_file_atomic((dir / "link.txt").string(), "second\n");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.txt"));
+  EXPECT_EQ(slurp(dir / "sub" / "real.txt"), "second\n");
+  // A device is written in place: /dev/null stays a character device, also
+  // through a link to it.
+  ps::write_file_atomic("/dev/null", "nothing\n");
+  std::filesystem::create_symlink("/dev/null", dir / "null");
+  ps::write_file_atomic((dir / "null").string(), "nothing\n");
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "null"));
+  // A full device's failure is an error naming the path, not a silent success.
+  if (std::filesystem::is_character_file("/dev/full")) {
+    EXPECT_NE(error_of([] { ps::write_file_atomic("/dev/full", std::string(1 << 16, 'x')); }).find("/dev/full: write failed"),
+              std::string::npos);
+    EXPECT_TRUE(std::filesystem::is_character_file("/dev/full"));
+  }
+  // A folder is refused naming it.
+  EXPECT_NE(error_of([&] { ps::write_file_atomic((dir / "sub").string(), "x"); }).find("is a folder"), std::string::npos);
+  // Nothing else was left: the link, the null link, the folder and its file.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::recursive_directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 4);
+  std::filesystem::remove_all(dir);
+}
