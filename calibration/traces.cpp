@@ -2,6 +2,7 @@
 #include "calibration/traces.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "models/families.hpp"
@@ -276,6 +277,27 @@ int recorded_host_cores(const std::vector<TraceRun>& runs) {
 void check_together(const std::vector<TraceRun>& runs) {
   if (runs.empty()) throw Error("calibrate: no traces given");
   const TraceRun& first = runs.front();
+  // One file given twice would count twice in every fit.
+  std::map<std::string, const TraceRun*> by_file;
+  for (const auto& run : runs) {
+    char* real = ::realpath(run.path.c_str(), nullptr);
+    if (real == nullptr) continue;  // not a file (traces made in memory)
+    const std::string key = real;
+    std::free(real);
+    const auto [it, fresh] = by_file.emplace(key, &run);
+    if (!fresh) throw Error(run.path + ": given twice (also as " + it->second->path + ")");
+  }
+  // Measured and simulated traces fit different things: a simulated one is a
+  // synthetic test of the fit, never evidence about a machine.
+  const auto measured = [](const TraceRun& r) { return r.producer == "pipetwin run"; };
+  for (const auto& run : runs) {
+    if (measured(run) != measured(first)) {
+      const TraceRun& sim = measured(run) ? first : run;
+      const TraceRun& real = measured(run) ? run : first;
+      throw Error(sim.path + ": not measured (otherData.producer is '" + sim.producer + "', not 'pipetwin run'), but " +
+                  real.path + " is: calibrate measured traces, or simulated ones alone");
+    }
+  }
   for (const auto& run : runs) {
     const std::string diff = model_difference(first.model, run.model);
     if (!diff.empty()) {

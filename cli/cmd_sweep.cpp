@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "cli/commands.hpp"
@@ -107,15 +108,23 @@ class Sweep {
     if (engine_ == Engine::SimGrid) {
       for_simgrid = todo;
     } else {
-      std::vector<std::vector<std::size_t>> deferred(jobs);
+      // No more threads than configurations; where the system refuses one
+      // (a thread limit), the ones started do the work.
+      const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
+      std::vector<std::vector<std::size_t>> deferred(threads);
       std::atomic<std::size_t> next{0};
       std::vector<std::thread> workers;
-      for (int w = 0; w < jobs; ++w) {
-        workers.emplace_back([&, w] {
-          for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
-            if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
-          }
-        });
+      for (int w = 0; w < threads; ++w) {
+        try {
+          workers.emplace_back([&, w] {
+            for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
+              if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
+            }
+          });
+        } catch (const std::system_error& e) {
+          if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
+          break;
+        }
       }
       while (completed_ + deferred_ < todo.size()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

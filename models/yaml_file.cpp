@@ -4,20 +4,57 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 
 namespace pipetwin::models {
 
+namespace {
+
+// yaml-cpp keeps the first of two equal keys in a mapping and drops the other
+// without a word: a spec that says `layers: 4` and later `layers: 8` would be
+// read as 4. Refused instead, naming both lines. At most `budget` nodes are
+// visited (aliases can make a small file a huge tree; the fields read later
+// are few).
+void reject_duplicate_keys(const YAML::Node& node, const std::string& source, const std::string& context,
+                           long& budget) {
+  if (--budget < 0) return;
+  if (node.IsSequence()) {
+    for (std::size_t i = 0; i < node.size() && budget >= 0; ++i) {
+      reject_duplicate_keys(node[i], source, context + "[" + std::to_string(i) + "]", budget);
+    }
+  } else if (node.IsMap()) {
+    std::map<std::string, int> first_line;
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string key = entry.first.Scalar();
+      const int line = entry.first.Mark().line + 1;
+      const auto [it, fresh] = first_line.emplace(key, line);
+      if (!fresh) {
+        throw Error(source + ":" + std::to_string(line) + ": field '" + context + key + "': given twice (first on line " +
+                    std::to_string(it->second) + ")");
+      }
+      if (budget >= 0) reject_duplicate_keys(entry.second, source, context + key + ".", budget);
+    }
+  }
+}
+
+}  // namespace
+
 YAML::Node parse_yaml(const std::string& text, const std::string& source) {
   // Names and specs go into JSON traces and summaries, which hold UTF-8 only.
   schedule::check_utf8(text, source);
+  YAML::Node root;
   try {
-    return YAML::Load(text);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw Error(source + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
   }
+  long budget = 100000;
+  reject_duplicate_keys(root, source, "", budget);
+  return root;
 }
 
 YAML::Node load_yaml_file(const std::string& path) { return parse_yaml(schedule::read_file(path), path); }

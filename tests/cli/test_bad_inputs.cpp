@@ -192,6 +192,7 @@ std::vector<Bad> catalogue() {
   std::vector<Bad> all{
       // Model specs.
       model("model_missing_family", "layers: 2\n", "m.yaml:1: field 'family': missing"),
+      model("model_duplicate_key", kMlp + "input: 9\n", "m.yaml:5: field 'input': given twice (first on line 2)"),
       model("model_unknown_family", "family: capsnet\n", "m.yaml:1: field 'family': unknown family"),
       model("model_missing_size", "family: mlp\ninput: 8\noutput: 2\n", "field 'hidden': missing"),
       model("model_extra_field", kMlp + "dropout: 0.1\n", "m.yaml:5: field 'dropout': unknown"),
@@ -221,6 +222,8 @@ std::vector<Bad> catalogue() {
       {"model_missing_file", {}, sim, "m.yaml: cannot open"},
       // Hardware specs.
       hw("hw_unknown_preset", "preset: b200\n", "hw.yaml:1: field 'preset': unknown hardware preset"),
+      hw("hw_duplicate_nested_key", "preset: a100\ndevice:\n  memory_gb: 32\n  memory_gb: 1\n",
+         "hw.yaml:4: field 'device.memory_gb': given twice (first on line 3)"),
       hw("hw_missing_fields", "name: x\n", "field 'device.peak_flops_fp32': missing"),
       hw("hw_negative_memory", "preset: a100\ndevice:\n  memory_gb: -1\n", "hw.yaml:3: field 'device.memory_gb': must be positive"),
       hw("hw_zero_bandwidth", "preset: a100\ntopology:\n  intra: {latency_us: 1, bandwidth_gbps: 0}\n",
@@ -421,6 +424,13 @@ std::vector<Bad> catalogue() {
           for (auto& r : j["otherData"]["measured"]["ranks"]) r["host_cores"] = 2;
         })}}},
       {"calibrate_missing_trace", {}, "calibrate {}/none.json --hardware cpu --out {}/out.yaml", "{}/none.json: cannot open"},
+      {"calibrate_same_trace_twice", {}, "calibrate {fix}/p.json {}/../$(basename {})/m.json {}/m.json --hardware cpu --out {}/out.yaml",
+       "{}/m.json: given twice (also as {}/../", 1, {{"m.json", [] { return fixture("p4.json"); }}}},
+      {"calibrate_measured_with_simulated", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
+       "{}/b.json: not measured (otherData.producer is 'pipetwin simulate', not 'pipetwin run'), but {}/a.json is", 1,
+       {{"a.json", edited("p.json", [](json& j) { as_measured(j); })}, {"b.json", [] { return fixture("p4.json"); }}}},
+      cal("calibrate_duration_past_days", edited("p.json", [](json& j) { event(j, "0B1")["dur"] = 1e300; }),
+          "must be at most 1e12 us (11.6 days) in size"),
       {"calibrate_out_in_missing_dir", {}, "calibrate {fix}/p.json --hardware cpu --out {}/no/dir/cal.yaml",
        "{}/no/dir/cal.yaml: cannot open"},
       {"calibrate_non_utf8_out_name", {}, "calibrate {fix}/p.json --out \"$(printf '{}/c\\377.yaml')\"",
