@@ -1,6 +1,7 @@
 // build_scenario: load, check, partition, generate, lower, validate.
 #include "cli/scenario.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -96,8 +97,14 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   r.microbatch_size = batch / o.microbatches;
   sc->samples = batch;
 
-  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, r.recompute});
   const int n = static_cast<int>(sc->model.layers.size());
+  // Before the schedule is built, which K = 10^6 makes slow.
+  if (static_cast<std::int64_t>(o.ranks) * o.virtual_stages > n && o.ranks >= 1 && o.virtual_stages >= 1) {
+    throw Error("cannot cut " + sc->model.name + " (" + std::to_string(n) + " layers) into " +
+                std::to_string(static_cast<std::int64_t>(o.ranks) * o.virtual_stages) +
+                " stages: a stage needs at least one layer");
+  }
+  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, r.recompute});
   if (o.partition == "auto" || o.partition == "optimal" || o.partition == "uniform" || o.partition == "parameters") {
     sc->program.partition = models::partition_model(sc->model, sc->hardware, r, models::parse_method(o.partition)).ranges();
   } else {

@@ -26,7 +26,8 @@ Action matching_recv(const Action& send) {
 StashTracker::StashTracker(const Program& program)
     : program_(program),
       stages_(program.num_stages()),
-      version_of_(program.num_stages(), std::vector<int>(program.num_microbatches, -1)) {}
+      version_of_(program.num_stages(), std::vector<int>(program.num_microbatches, -1)),
+      held_(program.num_stages()) {}
 
 void StashTracker::apply(const Action& a) {
   if (a.stage.value < 0 || a.stage.value >= program_.num_stages()) return;
@@ -36,7 +37,7 @@ void StashTracker::apply(const Action& a) {
   switch (a.op) {
     case Op::F:
       if (program_.recomputes(a.stage, MicrobatchId{m})) ++st.inputs; else ++st.full;
-      if (known_mb) version_of_[a.stage.value][m] = st.version;
+      if (known_mb) set_version(a.stage.value, m, st.version);
       break;
     case Op::R:
       --st.inputs;
@@ -45,7 +46,7 @@ void StashTracker::apply(const Action& a) {
     case Op::B:
     case Op::W:
       --st.full;
-      if (known_mb) version_of_[a.stage.value][m] = -1;
+      if (known_mb) set_version(a.stage.value, m, -1);
       break;
     case Op::STEP: ++st.version; break;
     default: break;
@@ -59,11 +60,21 @@ void StashTracker::apply(const Action& a) {
     std::erase_if(st.frontier, dominated);
     st.frontier.emplace_back(st.full, st.inputs);
   }
-  std::set<int> alive{st.version};
-  for (const int v : version_of_[a.stage.value]) {
-    if (v >= 0) alive.insert(v);
+  // Versions alive: the current one and those in-flight micro-batches hold.
+  const auto& held = held_[a.stage.value];
+  const int alive = static_cast<int>(held.size()) + (held.count(st.version) ? 0 : 1);
+  st.peak_versions = std::max(st.peak_versions, alive);
+}
+
+void StashTracker::set_version(int stage, int microbatch, int version) {
+  int& now = version_of_[stage][microbatch];
+  auto& held = held_[stage];
+  if (now >= 0) {
+    const auto it = held.find(now);
+    if (--it->second == 0) held.erase(it);
   }
-  st.peak_versions = std::max(st.peak_versions, static_cast<int>(alive.size()));
+  now = version;
+  if (version >= 0) ++held[version];
 }
 
 // --- RankInterpreter ------------------------------------------------------------

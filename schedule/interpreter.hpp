@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -70,9 +71,12 @@ class StashTracker {
   const Stage& stage(StageId s) const { return stages_.at(s.value); }
 
  private:
+  void set_version(int stage, int microbatch, int version);
+
   const Program& program_;
   std::vector<Stage> stages_;
   std::vector<std::vector<int>> version_of_;  // [stage][micro-batch], -1 when none
+  std::vector<std::map<int, int>> held_;      // [stage]: version -> micro-batches holding it
 };
 
 class RankInterpreter {

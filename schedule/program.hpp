@@ -7,6 +7,7 @@
 // The order carries no timing and no bubbles: time belongs to a Timeline.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ RecomputePolicy parse_recompute(std::string_view name);  // throws pipetwin::Err
 // The most stages (K x V, so also ranks) a Program may have: the readers and
 // the validator refuse more before anything is sized by it.
 inline constexpr int kMaxStages = 1'000'000;
+// The most (stage, micro-batch) pairs a generated schedule may hold (K x V x M):
+// each is a few actions on every pass over the schedule.
+inline constexpr std::int64_t kMaxStageMicrobatches = 10'000'000;
 
 // Layers [begin, end) of the model's layer sequence held by one stage.
 struct LayerRange {

@@ -1,5 +1,6 @@
 // Looks generators up by name and checks the shape they are asked for.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "schedule/error.hpp"
@@ -39,6 +40,18 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
   }
   if (o.stages_per_rank < 1) {
     throw Error(who + "--virtual must be at least 1, got " + std::to_string(o.stages_per_rank));
+  }
+  // Sized by K x V x M before anything else: a mistyped M of 10^9 is an
+  // error, not minutes of building and gigabytes of actions.
+  const std::int64_t stages = static_cast<std::int64_t>(o.ranks) * o.stages_per_rank;
+  if (stages > kMaxStages) {
+    throw Error(who + std::to_string(o.ranks) + " ranks x " + std::to_string(o.stages_per_rank) +
+                " stages per rank is more than " + std::to_string(kMaxStages) + " stages");
+  }
+  if (stages * o.microbatches > kMaxStageMicrobatches) {
+    throw Error(who + std::to_string(stages) + " stages x " + std::to_string(o.microbatches) +
+                " micro-batches is more than the " + std::to_string(kMaxStageMicrobatches) +
+                " (stage, micro-batch) pairs a schedule may hold");
   }
   if (!g.virtual_stages && o.stages_per_rank != 1) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +

@@ -271,6 +271,11 @@ std::vector<Bad> catalogue() {
       {"cli_zero_ranks", {}, "schedule -s gpipe -k 0 -m 4", "--ranks", 2},
       {"cli_zero_microbatches", {}, "schedule -s gpipe -k 2 -m 0", "--microbatches", 2},
       {"cli_unknown_schedule", {}, "schedule -s chimera -k 2 -m 4", "gpipe", 2},
+      // Sizes checked before anything is built (they took minutes and gigabytes).
+      {"cli_microbatches_past_the_limit", {}, "schedule -s 1f1b -k 2 -m 1000000000",
+       "2 stages x 1000000000 micro-batches is more than the 10000000 (stage, micro-batch) pairs"},
+      {"simulate_more_stages_than_layers_at_once", {}, "simulate --hardware cpu -s 1f1b -k 1000000 -m 4 --model " + kMlpSmall,
+       "cannot cut mlp-small (7 layers) into 1000000 stages"},
       {"cli_unknown_flag", {}, "schedule -s gpipe -k 2 -m 4 --colour red", "--colour", 2},
       {"cli_no_subcommand", {}, "", "A subcommand is required", 2},
       {"cli_virtual_for_gpipe", {}, "schedule -s gpipe -k 2 -m 4 -v 2", "--virtual 2 needs interleaved-1f1b"},
