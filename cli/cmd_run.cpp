@@ -5,7 +5,11 @@
 // environment) and watches them. With RANK set (by the launcher, torchrun,
 // Slurm or mpirun) it is one rank; rank 0 prints the summary and writes the
 // measured trace.
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.hpp"
 #include "cli/scenario.hpp"
@@ -84,6 +88,51 @@ void print_text(const exec::RunResult& r, const Scenario& sc, const models::RunS
   if (!o.trace.empty()) std::printf("trace        %s (Chrome trace of step %d: open in Perfetto)\n", o.trace.c_str(), r.representative_step);
 }
 
+// The run's outputs, checked before any rank starts: a run of minutes must not
+// end in an output it cannot write (with the others written), nor write one
+// file over another or over one of its inputs.
+void check_outputs(const Options& o) {
+  namespace fs = std::filesystem;
+  struct Named {
+    std::string flag, path;
+  };
+  std::vector<Named> outs;
+  if (!o.trace.empty()) outs.push_back({"--trace", o.trace});
+  if (!o.summary_out.empty()) outs.push_back({"--summary", o.summary_out});
+  if (!o.save_weights.empty()) outs.push_back({"--save-weights", o.save_weights});
+  std::vector<Named> ins{{"--model", o.scenario.model}, {"--hardware", o.scenario.hardware},
+                         {"--partition", o.scenario.partition}};
+  std::error_code ec;
+  const auto real = [&](const std::string& p) { return fs::weakly_canonical(p, ec).string(); };
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      if (real(outs[i].path) == real(outs[j].path)) {
+        throw Error(outs[j].path + ": given to both " + outs[i].flag + " and " + outs[j].flag);
+      }
+    }
+    for (const auto& in : ins) {
+      if (!in.path.empty() && fs::is_regular_file(in.path, ec) && real(in.path) == real(outs[i].path)) {
+        throw Error(outs[i].path + ": " + outs[i].flag + " would write over the " + in.flag + " file");
+      }
+    }
+    const fs::path target = real(outs[i].path);
+    const bool folder_wanted = outs[i].flag == "--save-weights";
+    if (fs::exists(target, ec) && fs::is_directory(target, ec) != folder_wanted) {
+      throw Error(outs[i].path + ": " + outs[i].flag + (folder_wanted ? " needs a folder, and this is a file"
+                                                                      : " needs a file, and this is a folder"));
+    }
+    fs::path parent = target.parent_path();  // the nearest folder that exists: --save-weights creates the rest
+    while (folder_wanted && !parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
+    if (parent.empty()) parent = ".";
+    if (!fs::is_directory(parent, ec)) {
+      throw Error(outs[i].path + ": " + outs[i].flag + ": the folder " + parent.string() + " does not exist");
+    }
+    if (::access(parent.c_str(), W_OK) != 0) {
+      throw Error(outs[i].path + ": " + outs[i].flag + ": cannot write in " + parent.string());
+    }
+  }
+}
+
 int run_rank(const Options& o, const exec::RankEnv& env) {
   const auto sc = build_scenario(o.scenario);
   exec::RunConfig c;
@@ -143,7 +192,12 @@ Run add_run_command(CLI::App& app) {
       "Hardware preset or YAML file, for the partition and the predicted memory (default: cpu)");
   cmd->add_option("--steps", o->steps, "Mini-batches to train")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Learning rate")->check(kPositive)->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Learning rate")
+      ->check(kPositive)
+      ->check(CLI::Validator(
+          [](std::string& v) { return std::isfinite(std::stod(v)) ? std::string() : "must be a finite number, got " + v; },
+          "FINITE"))
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the weights and of the synthetic data")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads per rank (0: cores / ranks on this host)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
@@ -158,6 +212,7 @@ Run add_run_command(CLI::App& app) {
   return [o] {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
     build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
+    check_outputs(*o);
     exec::check_device(o->device, o->scenario.ranks);
     exec::launch_local(command_line(), {o->scenario.ranks, o->master_port, o->timeout, 5.0});
     return 0;

@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -290,7 +291,14 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
       } catch (const std::exception& e) {
         throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
       }
-      if (backend.holds_last_stage()) report.losses.push_back(backend.step_loss());
+      if (backend.holds_last_stage()) {
+        const double loss = backend.step_loss();
+        if (!std::isfinite(loss)) {
+          throw Error(me + ", step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                      ": the training diverged (a smaller --lr?)");
+        }
+        report.losses.push_back(loss);
+      }
     }
   } catch (const std::exception& e) {
     if (watch) watch->leaving(e.what());

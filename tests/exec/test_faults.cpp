@@ -223,6 +223,13 @@ TEST(Faults, ImpossibleConfigurationsFailBeforeAnyRankStarts) {
       {run_args(2, 1, {"--device", "cuda"}), {}, "no CUDA device is usable"},
       {run_args(2, 1), {{"RANK", "0"}, {"WORLD_SIZE", "3"}}, "WORLD_SIZE is 3 but the schedule has 2 ranks"},
       {run_args(2, 1), {{"RANK", "5"}, {"WORLD_SIZE", "2"}}, "RANK='5'"},
+      // Outputs that cannot be written, or would be written over each other
+      // or over an input: refused before a rank starts, nothing written.
+      {run_args(2, 1, {"--trace", (dir / "same.json").string(), "--summary", (dir / "same.json").string()}), {},
+       (dir / "same.json").string() + ": given to both --trace and --summary"},
+      {run_args(2, 1, {"--trace", kModel}), {}, ": --trace would write over the --model file"},
+      {run_args(2, 1, {"--trace", (dir / "no" / "t.json").string()}), {}, "--trace: the folder " + (dir / "no").string() + " does not exist"},
+      {run_args(2, 1, {"--save-weights", (dir / "log").string()}), {}, "--save-weights needs a folder, and this is a file"},
   };
   for (const auto& c : cases) {
     const pid_t p = spawn(c.args, c.env, dir / "log");
@@ -232,7 +239,23 @@ TEST(Faults, ImpossibleConfigurationsFailBeforeAnyRankStarts) {
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << log;
     EXPECT_TRUE(has(log, c.message)) << log;
     EXPECT_FALSE(has(log, "terminate called")) << log;
+    EXPECT_FALSE(std::filesystem::exists(dir / "same.json"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "no"));
   }
+}
+
+TEST(Faults, ATrainingThatDivergesStopsNamingRankAndStep) {
+  const auto dir = scratch("diverge");
+  // One rank; a learning rate that makes the weights infinite after the first step.
+  const pid_t p = spawn(run_args(1, 3, {"--lr", "1e30", "--summary", (dir / "s.json").string()}), {}, dir / "log");
+  const auto status = wait_for(p, 120);
+  ASSERT_TRUE(status.has_value());
+  const auto log = slurp(dir / "log");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << log;
+  EXPECT_TRUE(has(log, "pipetwin: error: rank 0, step 1: the loss is")) << log;
+  EXPECT_TRUE(has(log, "the training diverged")) << log;
+  EXPECT_FALSE(has(log, "internal error")) << log;
+  EXPECT_FALSE(std::filesystem::exists(dir / "s.json"));
 }
 
 TEST(Hosts, RanksStartedByHandWithTheTorchrunEnvironment) {
