@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <map>
 
 #include "cli/commands.hpp"
@@ -65,6 +66,21 @@ int main(int argc, char** argv) {
   add(pipetwin::cli::add_info_command);
   add(pipetwin::cli::add_compare_command);
   add(pipetwin::cli::add_plot_command);
+  // A first word that is neither an option nor a command: CLI11 would only
+  // say that a command is required.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string valid;
+    bool known = false;
+    for (const auto* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      valid += (valid.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "pipetwin: error: unknown command '%s' (valid: %s)\n",
+                   pipetwin::cli::printable(argv[1]).c_str(), valid.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -72,8 +88,19 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
-    for (const auto* sub : app.get_subcommands()) return runs.at(sub)();
-    return 2;
+    int code = 2;
+    for (const auto* sub : app.get_subcommands()) {
+      code = runs.at(sub)();
+      break;
+    }
+    // What was printed must have reached standard output (a full disk, a
+    // closed file): otherwise the command did not do its job.
+    std::cout.flush();
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+      std::fprintf(stderr, "pipetwin: error: cannot write to standard output\n");
+      return code == 0 ? 1 : code;
+    }
+    return code;
   } catch (const pipetwin::Error& e) {
     std::fprintf(stderr, "pipetwin: error: %s\n", pipetwin::cli::printable(e.what()).c_str());
     return 1;

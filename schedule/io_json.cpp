@@ -144,6 +144,8 @@ std::string format_program(const Program& p, Format format) {
 }
 
 std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(path + ": is a folder, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading");
   std::ostringstream buffer;
