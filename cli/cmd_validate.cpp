@@ -17,7 +17,16 @@ struct Options {
 };
 
 int run(const Options& o) {
-  const auto report = ps::validate(ps::read_program(o.file));
+  const auto program = ps::read_program(o.file);
+  const auto report = [&] {
+    try {
+      return ps::validate(program);
+    } catch (const ps::ScheduleError&) {
+      throw;  // names rank and step, with the grid
+    } catch (const Error& e) {
+      throw Error(o.file + ": " + e.what());  // a shape error: the file is what to fix
+    }
+  }();
   if (o.json) {
     nlohmann::json j;
     j["file"] = o.file;

@@ -239,6 +239,10 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("effective_cores")) {
     t.effective_cores = y.positive_number("effective_cores");
     if (t.effective_cores < 1) y.fail("effective_cores", "must be at least 1 (one rank alone runs at full speed)");
+    if (t.effective_cores > t.host_cores + 1e-9) {
+      y.fail("effective_cores", "is " + yaml_number(t.effective_cores) + ", more than the host's " +
+                                    std::to_string(t.host_cores) + " cores (host_cores)");
+    }
   }
   if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;
   if (y.has("oversubscribed_recv_us")) t.oversubscribed_recv_s = y.non_negative_number("oversubscribed_recv_us") * kUs;

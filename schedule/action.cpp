@@ -66,8 +66,16 @@ std::string to_string(const Action& action) {
   return text;
 }
 
+namespace {
+// At most `n` characters of what the input said, for a message.
+std::string clipped(std::string_view text, std::size_t n = 60) {
+  return text.size() <= n ? std::string(text)
+                          : std::string(text.substr(0, n)) + "... (" + std::to_string(text.size()) + " characters)";
+}
+}  // namespace
+
 Action parse_action(std::string_view text) {
-  const std::string quoted = "'" + std::string(text) + "'";
+  const std::string quoted = "'" + clipped(text) + "'";
   std::size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
   std::size_t j = i;
@@ -78,7 +86,7 @@ Action parse_action(std::string_view text) {
   }
   const auto op = op_from_name(text.substr(i, j - i));
   if (!op) {
-    throw Error("invalid action " + quoted + ": unknown op '" + std::string(text.substr(i, j - i)) +
+    throw Error("invalid action " + quoted + ": unknown op '" + clipped(text.substr(i, j - i)) +
                 "' (valid: F B I W R SEND_F RECV_F SEND_B RECV_B REDUCE_GRAD STEP)");
   }
   const std::string_view rest = text.substr(j);
@@ -90,7 +98,7 @@ Action parse_action(std::string_view text) {
   }
   int microbatch = 0;
   if (!parse_int(rest, microbatch)) {
-    throw Error("invalid action " + quoted + ": trailing '" + std::string(rest) + "' is not a micro-batch number");
+    throw Error("invalid action " + quoted + ": trailing '" + clipped(rest) + "' is not a micro-batch number");
   }
   return make_action(*op, stage, microbatch);
 }

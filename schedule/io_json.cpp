@@ -81,6 +81,10 @@ Program parse_json(std::string_view text, const std::string& source) {
   if (!j.contains("format") || j["format"] != "pipetwin-schedule") {
     throw Error(source + ": field 'format' must be \"pipetwin-schedule\"");
   }
+  // Version 1 is the only one: a later file may mean something else by its fields.
+  if (j.contains("version") && (!j["version"].is_number_integer() || j["version"].get<std::int64_t>() != 1)) {
+    throw Error(source + ": field 'version' is " + j["version"].dump() + ": this pipetwin reads version 1");
+  }
   Program p;
   const json& name = field(j, "schedule", source);
   if (!name.is_string()) throw Error(source + ": field 'schedule' must be a string");

@@ -277,6 +277,12 @@ void check_shape(const Program& p) {
     bad("weight_versions has " + std::to_string(p.weight_versions.size()) + " entries, expected " +
         std::to_string(p.num_stages()));
   }
+  for (int s = 0; s < p.num_stages(); ++s) {
+    if (p.weight_versions[s] < 1) {
+      bad("weight_versions of stage " + std::to_string(s) + " is " + std::to_string(p.weight_versions[s]) +
+          ": a stage holds at least 1 version of its weights");
+    }
+  }
 }
 
 }  // namespace
