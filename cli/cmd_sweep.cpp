@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -292,8 +293,9 @@ class Sweep {
     }
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < configs_.size(); ++i) index[key(configs_[i])] = i;
-    while (std::getline(in, line)) {
+    for (int number = 2; std::getline(in, line); ++number) {
       if (line.empty()) continue;
+      check_row(line, number);
       std::size_t pos = 0;
       for (int c = 0; c < kKeyColumns && pos != std::string::npos; ++c) pos = line.find(',', pos + (c ? 1 : 0));
       const auto it = pos == std::string::npos ? index.end() : index.find(line.substr(0, pos));
@@ -302,6 +304,38 @@ class Sweep {
         ready_[it->second] = true;
       } else {
         foreign_.push_back(line);
+      }
+    }
+  }
+
+  // A row taken back on resume must be one this command wrote: the status
+  // known, the numbers numbers (an edited or damaged row would otherwise be
+  // kept, and counted as done).
+  void check_row(const std::string& line, int number) const {
+    std::vector<std::string> cells;
+    std::size_t from = 0;
+    for (int c = 0; c < 12; ++c) {
+      const auto comma = line.find(',', from);
+      if (comma == std::string::npos) break;
+      cells.push_back(line.substr(from, comma - from));
+      from = comma + 1;
+    }
+    cells.push_back(line.substr(from));
+    const auto damaged = [&](const std::string& what) {
+      return Error(o_.out + ":" + std::to_string(number) + ": " + what +
+                   ": not a row this sweep wrote; remove the file (or the row) to compute it again");
+    };
+    if (cells.size() < 13) throw damaged("the row has " + std::to_string(cells.size()) + " columns, not 13");
+    const std::string& status = cells[6];
+    if (status != "ok" && status != "oom" && status != "error") throw damaged("column 'status' is '" + status + "'");
+    static const char* names[] = {"step_time_s", "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb"};
+    for (int c = 7; c <= 10; ++c) {
+      const std::string& cell = cells[c];
+      if (cell.empty() && status != "ok") continue;
+      char* end = nullptr;
+      const double x = std::strtod(cell.c_str(), &end);
+      if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(x) || x < 0) {
+        throw damaged(std::string("column '") + names[c - 7] + "' is '" + cell + "'");
       }
     }
   }

@@ -232,6 +232,22 @@ TEST_F(Cli, SweepWritesOneRowPerConfigurationAndResumes) {
   const auto second = run(args);
   EXPECT_TRUE(has(second.out, "5 resumed")) << second.out;
   EXPECT_EQ(pipetwin::schedule::read_file(path("r.csv")), full);
+  // A row edited by hand (its step time not a number) is not taken back as done.
+  {
+    std::string damaged = cut;
+    const auto row = damaged.find('\n') + 1;  // the first row after the header
+    std::size_t at = row;
+    for (int c = 0; c < 7; ++c) at = damaged.find(',', at) + 1;  // the step time's cell
+    damaged.replace(at, damaged.find(',', at) - at, "banana");
+    pipetwin::schedule::write_file_atomic(path("d.csv"), damaged);
+    std::filesystem::copy_file(path("r.csv.inputs"), path("d.csv.inputs"));
+    std::string on_damaged = args;
+    on_damaged.replace(on_damaged.find(path("r.csv")), path("r.csv").size(), path("d.csv"));
+    const auto refused = run(on_damaged);
+    EXPECT_EQ(refused.code, 1) << refused.out;
+    EXPECT_TRUE(has(refused.out, "d.csv:2: column 'step_time_s' is 'banana': not a row this sweep wrote")) << refused.out;
+    EXPECT_EQ(pipetwin::schedule::read_file(path("d.csv")), damaged);
+  }
   // Rows computed for other inputs are not resumed: another hardware, or a file
   // whose contents changed, is refused naming it, and the rows stay as they were.
   const auto other_hw = run("sweep --model " + model + " --hardware h100 -k 1,2,8 -m 1,4 -s gpipe,1f1b --out " + path("r.csv"));
