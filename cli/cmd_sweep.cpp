@@ -288,6 +288,11 @@ class Sweep {
       while (std::getline(a, was) && std::getline(b, now) && was == now) {
       }
       const auto field = now.substr(0, now.find(':'));
+      if (was.empty() || field.empty()) {
+        throw Error(o_.out + ": " + inputs_path() + " is empty or damaged (line '" + was +
+                    "'), so its rows cannot be told to come from this model, hardware and options; remove both to "
+                    "start again, or choose another --out");
+      }
       throw Error(o_.out + ": its rows were computed with another " + field + " (" + inputs_path() + ": '" + was +
                   "', now '" + now + "'); remove it to start again, or choose another --out");
     }

@@ -333,8 +333,9 @@ Hardware hardware_from_yaml(const YamlFields& y) {
   y.reject_unknown({"preset", "name", "source", "device", "devices", "topology", "calibration"});
   Hardware h;
   if (y.has("preset")) {
+    const std::string name = y.text("preset");  // its own error names file, line and field
     try {
-      h = preset(y.text("preset"));
+      h = preset(name);
     } catch (const Error& e) {
       y.fail("preset", e.what());
     }
@@ -355,8 +356,9 @@ Hardware hardware_from_yaml(const YamlFields& y) {
       const YamlFields entry = device_entry(y, i);
       Device d = h.device;
       if (entry.has("preset")) {
+        const std::string name = entry.text("preset");
         try {
-          d = preset(entry.text("preset")).device;
+          d = preset(name).device;
         } catch (const Error& e) {
           entry.fail("preset", e.what());
         }

@@ -222,6 +222,7 @@ std::vector<Bad> catalogue() {
       {"model_missing_file", {}, sim, "m.yaml: cannot open"},
       // Hardware specs.
       hw("hw_unknown_preset", "preset: b200\n", "hw.yaml:1: field 'preset': unknown hardware preset"),
+      hw("hw_preset_not_a_string", "preset: [v100]\n", "error: {}/hw.yaml:1: field 'preset': expected a string"),
       hw("hw_effective_cores_past_the_host", "preset: cpu\ntopology:\n  effective_cores: 50\n",
          "hw.yaml:3: field 'topology.effective_cores': is 50, more than the host's 2 cores"),
       hw("hw_duplicate_nested_key", "preset: a100\ndevice:\n  memory_gb: 32\n  memory_gb: 1\n",
