@@ -193,6 +193,13 @@ int run(const Options& o) {
       " ...\nPer layer kind, time = max-efficiency curve of its work (FLOPs x micro-batch size); see calibration: below.";
   const std::string text =
       models::hardware_to_yaml(result.hardware, header, calibration::calibration_yaml(result, runs, predicted, engines));
+  // The file must read back as simulate will read it: a fit gone wrong (a
+  // number that is not finite) is an error here, not a file that fails later.
+  try {
+    models::hardware_from_yaml(models::YamlFields(models::parse_yaml(text, o.out), o.out));
+  } catch (const Error& e) {
+    throw Error(std::string("calibrate: the fitted hardware does not read back, so it was not written: ") + e.what());
+  }
   schedule::write_file_atomic(o.out, text);
 
   if (o.json) {
