@@ -204,7 +204,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
-  if (y.has("name")) d.name = y.text("name");
+  if (y.has("name")) d.name = y.line("name");
   if (y.has("peak_flops_fp32")) d.peak_flops_fp32 = y.positive_number("peak_flops_fp32");
   if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
@@ -341,7 +341,7 @@ Hardware hardware_from_yaml(const YamlFields& y) {
     }
     h.source = "overrides of preset " + h.name + " in " + y.source() + "; " + h.source;
   }
-  if (y.has("name")) h.name = y.text("name");
+  if (y.has("name")) h.name = y.line("name");
   if (y.has("source")) h.source = y.text("source");
   if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
   if (y.has("device")) apply_device(h.device, y.child("device"));

@@ -9,7 +9,7 @@ namespace pipetwin::models {
 
 Model model_from_yaml(const YamlFields& y) {
   const std::string family = y.text("family");
-  const std::string name = y.text_or("name", family);
+  const std::string name = y.has("name") ? y.line("name") : family;
   Precision precision = Precision::FP32;
   if (y.has("precision")) {
     try {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "schedule/error.hpp"
@@ -89,7 +90,26 @@ YAML::Node YamlFields::get(const std::string& key) const {
 std::string YamlFields::text(const std::string& key) const {
   const YAML::Node v = get(key);
   if (!v.IsScalar()) fail(key, "expected a string");
+  // Text is printed and written into JSON: control characters (a NUL, an
+  // escape sequence) are refused; line breaks and tabs are text.
+  for (const char c : v.Scalar()) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "\\x%02x", u);
+      fail(key, std::string("holds the control character ") + code);
+    }
+  }
   return v.Scalar();
+}
+
+std::string YamlFields::line(const std::string& key) const {
+  std::string s = text(key);
+  if (s.find_first_of("\n\t") != std::string::npos) {
+    fail(key, std::string("holds the control character ") + (s.find('\n') != std::string::npos ? "\\x0a" : "\\x09") +
+                  "; a name is one line of printable text");
+  }
+  return s;
 }
 
 std::string YamlFields::text_or(const std::string& key, const std::string& fallback) const {

@@ -19,6 +19,7 @@ class YamlFields {
   YamlFields(YAML::Node node, std::string source, std::string context = "");
 
   bool has(const std::string& key) const;
+  std::string line(const std::string& key) const;  // text() on one line: a name
   std::string text(const std::string& key) const;
   std::string text_or(const std::string& key, const std::string& fallback) const;
   // Integers are also bounded (default 10^7): sizes beyond any real model are

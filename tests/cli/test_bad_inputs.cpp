@@ -193,6 +193,7 @@ std::vector<Bad> catalogue() {
       // Model specs.
       model("model_missing_family", "layers: 2\n", "m.yaml:1: field 'family': missing"),
       model("model_duplicate_key", kMlp + "input: 9\n", "m.yaml:5: field 'input': given twice (first on line 2)"),
+      model("model_name_with_a_line_break", "name: \"a\\nb\"\n" + kMlp, "m.yaml:1: field 'name': holds the control character \\x0a"),
       model("model_unknown_family", "family: capsnet\n", "m.yaml:1: field 'family': unknown family"),
       model("model_missing_size", "family: mlp\ninput: 8\noutput: 2\n", "field 'hidden': missing"),
       model("model_extra_field", kMlp + "dropout: 0.1\n", "m.yaml:5: field 'dropout': unknown"),
