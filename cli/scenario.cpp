@@ -97,14 +97,12 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   r.microbatch_size = batch / o.microbatches;
   sc->samples = batch;
 
-  const int n = static_cast<int>(sc->model.layers.size());
   // Before the schedule is built, which K = 10^6 makes slow.
-  if (static_cast<std::int64_t>(o.ranks) * o.virtual_stages > n && o.ranks >= 1 && o.virtual_stages >= 1) {
-    throw Error("cannot cut " + sc->model.name + " (" + std::to_string(n) + " layers) into " +
-                std::to_string(static_cast<std::int64_t>(o.ranks) * o.virtual_stages) +
-                " stages: a stage needs at least one layer");
+  if (o.ranks >= 1 && o.virtual_stages >= 1) {
+    models::check_stage_count(sc->model, static_cast<std::int64_t>(o.ranks) * o.virtual_stages);
   }
   sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, r.recompute});
+  const int n = static_cast<int>(sc->model.layers.size());
   if (o.partition == "auto" || o.partition == "optimal" || o.partition == "uniform" || o.partition == "parameters") {
     sc->program.partition = models::partition_model(sc->model, sc->hardware, r, models::parse_method(o.partition)).ranges();
   } else {

@@ -112,16 +112,21 @@ Partition evaluate_partition(const Model& model, const Hardware& hardware, const
   return p;
 }
 
+void check_stage_count(const Model& model, std::int64_t stages) {
+  const auto n = static_cast<std::int64_t>(model.layers.size());
+  if (stages > n) {
+    throw Error("partition: cannot cut " + model.name + " (" + std::to_string(n) + " layers) into " +
+                std::to_string(stages) + " stages: a stage needs at least one layer");
+  }
+}
+
 Partition partition_model(const Model& input, const Hardware& hw, const PartitionRequest& r, Method method) {
   const Model model = in_topological_order(input);
   const int n = static_cast<int>(model.layers.size()), S = r.stages();
   if (r.ranks < 1 || r.virtual_stages < 1 || r.microbatches < 1 || r.microbatch_size < 1) {
     throw Error("partition: ranks, virtual stages, micro-batches and micro-batch size must be at least 1");
   }
-  if (S > n) {
-    throw Error("partition: cannot cut " + model.name + " (" + std::to_string(n) + " layers) into " + std::to_string(S) +
-                " stages: a stage needs at least one layer");
-  }
+  check_stage_count(model, S);
   const StageCostModel cost(model, hw, r);
   std::vector<schedule::LayerRange> ranges;
   double value = 0;

@@ -8,6 +8,7 @@
 //   stage     0   |    1    |  2  | 3
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ class OutOfMemory : public Error {
  public:
   using Error::Error;
 };
+
+// Throws pipetwin::Error when `model` has fewer layers than `stages` (a
+// stage needs at least one); cheap, so callers may check before building.
+void check_stage_count(const Model& model, std::int64_t stages);
 
 // Throws pipetwin::Error when there are more stages than layers, or (for
 // Method::Optimal) OutOfMemory when no partition fits, naming the stage and the overflow.
