@@ -300,10 +300,10 @@ class Sweep {
     for (std::size_t i = 0; i < configs_.size(); ++i) index[key(configs_[i])] = i;
     for (int number = 2; std::getline(in, line); ++number) {
       if (line.empty()) continue;
-      check_row(line, number);
-      std::size_t pos = 0;
-      for (int c = 0; c < kKeyColumns && pos != std::string::npos; ++c) pos = line.find(',', pos + (c ? 1 : 0));
-      const auto it = pos == std::string::npos ? index.end() : index.find(line.substr(0, pos));
+      const auto cells = checked_row(line, number);
+      std::string row_key = cells[0];
+      for (int c = 1; c < kKeyColumns; ++c) row_key += "," + cells[c];
+      const auto it = index.find(row_key);
       if (it != index.end()) {
         rows_[it->second] = line;
         ready_[it->second] = true;
@@ -315,8 +315,9 @@ class Sweep {
 
   // A row taken back on resume must be one this command wrote: the status
   // known, the numbers numbers (an edited or damaged row would otherwise be
-  // kept, and counted as done).
-  void check_row(const std::string& line, int number) const {
+  // kept, and counted as done). Returns its 13 cells (the reason, last, may
+  // hold commas).
+  std::vector<std::string> checked_row(const std::string& line, int number) const {
     std::vector<std::string> cells;
     std::size_t from = 0;
     for (int c = 0; c < 12; ++c) {
@@ -343,6 +344,7 @@ class Sweep {
         throw damaged(std::string("column '") + names[c - 7] + "' is '" + cell + "'");
       }
     }
+    return cells;
   }
 
   void finish_row(std::size_t i, std::string status, const models::RunSummary& s, const std::string& reason) {

@@ -112,10 +112,6 @@ std::string YamlFields::line(const std::string& key) const {
   return s;
 }
 
-std::string YamlFields::text_or(const std::string& key, const std::string& fallback) const {
-  return has(key) ? text(key) : fallback;
-}
-
 double YamlFields::number(const std::string& key) const {
   const YAML::Node v = get(key);
   if (!v.IsScalar()) fail(key, "expected a number");

@@ -21,7 +21,6 @@ class YamlFields {
   bool has(const std::string& key) const;
   std::string line(const std::string& key) const;  // text() on one line: a name
   std::string text(const std::string& key) const;
-  std::string text_or(const std::string& key, const std::string& fallback) const;
   // Integers are also bounded (default 10^7): sizes beyond any real model are
   // refused, so that the integer costs built from them cannot overflow.
   std::int64_t positive_int(const std::string& key, std::int64_t max = 10'000'000) const;

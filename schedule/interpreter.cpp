@@ -2,7 +2,6 @@
 #include "schedule/interpreter.hpp"
 
 #include <algorithm>
-#include <set>
 
 namespace pipetwin::schedule {
 
