@@ -289,6 +289,8 @@ std::vector<Bad> catalogue() {
       {"cli_unknown_flag", {}, "schedule -s gpipe -k 2 -m 4 --colour red", "--colour", 2},
       {"cli_no_subcommand", {}, "", "A subcommand is required", 2},
       {"cli_unknown_command", {}, "frobnicate --help", "unknown command 'frobnicate' (valid: schedule, validate,", 2},
+      {"cli_run_learning_rate_not_finite", {}, "run -s 1f1b -k 1 -m 2 --steps 1 --lr inf --model " + kMlpSmall,
+       "--lr: must be a finite number, got inf", 2},
       {"cli_standard_output_full", {}, "schedule -s 1f1b -k 2 -m 4 >/dev/full", "cannot write to standard output"},
       {"model_is_a_folder", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --model {}", "{}: is a folder, not a file"},
       {"cli_virtual_for_gpipe", {}, "schedule -s gpipe -k 2 -m 4 -v 2", "--virtual 2 needs interleaved-1f1b"},
