@@ -275,12 +275,8 @@ constexpr double kUnbounded = 1e18;  // bytes/s
 
 pm::PartitionRequest request_of(const TraceRun& run) {
   pm::PartitionRequest r;
-  r.ranks = run.program.num_ranks;
-  r.virtual_stages = run.program.stages_per_rank;
-  r.schedule = run.program.schedule;
-  r.microbatches = run.program.num_microbatches;
+  r.program = run.program;
   r.microbatch_size = run.microbatch_size;
-  r.recompute = run.program.recompute;
   try {
     r.optimizer = pm::parse_optimizer(run.optimizer);
   } catch (const Error& e) {

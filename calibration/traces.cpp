@@ -10,6 +10,8 @@
 #include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "schedule/validate.hpp"
 
 namespace pipetwin::calibration {
 namespace ps = pipetwin::schedule;
@@ -138,6 +140,35 @@ void check_actions(const TraceRun& run) {
   }
 }
 
+// The Program the trace ran: otherData.program (its text form, which run and
+// simulate record), checked against the shape the other fields give. A trace
+// written before the program was recorded names one of the generators
+// instead, which is built again (the only place a name becomes a Program
+// below the command line: reading an older file).
+ps::Program recorded_program(const json& meta, const std::string& path, const std::string& schedule, int K, int V,
+                             int M, const std::string& recompute) {
+  if (!meta.contains("program")) {
+    try {
+      return ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(recompute)});
+    } catch (const Error& e) {
+      throw Error(path + ": otherData does not name a schedule pipetwin can regenerate: " + e.what());
+    }
+  }
+  ps::Program p = ps::parse_text(text_field(meta, path, "program"), path + " (otherData.program)");
+  const auto differs = [&](const char* field, const std::string& recorded, const std::string& given) {
+    if (recorded != given) {
+      throw Error(path + ": otherData.program has " + field + " " + recorded + " but otherData." + field + " is " + given);
+    }
+  };
+  differs("schedule", p.schedule, schedule);
+  differs("ranks", std::to_string(p.num_ranks), std::to_string(K));
+  differs("stages_per_rank", std::to_string(p.stages_per_rank), std::to_string(V));
+  differs("microbatches", std::to_string(p.num_microbatches), std::to_string(M));
+  differs("recompute", std::string(ps::recompute_name(p.recompute)), recompute);
+  ps::validate(p);  // names the rank and step of anything that cannot run
+  return p;
+}
+
 }  // namespace
 
 TraceRun load_trace_run(const std::string& path) {
@@ -173,11 +204,7 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
                 std::to_string(M) + " micro-batches, which need at least 2 x " + std::to_string(static_cast<long long>(K) * V) +
                 " x " + std::to_string(M) + " compute actions, but the trace holds " + std::to_string(events) + " (is it truncated, or otherData wrong?)");
   }
-  try {
-    run.program = ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(recompute)});
-  } catch (const Error& e) {
-    throw Error(path + ": otherData does not name a schedule pipetwin can regenerate: " + e.what());
-  }
+  run.program = recorded_program(meta, path, schedule, K, V, M, recompute);
   run.program.partition = partition_field(meta, path, run.program.num_stages(), static_cast<int>(run.model.layers.size()),
                                           run.model.name);
   run.batch = meta.contains("batch") && meta["batch"].is_number() ? meta["batch"].get<double>()

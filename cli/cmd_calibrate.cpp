@@ -16,7 +16,7 @@
 #include "calibration/fit.hpp"
 #include "calibration/traces.hpp"
 #include "cli/commands.hpp"
-#include "cli/scenario.hpp"
+#include "twin/calibrate.hpp"
 #include "models/hardware.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
@@ -156,51 +156,12 @@ int run(const Options& o) {
     calibration::check_together(runs);  // the given model against the traces'
   }
 
-  // Replays one traced configuration, on its own partition.
-  const auto replay = [&](const calibration::TraceRun& r, const models::Hardware& hw) {
-    ScenarioOptions so;
-    so.schedule = r.program.schedule;
-    so.ranks = r.program.num_ranks;
-    so.microbatches = r.program.num_microbatches;
-    so.virtual_stages = r.program.stages_per_rank;
-    so.batch = static_cast<int>(r.batch);
-    so.recompute = std::string(schedule::recompute_name(r.program.recompute));
-    so.partition = "uniform";
-    so.optimizer = r.optimizer;
-    auto sc = build_scenario(r.model, hw, so, false);
-    sc->program.partition = r.program.partition;
-    return predict(*sc, parse_engine(o.engine));
-  };
-  // The device from the actions, then how the ranks share the host's cores
-  // from the step times, replayed.
-  calibration::FitResult result = calibration::fit(runs, base);
-  calibration::fit_sharing(runs, result, [&](const calibration::TraceRun& r, const models::Hardware& hw) {
-    return replay(r, hw).timeline;
-  });
-
-  // Replay every traced configuration on the calibrated hardware.
-  std::vector<double> predicted;
+  const auto c = twin::calibrate(runs, base, twin::parse_engine(o.engine), o.out);
+  const auto& result = c.fit;
+  const auto& predicted = c.predicted_step_s;
   std::vector<std::string> engines;
-  for (const auto& r : runs) {
-    const auto p = replay(r, result.hardware);
-    predicted.push_back(p.timeline.makespan());
-    engines.push_back(p.engine);
-  }
-
-  std::string header =
-      "Calibrated by pipetwin calibrate from " + std::to_string(runs.size()) + " trace(s) of " + runs.front().model.name +
-      ", starting from " + base.name + ".\nUse it like a preset: pipetwin simulate --hardware " + o.out +
-      " ...\nPer layer kind, time = max-efficiency curve of its work (FLOPs x micro-batch size); see calibration: below.";
-  const std::string text =
-      models::hardware_to_yaml(result.hardware, header, calibration::calibration_yaml(result, runs, predicted, engines));
-  // The file must read back as simulate will read it: a fit gone wrong (a
-  // number that is not finite) is an error here, not a file that fails later.
-  try {
-    models::hardware_from_yaml(models::YamlFields(models::parse_yaml(text, o.out), o.out));
-  } catch (const Error& e) {
-    throw Error(std::string("calibrate: the fitted hardware does not read back, so it was not written: ") + e.what());
-  }
-  schedule::write_file_atomic(o.out, text);
+  for (const auto e : c.engines) engines.emplace_back(twin::engine_name(e));
+  schedule::write_file_atomic(o.out, c.yaml);
 
   if (o.json) {
     nlohmann::json j;

@@ -1,9 +1,10 @@
-// `pipetwin info`: what this build of pipetwin runs on.
+// `pipetwin info`: what this build of pipetwin runs on. SimGrid is linked
+// here; LibTorch, CUDA and NCCL are the executor's, which is asked.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "exec/torch_info.hpp"
+#include "cli/executor.hpp"
 #include "sim/transfer_probe.hpp"
 
 namespace pipetwin::cli {
@@ -13,16 +14,8 @@ Run add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Versions of SimGrid, LibTorch, CUDA and NCCL this build uses");
   cmd->add_flag("--json", *json, "Machine-readable output");
   return [json] {
-    const auto t = exec::torch_info();
-    nlohmann::json j{{"simgrid", sim::simgrid_version()},
-                     {"libtorch", t.version},
-                     {"libtorch_cuda_built", t.cuda_built},
-                     {"cuda_available", t.cuda_available},
-                     {"cuda_devices", t.cuda_devices},
-                     {"c10d_gloo", t.gloo},
-                     {"c10d_nccl", t.nccl},
-                     {"nccl", t.nccl_version},
-                     {"intra_op_threads", t.intra_op_threads}};
+    nlohmann::json j{{"simgrid", sim::simgrid_version()}};
+    j.update(executor_info());
     if (*json) {
       std::printf("%s\n", j.dump(1).c_str());
     } else {

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "models/families.hpp"
+#include "models/layer_graph.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
@@ -70,12 +71,11 @@ int run(const Options& o) {
   const pm::Model model = pm::load_model(o.model);
   const pm::Hardware hw = pm::load_hardware(o.hardware);
   pm::PartitionRequest r;
-  r.ranks = o.ranks;
-  r.virtual_stages = o.virtual_stages;
-  r.schedule = o.schedule;
-  r.microbatches = o.microbatches;
+  // Before the schedule is built, which K = 10^6 makes slow.
+  pm::check_stage_count(pm::in_topological_order(model), static_cast<std::int64_t>(o.ranks) * o.virtual_stages);
+  r.program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages,
+                                                    schedule::parse_recompute(o.recompute)});
   r.microbatch_size = o.microbatch_size;
-  r.recompute = schedule::parse_recompute(o.recompute);
   r.optimizer = pm::parse_optimizer(o.optimizer);
   const auto method = pm::parse_method(o.method);
   const auto chosen = pm::partition_model(model, hw, r, method);
@@ -88,8 +88,8 @@ int run(const Options& o) {
     }
   }
   if (o.json) {
-    nlohmann::json j{{"model", model.name},     {"hardware", hw.name},           {"ranks", r.ranks},
-                     {"stages", r.stages()},    {"schedule", r.schedule},        {"microbatches", r.microbatches},
+    nlohmann::json j{{"model", model.name},     {"hardware", hw.name},           {"ranks", r.ranks()},
+                     {"stages", r.stages()},    {"schedule", o.schedule},        {"microbatches", r.microbatches()},
                      {"microbatch_size", r.microbatch_size}, {"partition", to_json(chosen)}};
     for (const auto& p : others) j["compare"].push_back(to_json(p));
     std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -97,8 +97,8 @@ int run(const Options& o) {
   }
   std::printf("%s (%zu layers, %.1fM parameters, %s) on %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
               model.name.c_str(), model.layers.size(), model.params() / 1e6,
-              std::string(pm::precision_name(model.precision)).c_str(), hw.describe_devices(r.ranks).c_str(),
-              r.schedule.c_str(), r.microbatches, r.microbatch_size, o.recompute.c_str(),
+              std::string(pm::precision_name(model.precision)).c_str(), hw.describe_devices(r.ranks()).c_str(),
+              o.schedule.c_str(), r.microbatches(), r.microbatch_size, o.recompute.c_str(),
               std::string(pm::method_name(method)).c_str());
   std::printf("%s", table(model, chosen).c_str());
   for (const auto& p : others) {

@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "cli/commands.hpp"
-#include "cli/scenario.hpp"
+#include "cli/scenario_options.hpp"
 #include "exec/launcher.hpp"
 #include "exec/run.hpp"
 #include "models/summary.hpp"
@@ -25,7 +25,7 @@ namespace pipetwin::cli {
 namespace {
 
 struct Options {
-  ScenarioOptions scenario;
+  twin::ScenarioSpec scenario;
   int steps = 3;
   std::string device = "cpu", trace, save_weights, summary_out;
   double lr = 0.001;
@@ -35,7 +35,7 @@ struct Options {
   bool json = false;
 };
 
-nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
+nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& rank : r.ranks) {
     ranks.push_back({{"rank", rank.rank}, {"host", rank.host}, {"threads", rank.threads},
@@ -57,7 +57,7 @@ nlohmann::json measured_json(const exec::RunResult& r, const Scenario& sc) {
           {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages}};
 }
 
-void print_text(const exec::RunResult& r, const Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,
+void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,
                 const Options& o) {
   std::printf("%s\n", sc.headline().c_str());
   std::printf("measured     %zu steps on %s (%s), median step %d shown; step times:", r.step_times_s.size(),
@@ -134,7 +134,7 @@ void check_outputs(const Options& o) {
 }
 
 int run_rank(const Options& o, const exec::RankEnv& env) {
-  const auto sc = build_scenario(o.scenario);
+  const auto sc = twin::build_scenario(o.scenario);
   exec::RunConfig c;
   c.model = sc->model;
   c.program = sc->program;
@@ -163,7 +163,7 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   j["summary"] = summary.to_json();
   j["measured"] = measured;
   if (!o.trace.empty()) {
-    auto meta = trace_metadata(*sc, o.scenario);
+    auto meta = twin::trace_metadata(*sc, o.scenario);
     meta["device"] = o.device;
     meta["summary"] = j["summary"];
     meta["measured"] = j["measured"];
@@ -211,7 +211,7 @@ Run add_run_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   return [o] {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
-    build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
+    twin::build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
     check_outputs(*o);
     exec::check_device(o->device, o->scenario.ranks);
     exec::launch_local(command_line(), {o->scenario.ranks, o->master_port, o->timeout, 5.0});

@@ -69,12 +69,8 @@ int run(const Options& o) {
   if (!o.model.empty()) {
     // The partition flows into the Program: stage s holds these layers.
     models::PartitionRequest r;
-    r.ranks = o.ranks;
-    r.virtual_stages = o.virtual_stages;
-    r.schedule = o.name;
-    r.microbatches = o.microbatches;
+    r.program = ps::lower(program);
     r.microbatch_size = o.microbatch_size;
-    r.recompute = program.recompute;
     const auto model = models::load_model(o.model);
     program.partition = models::partition_model(model, models::load_hardware(o.hardware), r,
                                                 models::parse_method(o.partition))

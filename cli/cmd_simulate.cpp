@@ -3,30 +3,30 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
-#include "cli/scenario.hpp"
+#include "cli/scenario_options.hpp"
 #include "models/summary.hpp"
 #include "schedule/trace.hpp"
-#include "sim/from_model.hpp"
 #include "sim/transfer_probe.hpp"
+#include "twin/predict.hpp"
 
 namespace pipetwin::cli {
 namespace {
 
 struct Options {
-  ScenarioOptions scenario;
+  twin::ScenarioSpec scenario;
   std::string trace, engine = "auto";
   bool json = false;
 };
 
 int run(const Options& o) {
-  const auto sc = build_scenario(o.scenario);
+  const auto sc = twin::build_scenario(o.scenario);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto result = predict(*sc, parse_engine(o.engine));
+  const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string engine = result.engine == "simgrid" ? "simgrid " + sim::simgrid_version() : "fast critical path";
+  const std::string engine = result.engine == twin::Engine::SimGrid ? "simgrid " + sim::simgrid_version() : "fast critical path";
   const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine);
   if (!o.trace.empty()) {
-    auto meta = trace_metadata(*sc, o.scenario);
+    auto meta = twin::trace_metadata(*sc, o.scenario);
     meta["producer"] = "pipetwin simulate";
     meta["summary"] = summary.to_json();
     meta["engine_reason"] = result.why;

@@ -1,452 +1,82 @@
-// `pipetwin sweep`: every combination of schedules x recompute x micro-batch
-// size x K x M into one CSV. The fast path evaluates configurations in this
-// process on every core; configurations with contention (or all of them with
-// --engine simgrid) go to SimGrid, several child processes at a time. Rows come
-// in a fixed order; the file on disk is always whole (rewritten through a
-// rename every few seconds), so an interrupted sweep resumes where it stopped.
-#include <poll.h>
+// `pipetwin sweep`: the options of a sweep (twin/sweep.hpp runs it), its
+// progress bar on a terminal and its closing line.
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
-#include <filesystem>
-#include <map>
-#include <sstream>
-#include <system_error>
-#include <thread>
 
 #include "cli/commands.hpp"
-#include "cli/scenario.hpp"
-#include "models/contention.hpp"
-#include "models/layer_graph.hpp"
-#include "models/partition.hpp"
-#include "models/stage_table.hpp"
-#include "models/summary.hpp"
-#include "schedule/error.hpp"
 #include "schedule/generators.hpp"
-#include "schedule/io.hpp"
-#include "sim/simulator.hpp"
+#include "twin/sweep.hpp"
 
 namespace pipetwin::cli {
 namespace {
 
-const char* kHeader =
-    "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
-    "max_stage_memory_gb,engine,reason";
-constexpr int kKeyColumns = 6;
-
 struct Options {
-  std::string model, hardware, out, engine = "auto";
-  std::vector<int> ranks, microbatches, microbatch_sizes{1};
-  std::vector<std::string> schedules, recompute{"none"};
-  int virtual_stages = 2, jobs = 0;  // V applies to interleaved-1f1b only
-  int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / M
-  std::string partition = "auto", optimizer = "adam";
+  twin::SweepSpec spec;
+  std::string engine = "auto";
 };
 
-struct Config {
-  std::string schedule, recompute;
-  int microbatch_size, ranks, microbatches;
-};
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string q = "\"";
-  for (const char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
-  return q + "\"";
+void draw_bar(std::size_t done, std::size_t total) {
+  const int width = 40;
+  const int filled = total ? static_cast<int>(width * done / total) : width;
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done,
+               total);
+  std::fflush(stderr);
 }
 
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
+int run(Options& o) {
+  o.spec.engine = twin::parse_engine(o.engine);
+  const bool bar = ::isatty(2) && !std::getenv("CI");
+  const auto r = bar ? twin::run_sweep(o.spec, draw_bar) : twin::run_sweep(o.spec);
+  if (bar) std::fprintf(stderr, "\n");
+  std::fprintf(stderr,
+               "sweep: %zu configurations (%zu resumed, %zu evaluated now: %zu on the fast path, %zu in SimGrid, "
+               "%zu not runnable) -> %s\n",
+               r.configurations, r.resumed, r.evaluated, r.fast, r.simgrid, r.not_runnable, o.spec.out.c_str());
+  return 0;
 }
-
-class Sweep {
- public:
-  explicit Sweep(const Options& o)
-      : o_(o),
-        engine_(parse_engine(o.engine)),
-        model_(models::in_topological_order(models::load_model(o.model))),
-        hardware_(models::load_hardware(o.hardware)) {
-    if (o.batch > 0) {
-      for (const int m : o.microbatches) {
-        if (o.batch % m != 0) {
-          throw Error("--batch " + std::to_string(o.batch) + " does not split into " + std::to_string(m) +
-                      " equal micro-batches (--microbatches)");
-        }
-      }
-    }
-    const std::vector<int> sizes = o.batch > 0 ? std::vector<int>{0} : o.microbatch_sizes;
-    for (const auto& s : o.schedules)
-      for (const auto& r : o.recompute)
-        for (const int b : sizes)
-          for (const int k : o.ranks)
-            for (const int m : o.microbatches) configs_.push_back({s, r, b > 0 ? b : o.batch / m, k, m});
-    rows_.resize(configs_.size());
-    ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
-    inputs_ = describe_inputs();
-    load_existing();
-    // Written before the first row: whatever rows OUT holds, OUT.inputs says what they were computed from.
-    schedule::write_file_atomic(inputs_path(), inputs_);
-  }
-
-  int run() {
-    const int jobs = o_.jobs > 0 ? o_.jobs : static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-    std::vector<std::size_t> todo;
-    for (std::size_t i = 0; i < configs_.size(); ++i) {
-      if (!ready_[i]) todo.push_back(i);
-    }
-    resumed_ = configs_.size() - todo.size();
-    // 1. The fast path, in this process, on `jobs` threads.
-    std::vector<std::size_t> for_simgrid;
-    if (engine_ == Engine::SimGrid) {
-      for_simgrid = todo;
-    } else {
-      // No more threads than configurations; where the system refuses one
-      // (a thread limit), the ones started do the work.
-      const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
-      std::vector<std::vector<std::size_t>> deferred(threads);
-      std::atomic<std::size_t> next{0};
-      std::vector<std::thread> workers;
-      for (int w = 0; w < threads; ++w) {
-        try {
-          workers.emplace_back([&, w] {
-            for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
-              if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
-            }
-          });
-        } catch (const std::system_error& e) {
-          if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
-          break;
-        }
-      }
-      while (completed_ + deferred_ < todo.size()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        progress(todo.size());
-        maybe_write(false);
-      }
-      for (auto& t : workers) t.join();
-      for (const auto& d : deferred) for_simgrid.insert(for_simgrid.end(), d.begin(), d.end());
-      std::sort(for_simgrid.begin(), for_simgrid.end());
-    }
-    // 2. SimGrid, `jobs` child processes at a time.
-    run_simgrid(for_simgrid, jobs, todo.size());
-    progress(todo.size());
-    maybe_write(true);
-    if (bar_) std::fprintf(stderr, "\n");
-    std::fprintf(stderr,
-                 "sweep: %zu configurations (%zu resumed, %zu evaluated now: %zu on the fast path, %zu in SimGrid, "
-                 "%zu not runnable) -> %s\n",
-                 configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), not_runnable_.load(), o_.out.c_str());
-    return 0;
-  }
-
- private:
-  ScenarioOptions scenario_options(const Config& c) const {
-    ScenarioOptions s;
-    s.schedule = c.schedule;
-    s.ranks = c.ranks;
-    s.microbatches = c.microbatches;
-    s.virtual_stages = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
-    s.batch = c.microbatches * c.microbatch_size;
-    s.recompute = c.recompute;
-    s.partition = o_.partition;
-    s.optimizer = o_.optimizer;
-    return s;
-  }
-
-  std::unique_ptr<Scenario> scenario(std::size_t i) const {
-    return build_scenario(model_, hardware_, scenario_options(configs_[i]), /*validate=*/false);
-  }
-
-  // Returns false when the configuration needs SimGrid (contention under --engine auto).
-  bool evaluate_fast(std::size_t i) {
-    try {
-      const auto sc = scenario(i);
-      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-      auto run = schedule::evaluate(sc->program, table);
-      if (run.deadlocked()) throw Error("deadlock in the generated schedule");
-      if (engine_ == Engine::Auto &&
-          !models::check_contention(run.timeline, sc->program, table, sc->hardware.topology).contention_free) {
-        ++deferred_;
-        return false;
-      }
-      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast"), "");
-      ++fast_;
-    } catch (const models::OutOfMemory& e) {
-      finish_row(i, "oom", {}, e.what());
-    } catch (const Error& e) {
-      finish_row(i, "error", {}, e.what());
-    }
-    return true;
-  }
-
-  void run_simgrid(const std::vector<std::size_t>& indices, int jobs, std::size_t total) {
-    struct Running {
-      std::size_t index;
-      sim::SimProcess process;
-      std::unique_ptr<Scenario> scenario;
-      std::string data;
-    };
-    std::deque<std::size_t> todo(indices.begin(), indices.end());
-    std::vector<Running> running;
-    while (!todo.empty() || !running.empty()) {
-      while (!todo.empty() && static_cast<int>(running.size()) < jobs) {
-        const std::size_t i = todo.front();
-        todo.pop_front();
-        try {
-          auto sc = scenario(i);
-          const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-          running.push_back({i, sim::start_simulation({sc->program, table, sc->hardware.topology}), std::move(sc), {}});
-        } catch (const models::OutOfMemory& e) {
-          finish_row(i, "oom", {}, e.what());
-        } catch (const Error& e) {
-          finish_row(i, "error", {}, e.what());
-        }
-      }
-      if (running.empty()) continue;
-      std::vector<pollfd> fds;
-      for (const auto& r : running) fds.push_back({r.process.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) throw Error("sweep: poll failed");
-      for (std::size_t j = running.size(); j-- > 0;) {
-        if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[1 << 16];
-        const ssize_t n = ::read(running[j].process.fd, buf, sizeof buf);
-        if (n > 0) {
-          running[j].data.append(buf, static_cast<std::size_t>(n));
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        Running done = std::move(running[j]);
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(j));
-        try {
-          const auto result = sim::finish_simulation(done.process, done.data);
-          const auto& sc = *done.scenario;
-          finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid"), "");
-          ++simgrid_;
-        } catch (const Error& e) {
-          finish_row(done.index, "error", {}, e.what());
-        }
-      }
-      progress(total);
-      maybe_write(false);
-    }
-  }
-
-  std::string key(const Config& c) const {
-    const int v = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
-    return c.schedule + "," + c.recompute + "," + std::to_string(c.ranks) + "," + std::to_string(v) + "," +
-           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
-  }
-
-  std::string inputs_path() const { return o_.out + ".inputs"; }
-
-  // What every row depends on besides its key columns: the model and hardware
-  // (their files' contents, hashed) and the options that are not in the row.
-  // Resuming from rows computed from other inputs would mix two sweeps.
-  std::string describe_inputs() const {
-    const auto fnv = [](const std::string& text) {
-      std::uint64_t h = 1469598103934665603ULL;
-      for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-      char buf[17];
-      std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-      return std::string(buf);
-    };
-    const auto file = [&](const std::string& spec) {
-      std::error_code ec;
-      return std::filesystem::is_regular_file(spec, ec) ? spec + " (contents " + fnv(schedule::read_file(spec)) + ")"
-                                                        : spec + " (preset)";
-    };
-    return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
-           "\noptimizer: " + o_.optimizer + "\nengine: " + o_.engine + "\nvirtual: " + std::to_string(o_.virtual_stages) +
-           "\n";
-  }
-
-  void load_existing() {
-    if (!std::filesystem::exists(o_.out)) return;
-    std::istringstream in(schedule::read_file(o_.out));
-    std::string line;
-    if (!std::getline(in, line) || line != kHeader) {
-      throw Error(o_.out + ":1: not a results file of this sweep (its header differs); choose another --out");
-    }
-    if (!std::filesystem::exists(inputs_path())) {
-      throw Error(o_.out + ": no " + inputs_path() +
-                  " beside it, so its rows cannot be told to come from this model, hardware and options; remove it or "
-                  "choose another --out");
-    }
-    const std::string before = schedule::read_file(inputs_path());
-    if (before != inputs_) {
-      std::istringstream a(before), b(inputs_);
-      std::string was, now;
-      while (std::getline(a, was) && std::getline(b, now) && was == now) {
-      }
-      const auto field = now.substr(0, now.find(':'));
-      if (was.empty() || field.empty()) {
-        throw Error(o_.out + ": " + inputs_path() + " is empty or damaged (line '" + was +
-                    "'), so its rows cannot be told to come from this model, hardware and options; remove both to "
-                    "start again, or choose another --out");
-      }
-      throw Error(o_.out + ": its rows were computed with another " + field + " (" + inputs_path() + ": '" + was +
-                  "', now '" + now + "'); remove it to start again, or choose another --out");
-    }
-    std::map<std::string, std::size_t> index;
-    for (std::size_t i = 0; i < configs_.size(); ++i) index[key(configs_[i])] = i;
-    for (int number = 2; std::getline(in, line); ++number) {
-      if (line.empty()) continue;
-      const auto cells = checked_row(line, number);
-      std::string row_key = cells[0];
-      for (int c = 1; c < kKeyColumns; ++c) row_key += "," + cells[c];
-      const auto it = index.find(row_key);
-      if (it != index.end()) {
-        rows_[it->second] = line;
-        ready_[it->second] = true;
-      } else {
-        foreign_.push_back(line);
-      }
-    }
-  }
-
-  // A row taken back on resume must be one this command wrote: the status
-  // known, the numbers numbers (an edited or damaged row would otherwise be
-  // kept, and counted as done). Returns its 13 cells (the reason, last, may
-  // hold commas).
-  std::vector<std::string> checked_row(const std::string& line, int number) const {
-    std::vector<std::string> cells;
-    std::size_t from = 0;
-    for (int c = 0; c < 12; ++c) {
-      const auto comma = line.find(',', from);
-      if (comma == std::string::npos) break;
-      cells.push_back(line.substr(from, comma - from));
-      from = comma + 1;
-    }
-    cells.push_back(line.substr(from));
-    const auto damaged = [&](const std::string& what) {
-      return Error(o_.out + ":" + std::to_string(number) + ": " + what +
-                   ": not a row this sweep wrote; remove the file (or the row) to compute it again");
-    };
-    if (cells.size() < 13) throw damaged("the row has " + std::to_string(cells.size()) + " columns, not 13");
-    const std::string& status = cells[6];
-    if (status != "ok" && status != "oom" && status != "error") throw damaged("column 'status' is '" + status + "'");
-    static const char* names[] = {"step_time_s", "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb"};
-    for (int c = 7; c <= 10; ++c) {
-      const std::string& cell = cells[c];
-      if (cell.empty() && status != "ok") continue;
-      char* end = nullptr;
-      const double x = std::strtod(cell.c_str(), &end);
-      if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(x) || x < 0) {
-        throw damaged(std::string("column '") + names[c - 7] + "' is '" + cell + "'");
-      }
-    }
-    return cells;
-  }
-
-  void finish_row(std::size_t i, std::string status, const models::RunSummary& s, const std::string& reason) {
-    double max_memory = 0;
-    std::string why = reason;
-    for (std::size_t st = 0; st < s.memory.size(); ++st) {
-      max_memory = std::max(max_memory, s.memory[st].peak_bytes);
-      if (!s.memory[st].fits() && why.empty()) {
-        why = "stage " + std::to_string(st) + " needs " + num(s.memory[st].peak_bytes / 1e9) + " GB of " +
-              num(s.memory[st].capacity_bytes / 1e9) + " GB";
-      }
-    }
-    if (status.empty()) status = s.fits() ? "ok" : "oom";
-    const bool ran = !s.busy_s.empty();
-    if (!ran) ++not_runnable_;
-    rows_[i] = key(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
-               (ran ? num(s.throughput) : "") + "," + (ran ? num(s.bubble) : "") + "," +
-               (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why);
-    ready_[i].store(true, std::memory_order_release);
-    ++completed_;
-  }
-
-  // Rewrites the whole file (finished rows only) through a rename, at most
-  // every few seconds unless `final`.
-  void maybe_write(bool final) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!final && now - last_write_ < write_interval_) return;
-    std::string text = std::string(kHeader) + "\n";
-    for (std::size_t i = 0; i < rows_.size(); ++i) {
-      if (ready_[i].load(std::memory_order_acquire)) text += rows_[i] + "\n";
-    }
-    for (const auto& row : foreign_) text += row + "\n";
-    schedule::write_file_atomic(o_.out, text);
-    const auto took = std::chrono::steady_clock::now() - now;
-    last_write_ = std::chrono::steady_clock::now();
-    write_interval_ = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(2), 10 * took);
-  }
-
-  void progress(std::size_t total) {
-    if (!bar_) return;
-    const int width = 40;
-    const std::size_t done = completed_.load();
-    const int filled = total ? static_cast<int>(width * done / total) : width;
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 done, total);
-    std::fflush(stderr);
-  }
-
-  const Options& o_;
-  Engine engine_;
-  models::Model model_;
-  models::Hardware hardware_;
-  std::vector<Config> configs_;
-  std::vector<std::string> rows_, foreign_;
-  std::unique_ptr<std::atomic<bool>[]> ready_;
-  std::atomic<std::size_t> completed_{0}, deferred_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
-  std::size_t resumed_ = 0;
-  std::string inputs_;
-  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::duration write_interval_ = std::chrono::seconds(2);
-  bool bar_ = ::isatty(2) && !std::getenv("CI");
-};
 
 }  // namespace
 
 Run add_sweep_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
+  auto& spec = o->spec;
   auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M combination into one CSV");
-  cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
-  cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--ranks,-k", o->ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(kPositive);
-  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M, comma-separated")
+  cmd->add_option("--model", spec.model, "Model spec (YAML)")->required();
+  cmd->add_option("--hardware", spec.hardware, "Hardware preset name or YAML file")->required();
+  cmd->add_option("--ranks,-k", spec.ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(kPositive);
+  cmd->add_option("--microbatches,-m", spec.microbatches, "Micro-batches M, comma-separated")
       ->required()
       ->delimiter(',')
       ->check(kPositive);
   std::vector<std::string> names;
   for (const auto& g : schedule::generators()) names.emplace_back(g.name);
-  cmd->add_option("--schedules,-s", o->schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
-  cmd->add_option("--recompute", o->recompute, "Recompute policies, comma-separated")
+  cmd->add_option("--schedules,-s", spec.schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
+  cmd->add_option("--recompute", spec.recompute, "Recompute policies, comma-separated")
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "full", "except-last"}))
       ->capture_default_str();
-  cmd->add_option("--microbatch-size", o->microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
+  cmd->add_option("--microbatch-size", spec.microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
       ->delimiter(',')
       ->check(kPositive)
       ->capture_default_str();
-  cmd->add_option("--batch", o->batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
+  cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");
-  cmd->add_option("--virtual,-v", o->virtual_stages, "V for interleaved-1f1b")->check(kPositive)->capture_default_str();
-  cmd->add_option("--partition", o->partition, "auto, uniform or parameters")
+  cmd->add_option("--virtual,-v", spec.virtual_stages, "V for interleaved-1f1b")->check(kPositive)->capture_default_str();
+  cmd->add_option("--partition", spec.partition, "auto, uniform or parameters")
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
       ->capture_default_str();
-  cmd->add_option("--optimizer", o->optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--optimizer", spec.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();
-  cmd->add_option("--out,-o", o->out,
+  cmd->add_option("--out,-o", spec.out,
                   "Results CSV (resumed if it exists and OUT.inputs shows the same model, hardware and options)")
       ->required();
-  cmd->add_option("--jobs,-j", o->jobs, "Threads / SimGrid processes (default: cores)")->check(kPositive);
-  return [o] { return Sweep(*o).run(); };
+  cmd->add_option("--jobs,-j", spec.jobs, "Threads / SimGrid processes (default: cores)")->check(kPositive);
+  return [o] { return run(*o); };
 }
 
 }  // namespace pipetwin::cli

@@ -10,6 +10,8 @@
 #include "models/layer_graph.hpp"
 #include "models/stage_costs.hpp"
 #include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/passes.hpp"
 
 namespace pipetwin::models {
 
@@ -112,6 +114,10 @@ Partition evaluate_partition(const Model& model, const Hardware& hardware, const
   return p;
 }
 
+schedule::Program PartitionRequest::default_program() {
+  return schedule::lower(schedule::generate_gpipe({}));
+}
+
 void check_stage_count(const Model& model, std::int64_t stages) {
   const auto n = static_cast<std::int64_t>(model.layers.size());
   if (stages > n) {
@@ -123,7 +129,7 @@ void check_stage_count(const Model& model, std::int64_t stages) {
 Partition partition_model(const Model& input, const Hardware& hw, const PartitionRequest& r, Method method) {
   const Model model = in_topological_order(input);
   const int n = static_cast<int>(model.layers.size()), S = r.stages();
-  if (r.ranks < 1 || r.virtual_stages < 1 || r.microbatches < 1 || r.microbatch_size < 1) {
+  if (r.ranks() < 1 || r.program.stages_per_rank < 1 || r.microbatches() < 1 || r.microbatch_size < 1) {
     throw Error("partition: ranks, virtual stages, micro-batches and micro-batch size must be at least 1");
   }
   check_stage_count(model, S);
@@ -157,7 +163,7 @@ Partition partition_model(const Model& input, const Hardware& hw, const Partitio
         }
         const auto [i, j] = spread[worst];
         throw OutOfMemory("partition: no split of " + model.name + " into " + std::to_string(S) + " stages fits in memory (" +
-                    r.schedule + ", M=" + std::to_string(r.microbatches) + ", micro-batch " +
+                    r.program.schedule + ", M=" + std::to_string(r.microbatches()) + ", micro-batch " +
                     std::to_string(r.microbatch_size) + "): at best stage " + std::to_string(worst) + " (layers " +
                     std::to_string(i) + ".." + std::to_string(j - 1) + ") needs " + gb(cost.memory_bytes(i, j, worst)) +
                     " of " + gb(cost.capacity_bytes(worst)) + ", over by " + gb(over) +

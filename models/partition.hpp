@@ -26,16 +26,22 @@ enum class Method { Optimal, Uniform, Parameters };
 std::string_view method_name(Method m);
 Method parse_method(std::string_view name);
 
+// What the partitioner and the stage costs need to know of a configuration.
+// The Program is the schedule itself (its placement stage -> rank, V, M and
+// recompute policy; its actions decide how many micro-batches each stage
+// stashes); its partition, if any, is ignored. Nothing here rebuilds a
+// Program from a schedule's name.
 struct PartitionRequest {
-  int ranks = 1;                 // K
-  int virtual_stages = 1;        // V: S = K·V stages, stage s on rank s mod K
-  std::string schedule = "gpipe";  // decides how many micro-batches each stage stashes
-  int microbatches = 1;          // M
+  schedule::Program program = default_program();
   int microbatch_size = 1;       // samples per micro-batch
-  schedule::RecomputePolicy recompute = schedule::RecomputePolicy::None;
   Optimizer optimizer = Optimizer::Adam;
   std::vector<Device> devices;   // one per rank; empty: the hardware's (Hardware::rank_devices)
-  int stages() const { return ranks * virtual_stages; }
+  int ranks() const { return program.num_ranks; }
+  int stages() const { return program.num_stages(); }
+  int microbatches() const { return program.num_microbatches; }
+  schedule::RecomputePolicy recompute() const { return program.recompute; }
+  // One rank, one micro-batch, GPipe: the complete Program of a single device.
+  static schedule::Program default_program();
 };
 
 struct StagePlan {

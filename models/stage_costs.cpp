@@ -2,23 +2,31 @@
 #include "models/stage_costs.hpp"
 
 #include "schedule/error.hpp"
-#include "schedule/generators.hpp"
 
 namespace pipetwin::models {
 
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
-    : model_(m), hardware_(hw), request_(r) {
+    : model_(m),
+      hardware_(hw),
+      microbatch_size_(r.microbatch_size),
+      optimizer_(r.optimizer),
+      recompute_policy_(r.recompute()) {
   const int n = static_cast<int>(m.layers.size());
-  devices_ = r.devices.empty() ? hw.rank_devices(r.ranks) : r.devices;
-  if (static_cast<int>(devices_.size()) != r.ranks) {
-    throw Error("partition: " + std::to_string(devices_.size()) + " devices given for " + std::to_string(r.ranks) +
-                " ranks");
+  const int K = r.ranks();
+  devices_ = r.devices.empty() ? hw.rank_devices(K) : r.devices;
+  if (static_cast<int>(devices_.size()) != K) {
+    throw Error("partition: " + std::to_string(devices_.size()) + " devices given for " + std::to_string(K) + " ranks");
   }
+  if (static_cast<int>(r.program.stage_to_rank.size()) != r.stages()) {
+    throw Error("partition: the schedule places " + std::to_string(r.program.stage_to_rank.size()) + " stages, not " +
+                std::to_string(r.stages()));
+  }
+  for (const auto rank : r.program.stage_to_rank) stage_rank_.push_back(rank.value);
   const double b = r.microbatch_size;
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
-    prefix->assign(r.ranks, std::vector<double>(n + 1, 0));
+    prefix->assign(K, std::vector<double>(n + 1, 0));
   }
-  for (int k = 0; k < r.ranks; ++k) {
+  for (int k = 0; k < K; ++k) {
     const Device& d = devices_[k];
     for (int l = 0; l < n; ++l) {
       const auto& c = m.layers[l].cost;
@@ -51,12 +59,11 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   }
   cut_ = m.cut_elems();
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
-  const auto program = schedule::build_schedule(r.schedule, {r.ranks, r.microbatches, r.virtual_stages, r.recompute});
-  stash_counts_ = schedule::account_memory(program);
+  stash_counts_ = schedule::account_memory(r.program);
 }
 
 double StageCostModel::cut_bytes(int p) const {
-  return static_cast<double>(cut_[p]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+  return static_cast<double>(cut_[p]) * bytes_per_element(model_.precision) * microbatch_size_;
 }
 
 namespace {
@@ -68,7 +75,7 @@ double StageCostModel::step_s(int i, int j, int s) const {
   const double p = params_[j] - params_[i];
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
-  const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(request_.optimizer));
+  const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(optimizer_));
   const Device& d = device_of(s);
   return d.memory_bandwidth > 0 ? d.step_overhead() + traffic / d.memory_bandwidth : 0;
 }
@@ -82,17 +89,17 @@ double StageCostModel::cold_forward_s(int i, int j, int s) const {
 double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
   // Checkpointed micro-batches run their forward without autograd (with
   // except-last, all but the last one: the stage's F is counted as theirs).
-  return request_.recompute == schedule::RecomputePolicy::None ? forward_s(i, j, s) : forward_nograd_s(i, j, s);
+  return recompute_policy_ == schedule::RecomputePolicy::None ? forward_s(i, j, s) : forward_nograd_s(i, j, s);
 }
 
 double StageCostModel::compute_s(int i, int j, int s) const {
   double t = scheduled_forward_s(i, j, s) + backward_s(i, j, s);
-  if (request_.recompute != schedule::RecomputePolicy::None) t += recompute_s(i, j, s);
+  if (recompute_policy_ != schedule::RecomputePolicy::None) t += recompute_s(i, j, s);
   return t;
 }
 
 double StageCostModel::transfer_s(int i, int j, int s) const {
-  const int S = request_.stages(), n = static_cast<int>(model_.layers.size());
+  const int S = static_cast<int>(stage_rank_.size()), n = static_cast<int>(model_.layers.size());
   double t = 0;
   const auto hop = [&](int a, int b, double bytes) {
     const Link l = hardware_.topology.path(rank_of(a), rank_of(b));
@@ -107,11 +114,11 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   const double p = params_[j] - params_[i];
   const auto& st = stash_counts_.at(s);
   const double bytes = bytes_per_element(model_.precision);
-  return p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(request_.optimizer));
+  return p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(optimizer_));
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
-  const double layers = (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * request_.microbatch_size;
+  const double layers = (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
   // The received input stays with the micro-batch (its gradient is read
   // there); the model input (i = 0) is data, counted by neither.
   return i > 0 && i < j && !model_.layers[i].cost.keeps_input ? layers + input_bytes(i) : layers;

@@ -17,7 +17,8 @@ class StageCostModel {
   // `model` must be in a topological order and outlive this object.
   StageCostModel(const Model& model, const Hardware& hardware, const PartitionRequest& request);
 
-  int rank_of(int stage) const { return stage % request_.ranks; }
+  // The rank that holds stage s: the Program's placement (Program::stage_to_rank).
+  int rank_of(int stage) const { return stage_rank_[stage]; }
   const Device& device_of(int stage) const { return devices_[rank_of(stage)]; }
 
   // Seconds of one micro-batch's action on stage s's device: layer by layer,
@@ -70,7 +71,10 @@ class StageCostModel {
 
   const Model& model_;
   const Hardware& hardware_;
-  PartitionRequest request_;
+  int microbatch_size_ = 1;
+  Optimizer optimizer_ = Optimizer::Adam;
+  schedule::RecomputePolicy recompute_policy_ = schedule::RecomputePolicy::None;
+  std::vector<int> stage_rank_;  // [stage]
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_;

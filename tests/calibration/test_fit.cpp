@@ -80,14 +80,11 @@ std::vector<Config> grid() {
 // as a trace that stands alone.
 ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step = nullptr, bool simgrid = false) {
   const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
-  pm::PartitionRequest r;
-  r.ranks = c.ranks;
-  r.schedule = c.schedule;
-  r.microbatches = c.microbatches;
-  r.microbatch_size = c.batch / c.microbatches;
-  r.recompute = ps::parse_recompute(c.recompute);
-  ps::Program p = ps::build_schedule(c.schedule, {c.ranks, c.microbatches, 1, r.recompute});
+  ps::Program p = ps::build_schedule(c.schedule, {c.ranks, c.microbatches, 1, ps::parse_recompute(c.recompute)});
   p.partition = c.partition;
+  pm::PartitionRequest r;
+  r.program = p;
+  r.microbatch_size = c.batch / c.microbatches;
   const pm::StageCostModel costs(model, hw, r);
   const auto table = pm::stage_table(costs, hw, p);
   const ps::Timeline timeline = simgrid ? pipetwin::sim::simulate({p, table, hw.topology}).timeline : ps::evaluate(p, table).timeline;

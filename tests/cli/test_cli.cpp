@@ -362,3 +362,31 @@ TEST_F(Cli, SweepWithAFixedBatchSplitsItIntoMMicroBatches) {
                         path("d.csv"));
   EXPECT_EQ(both.code, 2);
 }
+
+// `pipetwin` links no LibTorch: `run` is answered by pipetwin-exec, next to it.
+TEST_F(Cli, RunIsHandedToTheExecutorNextToPipetwin) {
+  const auto help = run("run --help");
+  EXPECT_EQ(help.code, 0) << help.out;
+  for (const char* option : {"--steps", "--device", "--master-port", "--save-weights"}) {
+    EXPECT_TRUE(has(help.out, option)) << option << "\n" << help.out;
+  }
+  const auto listed = run("--help");
+  EXPECT_TRUE(has(listed.out, "run")) << listed.out;
+  // A bad option is refused by the executor, as a command-line error.
+  const auto bad = run("run --model x.yaml -s 1f1b -k 2 -m 2 --frobnicate");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(has(bad.out, "--frobnicate")) << bad.out;
+}
+
+TEST_F(Cli, RunWithoutTheExecutorIsAClearError) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  const auto r = run_shell("PIPETWIN_EXEC=" + path("no-such-executor") + " " + PIPETWIN_BINARY + " run --model " + model +
+                           " -s 1f1b -k 2 -m 2 2>&1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "pipetwin: error: pipetwin run needs the executor " + path("no-such-executor"))) << r.out;
+  // info still answers what this binary knows, and says why the rest is missing.
+  const auto info = run_shell("PIPETWIN_EXEC=" + path("no-such-executor") + " " + PIPETWIN_BINARY + " info --json 2>&1");
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_TRUE(has(info.out, "\"simgrid\"")) << info.out;
+  EXPECT_TRUE(has(info.out, "\"executor\": \"unavailable: no " + path("no-such-executor"))) << info.out;
+}

@@ -215,10 +215,8 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   const auto h = pm::load_hardware(write("hw.yaml", kCalibrated));
   const pm::Model m = small_transformer();  // embedding, 4 blocks, head
   pm::PartitionRequest r;
-  r.ranks = 2;
-  r.microbatches = 4;
+  r.program = ps::build_schedule("gpipe", {2, 4, 1, ps::RecomputePolicy::Full});
   r.microbatch_size = 3;
-  r.recompute = ps::RecomputePolicy::Full;
   const pm::StageCostModel costs(m, h, r);
   const pm::Device& d = h.device;
   const auto block = m.layers[1].cost;
@@ -256,7 +254,7 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_EQ(pm::stage_table(costs, crowded, p)[0].send_overhead_s, table[0].send_overhead_s);  // 2 ranks, 2 cores
   EXPECT_EQ(pm::stage_table(costs, crowded, p)[1].backward_s, table[1].backward_s);
   pm::PartitionRequest r4 = r;
-  r4.ranks = 4;
+  r4.program = ps::build_schedule("gpipe", {4, 4, 1, ps::RecomputePolicy::Full});
   ps::Program p4 = ps::build_schedule("1f1b", {4, 4, 1, ps::RecomputePolicy::Full});
   p4.partition = {{0, 2}, {2, 3}, {3, 4}, {4, 6}};
   const pm::StageCostModel costs4(m, crowded, r4);
@@ -295,9 +293,8 @@ TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
   const auto h = pm::preset("a100");
   const pm::Model m = small_transformer();
   pm::PartitionRequest r;
-  r.ranks = 1;
+  r.program = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::Full});
   r.microbatch_size = 2;
-  r.recompute = ps::RecomputePolicy::Full;
   const pm::StageCostModel costs(m, h, r);
   double f = 0, in = 0, w = 0;
   for (const auto& l : m.layers) {

@@ -9,6 +9,7 @@
 #include "models/families.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
+#include "schedule/generators.hpp"
 
 namespace pm = pipetwin::models;
 namespace ps = pipetwin::schedule;
@@ -68,12 +69,12 @@ TEST(Partition, OptimalMatchesBruteForceOnRandomInstances) {
     const auto model = random_model(rng, n, branching);
     pm::Hardware hw = pm::preset("v100");
     pm::PartitionRequest r;
-    r.ranks = 1 + static_cast<int>(rng() % std::min(n, 4));
-    r.schedule = trial % 3 == 0 ? "1f1b" : "gpipe";
-    r.microbatches = 1 + static_cast<int>(rng() % 4);
+    const int K = 1 + static_cast<int>(rng() % std::min(n, 4));
+    const int M = 1 + static_cast<int>(rng() % 4);
     r.microbatch_size = 1 + static_cast<int>(rng() % 3);
-    r.recompute = trial % 5 == 0 ? ps::RecomputePolicy::Full : ps::RecomputePolicy::None;
-    for (int k = 0; k < r.ranks; ++k) {  // heterogeneous devices, memory from tight to ample
+    r.program = ps::build_schedule(trial % 3 == 0 ? "1f1b" : "gpipe",
+                                   {K, M, 1, trial % 5 == 0 ? ps::RecomputePolicy::Full : ps::RecomputePolicy::None});
+    for (int k = 0; k < r.ranks(); ++k) {  // heterogeneous devices, memory from tight to ample
       pm::Device d = hw.device;
       d.peak_flops_fp32 *= 0.5 + (rng() % 100) / 50.0;
       d.memory_bytes = 2e8 + static_cast<double>(rng() % 3000) * 1e6;
@@ -109,7 +110,7 @@ TEST(Partition, ParametersMethodBalancesParameterCounts) {
     const int n = 3 + static_cast<int>(rng() % 6);
     const auto model = random_model(rng, n, false);
     pm::PartitionRequest r;
-    r.ranks = 1 + static_cast<int>(rng() % std::min(n, 3));
+    r.program = ps::build_schedule("gpipe", {1 + static_cast<int>(rng() % std::min(n, 3)), 1});
     const auto hw = pm::preset("a100");
     std::int64_t best = std::numeric_limits<std::int64_t>::max();
     for_each_split(n, r.stages(), [&](const std::vector<ps::LayerRange>& ranges) {
@@ -126,7 +127,7 @@ TEST(Partition, ParametersMethodBalancesParameterCounts) {
 TEST(Partition, UniformSplitsByLayerCount) {
   const auto model = pm::mlp_model({8, 2, {8, 8, 8, 8, 8, 8, 8, 8}}, pm::Precision::FP32, "mlp");  // 9 layers
   pm::PartitionRequest r;
-  r.ranks = 4;
+  r.program = ps::build_schedule("gpipe", {4, 1});
   const auto p = pm::partition_model(model, pm::preset("cpu"), r, pm::Method::Uniform);
   std::vector<int> sizes;
   for (const auto& range : p.ranges()) sizes.push_back(range.end - range.begin);
@@ -137,7 +138,7 @@ TEST(Partition, BranchingCutsCarryEveryCrossingTensorOnce) {
   const auto model = pm::amoebanet_model({3, 16, 32, 3, 10}, pm::Precision::FP32, "amoeba");
   const auto cut = model.cut_elems();
   pm::PartitionRequest r;
-  r.ranks = 2;
+  r.program = ps::build_schedule("gpipe", {2, 1});
   for (int p = 1; p < static_cast<int>(model.layers.size()); ++p) {
     const auto part = pm::evaluate_partition(model, pm::preset("v100"), r, {{0, p}, {p, static_cast<int>(model.layers.size())}},
                                              pm::Method::Optimal);
@@ -157,7 +158,7 @@ TEST(Partition, RandomBranchingCutsCountEachCrossingTensorOnce) {
       if (rng() % 3 == 0) model.layers[v].inputs.push_back(static_cast<int>(rng() % v));
     }
     pm::PartitionRequest r;
-    r.ranks = 2;
+    r.program = ps::build_schedule("gpipe", {2, 1});
     r.microbatch_size = 1 + static_cast<int>(rng() % 4);
     for (int p = 1; p < n; ++p) {
       std::set<int> crossing;
@@ -180,7 +181,7 @@ TEST(Partition, ASlowerDeviceGetsLessWork) {
   const auto model = pm::mlp_model({512, 10, std::vector<std::int64_t>(15, 2048)}, pm::Precision::FP32, "mlp");
   auto hw = pm::preset("a100");
   pm::PartitionRequest r;
-  r.ranks = 2;
+  r.program = ps::build_schedule("gpipe", {2, 1});
   r.devices = {hw.device, hw.device};
   r.devices[1].peak_flops_fp32 /= 3;
   const auto p = pm::partition_model(model, hw, r);
@@ -191,23 +192,21 @@ TEST(Partition, AHeterogeneousHardwareFileGivesTheSlowerRanksLessWork) {
   const auto model = pm::mlp_model({512, 10, std::vector<std::int64_t>(15, 2048)}, pm::Precision::FP32, "mlp");
   const auto hw = pm::load_hardware(std::string(PIPETWIN_EXAMPLES_DIR) + "/v100-p100-mixed.yaml");  // 2 V100, 2 P100
   pm::PartitionRequest r;
-  r.ranks = 4;
+  r.program = ps::build_schedule("gpipe", {4, 1});
   const auto p = pm::partition_model(model, hw, r);
   const auto layers = [&](int s) { return p.stages[s].layers.end - p.stages[s].layers.begin; };
   EXPECT_GT(layers(0) + layers(1), layers(2) + layers(3));
   r.devices = hw.devices;  // the same as naming them in the request
   EXPECT_DOUBLE_EQ(pm::partition_model(model, hw, r).bottleneck_s, p.bottleneck_s);
   r.devices.clear();
-  r.ranks = 5;
+  r.program = ps::build_schedule("gpipe", {5, 1});
   EXPECT_THROW(pm::partition_model(model, hw, r), pipetwin::Error);
 }
 
 TEST(Partition, RecomputeAndFewerMicrobatchesInFlightMakeItFit) {
   const auto model = pm::load_model(std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-24.yaml");
   pm::PartitionRequest r;
-  r.ranks = 4;
-  r.schedule = "gpipe";
-  r.microbatches = 32;
+  r.program = ps::build_schedule("gpipe", {4, 32});
   try {
     pm::partition_model(model, pm::preset("v100"), r);
     FAIL() << "expected not to fit";
@@ -217,17 +216,16 @@ TEST(Partition, RecomputeAndFewerMicrobatchesInFlightMakeItFit) {
     EXPECT_NE(msg.find("at best stage "), std::string::npos) << msg;
     EXPECT_NE(msg.find("over by "), std::string::npos) << msg;
   }
-  r.recompute = ps::RecomputePolicy::Full;
+  r.program = ps::build_schedule("gpipe", {4, 32, 1, ps::RecomputePolicy::Full});
   EXPECT_TRUE(pm::partition_model(model, pm::preset("v100"), r).fits);
-  r.recompute = ps::RecomputePolicy::None;
-  r.schedule = "1f1b";  // stashes min(K - s, M) instead of M
+  r.program = ps::build_schedule("1f1b", {4, 32});  // stashes min(K - s, M) instead of M
   EXPECT_TRUE(pm::partition_model(model, pm::preset("v100"), r).fits);
 }
 
 TEST(Partition, MoreStagesThanLayersIsAClearError) {
   const auto model = pm::mlp_model({8, 2, {8}}, pm::Precision::FP32, "tiny");
   pm::PartitionRequest r;
-  r.ranks = 3;
+  r.program = ps::build_schedule("gpipe", {3, 1});
   try {
     pm::partition_model(model, pm::preset("cpu"), r);
     FAIL();

@@ -184,12 +184,10 @@ TEST(Simulator, DeadlockIsAnErrorNamingTheBlockedRanks) {
 TEST(SimulateModel, OutOfMemoryVerdictFlipsAtTheCapacity) {
   const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
   auto hw = pm::preset("a100");
-  pm::PartitionRequest r;
-  r.ranks = 2;
-  r.schedule = "gpipe";
-  r.microbatches = 8;
-  r.microbatch_size = 4;
   auto program = ps::build_schedule("gpipe", {2, 8});
+  pm::PartitionRequest r;
+  r.program = program;
+  r.microbatch_size = 4;
   program.partition = pm::partition_model(model, hw, r).ranges();
   const pm::StageCostModel costs(model, hw, r);
   const double need = costs.memory_bytes(program.partition[0].begin, program.partition[0].end, 0);
@@ -215,11 +213,10 @@ TEST(SimulateModel, RecomputeLowersTheStashToStageInputs) {
   const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
   const auto hw = pm::preset("a100");
   pm::PartitionRequest r;
-  r.ranks = 2;
-  r.microbatches = 8;
+  r.program = ps::build_schedule("gpipe", {2, 8});
   const std::vector<ps::LayerRange> ranges{{0, 5}, {5, 10}};
   const pm::StageCostModel plain(model, hw, r);
-  r.recompute = ps::RecomputePolicy::Full;
+  r.program = ps::build_schedule("gpipe", {2, 8, 1, ps::RecomputePolicy::Full});
   const pm::StageCostModel recompute(model, hw, r);
   EXPECT_LT(recompute.memory_bytes(0, 5, 0), plain.memory_bytes(0, 5, 0));
   EXPECT_EQ(recompute.stash(0).peak_inputs, 8);
@@ -232,12 +229,9 @@ TEST(SimulateModel, MemoryOverTimePeaksAtTheAccountedPeak) {
   const auto hw = pm::preset("a100");
   for (const std::string name : {"gpipe", "1f1b", "zb-h1"}) {
     for (auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full}) {
-      pm::PartitionRequest r;
-      r.ranks = 3;
-      r.schedule = name;
-      r.microbatches = 6;
-      r.recompute = policy;
       auto program = ps::build_schedule(name, {3, 6, 1, policy});
+      pm::PartitionRequest r;
+      r.program = program;
       program.partition = pm::partition_model(model, hw, r).ranges();
       const pm::StageCostModel costs(model, hw, r);
       const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, hw, program)).timeline;
@@ -263,12 +257,9 @@ TEST(SimulateModel, StashedActivationsFollowTheClosedFormsAlongTheReplay) {
     for (const int K : {2, 3, 5}) {
       for (const int M : {1, 2, 4, 7}) {
         for (const auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full}) {
-          pm::PartitionRequest r;
-          r.ranks = K;
-          r.schedule = name;
-          r.microbatches = M;
-          r.recompute = policy;
           auto program = ps::build_schedule(name, {K, M, 1, policy});
+          pm::PartitionRequest r;
+          r.program = program;
           program.partition = pm::partition_model(model, hw, r, pm::Method::Uniform).ranges();
           const pm::StageCostModel costs(model, hw, r);
           const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, hw, program)).timeline;

@@ -1,5 +1,5 @@
-// build_scenario: load, check, partition, generate, lower, validate.
-#include "cli/scenario.hpp"
+// build_scenario: load, check, generate, lower, partition, validate.
+#include "twin/scenario.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -7,11 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cli/commands.hpp"
-#include "models/contention.hpp"
 #include "models/layer_graph.hpp"
 #include "models/stage_table.hpp"
-#include "sim/simulator.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
@@ -19,28 +16,7 @@
 #include "schedule/memory.hpp"
 #include "schedule/validate.hpp"
 
-namespace pipetwin::cli {
-
-void add_scenario_options(CLI::App* cmd, ScenarioOptions& o) {
-  std::vector<std::string> names;
-  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
-  cmd->add_option("--model", o.model, "Model spec (YAML)")->required();
-  cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--schedule,-s", o.schedule, "Schedule")->required()->check(CLI::IsMember(names));
-  cmd->add_option("--ranks,-k", o.ranks, "Ranks K")->required()->check(kPositive);
-  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M")->required()->check(kPositive);
-  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V")->check(kPositive)->capture_default_str();
-  cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(kPositive);
-  cmd->add_option("--recompute", o.recompute, "Re-materialization policy")
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
-      ->capture_default_str();
-  cmd->add_option("--partition", o.partition,
-                  "auto (optimal), uniform, parameters, or a file: a schedule with a partition line, or begin:end ranges")
-      ->capture_default_str();
-  cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
-      ->capture_default_str();
-}
+namespace pipetwin::twin {
 
 namespace {
 
@@ -72,22 +48,18 @@ std::vector<schedule::LayerRange> partition_from_file(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<Scenario> build_scenario(const ScenarioOptions& o) {
+std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& o) {
   return build_scenario(models::in_topological_order(models::load_model(o.model)), models::load_hardware(o.hardware), o,
                         true);
 }
 
 std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
-                                         const ScenarioOptions& o, bool validate) {
+                                         const ScenarioSpec& o, bool validate) {
   auto sc = std::make_unique<Scenario>();
   sc->model = model;
   sc->hardware = hardware;
   auto& r = sc->request;
-  r.ranks = o.ranks;
-  r.virtual_stages = o.virtual_stages;
-  r.schedule = o.schedule;
-  r.microbatches = o.microbatches;
-  r.recompute = schedule::parse_recompute(o.recompute);
+  const auto recompute = schedule::parse_recompute(o.recompute);
   r.optimizer = models::parse_optimizer(o.optimizer);
   const int batch = o.batch > 0 ? o.batch : o.microbatches;
   if (batch % o.microbatches != 0) {
@@ -101,7 +73,8 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (o.ranks >= 1 && o.virtual_stages >= 1) {
     models::check_stage_count(sc->model, static_cast<std::int64_t>(o.ranks) * o.virtual_stages);
   }
-  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, r.recompute});
+  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, recompute});
+  r.program = sc->program;
   const int n = static_cast<int>(sc->model.layers.size());
   if (o.partition == "auto" || o.partition == "optimal" || o.partition == "uniform" || o.partition == "parameters") {
     sc->program.partition = models::partition_model(sc->model, sc->hardware, r, models::parse_method(o.partition)).ranges();
@@ -116,11 +89,28 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
     }
   }
   if (validate) schedule::validate(sc->program);  // throws with the grid if anything is wrong
+  r.program = sc->program;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
 }
 
-nlohmann::json trace_metadata(const Scenario& sc, const ScenarioOptions& o) {
+std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
+                                      schedule::Program program, int microbatch_size, double batch,
+                                      models::Optimizer optimizer) {
+  auto sc = std::make_unique<Scenario>();
+  sc->model = model;
+  sc->hardware = hardware;
+  sc->program = std::move(program);
+  sc->samples = batch;
+  auto& r = sc->request;
+  r.program = sc->program;
+  r.microbatch_size = microbatch_size;
+  r.optimizer = optimizer;
+  sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
+  return sc;
+}
+
+nlohmann::json trace_metadata(const Scenario& sc, const ScenarioSpec& o) {
   auto j = sc.describe();
   j["model_spec"] = schedule::read_file(o.model);
   j["hardware_spec"] = std::filesystem::exists(o.hardware) ? schedule::read_file(o.hardware) : o.hardware;
@@ -131,6 +121,7 @@ nlohmann::json trace_metadata(const Scenario& sc, const ScenarioOptions& o) {
     stash.push_back(memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j2), sc.costs->input_bytes(i)));
   }
   j["predicted_stash_bytes_per_stage"] = stash;
+  j["program"] = schedule::to_text(sc.program);  // what ran: calibrate and compare read it back
   return j;
 }
 
@@ -159,31 +150,4 @@ std::string Scenario::headline() const {
   return line;
 }
 
-}  // namespace pipetwin::cli
-
-namespace pipetwin::cli {
-
-Engine parse_engine(const std::string& name) {
-  if (name == "auto") return Engine::Auto;
-  if (name == "simgrid") return Engine::SimGrid;
-  if (name == "fast") return Engine::Fast;
-  throw Error("unknown engine '" + name + "' (valid: auto, simgrid, fast)");
-}
-
-Prediction predict(const Scenario& sc, Engine engine) {
-  const auto table = models::stage_table(*sc.costs, sc.hardware, sc.program);
-  if (engine == Engine::SimGrid) {
-    return {sim::simulate({sc.program, table, sc.hardware.topology}).timeline, "simgrid", "asked for (--engine simgrid)"};
-  }
-  auto fast = schedule::evaluate(sc.program, table);
-  if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
-  const auto check = models::check_contention(fast.timeline, sc.program, table, sc.hardware.topology);
-  if (engine == Engine::Fast) {
-    return {std::move(fast.timeline), "fast",
-            check.contention_free ? check.reason : "asked for (--engine fast); it ignores contention: " + check.reason};
-  }
-  if (check.contention_free) return {std::move(fast.timeline), "fast", check.reason};
-  return {sim::simulate({sc.program, table, sc.hardware.topology}).timeline, "simgrid", "contention: " + check.reason};
-}
-
-}  // namespace pipetwin::cli
+}  // namespace pipetwin::twin

@@ -1,0 +1,105 @@
+// run_app: registration, parse, dispatch and the error policy of main().
+#include "cli/app.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+std::vector<std::string> g_command_line;
+
+// A first word that is neither an option nor a command: CLI11 would only say
+// that a command is required. Returns false (after saying so) when unknown.
+bool known_command(const CLI::App& app, const char* word) {
+  if (word[0] == '-') return true;
+  std::string valid;
+  bool known = false;
+  for (const auto* sub : app.get_subcommands({})) {
+    known = known || sub->get_name() == word;
+    valid += (valid.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (!known) std::fprintf(stderr, "pipetwin: error: unknown command '%s' (valid: %s)\n", printable(word).c_str(), valid.c_str());
+  return known;
+}
+
+// Runs the chosen command; what it printed must have reached standard output
+// (a full disk, a closed file): otherwise the command did not do its job.
+int dispatch(const CLI::App& app, const std::map<const CLI::App*, Run>& runs) {
+  int code = 2;
+  for (const auto* sub : app.get_subcommands()) {
+    code = runs.at(sub)();
+    break;
+  }
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    std::fprintf(stderr, "pipetwin: error: cannot write to standard output\n");
+    return code == 0 ? 1 : code;
+  }
+  return code;
+}
+
+}  // namespace
+
+void set_command_line(int argc, char** argv) { g_command_line.assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return g_command_line; }
+
+std::string printable(const std::string& s) {
+  std::string out;
+  const auto hex = [&](unsigned char c) {
+    static const char* digits = "0123456789abcdef";
+    out += "\\x";
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = schedule::utf8_sequence_length(s, i);
+    if (n == 0 || (n == 1 && ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f))) {
+      hex(c);
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+int run_app(int argc, char** argv, const std::string& description, const std::vector<AddCommand>& commands,
+            const std::vector<std::pair<std::string, std::string>>& elsewhere) {
+  set_command_line(argc, argv);
+  CLI::App app{description};
+  app.set_version_flag("--version", "pipetwin 0.1.0");
+  app.require_subcommand(1);
+  std::map<const CLI::App*, Run> runs;
+  for (const AddCommand add : commands) {
+    auto run = add(app);
+    runs[app.get_subcommands({}).back()] = std::move(run);
+  }
+  // Commands another executable answers: listed in the help, never parsed here.
+  for (const auto& [name, text] : elsewhere) app.add_subcommand(name, text);
+  if (argc >= 2 && !known_command(app, argv[1])) return 2;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the help, the version or the error
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    return dispatch(app, runs);
+  } catch (const pipetwin::Error& e) {
+    std::fprintf(stderr, "pipetwin: error: %s\n", printable(e.what()).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipetwin: internal error: %s\n", printable(e.what()).c_str());
+    return 3;
+  }
+}
+
+}  // namespace pipetwin::cli

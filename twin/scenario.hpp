@@ -1,0 +1,56 @@
+// One pipeline configuration, built once: the model and hardware loaded, the
+// Program generated, lowered, partitioned and validated, and its stage costs.
+// Every command that simulates, runs, calibrates or sweeps starts here; what
+// follows takes the Program, never the schedule's name.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/families.hpp"
+#include "models/stage_costs.hpp"
+#include "schedule/program.hpp"
+
+namespace pipetwin::twin {
+
+// What names one configuration, as given (the command line's words; each is
+// parsed once, in build_scenario, into the Program and the request's enums).
+struct ScenarioSpec {
+  std::string model, hardware, schedule;  // model spec file; preset or file; generator name
+  int ranks = 0, microbatches = 0, virtual_stages = 1, batch = 0;  // batch 0: M
+  std::string recompute = "none", partition = "auto", optimizer = "adam";
+};
+
+struct Scenario {
+  models::Model model;
+  models::Hardware hardware;
+  models::PartitionRequest request;  // its program: the Program below, without the partition
+  schedule::Program program;         // complete, validated, partitioned
+  std::unique_ptr<models::StageCostModel> costs;
+  double samples = 0;                // per step: batch
+  nlohmann::json describe() const;
+  std::string headline() const;
+};
+
+// Throws pipetwin::Error naming the option or file at fault.
+std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& spec);
+// The same from an already loaded model (in topological order) and hardware;
+// `validate` runs the schedule validator (generated schedules are valid by
+// construction, which the tests check over the whole generator grid).
+std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
+                                         const ScenarioSpec& spec, bool validate);
+
+// The scenario of a Program that is already complete and partitioned (a
+// traced run's, an imported file's): nothing is generated or partitioned.
+std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
+                                      schedule::Program program, int microbatch_size, double batch,
+                                      models::Optimizer optimizer);
+
+// What a trace records of its configuration, so that it stands alone for
+// compare and calibrate: describe(), the model spec's text, the hardware
+// (preset name or file text), the IR's predicted stash bytes per stage and
+// the Program itself (its text form).
+nlohmann::json trace_metadata(const Scenario& scenario, const ScenarioSpec& spec);
+
+}  // namespace pipetwin::twin

@@ -1,0 +1,391 @@
+// run_sweep: the configurations, the fast path's threads, SimGrid's child
+// processes, the results file and its resumption.
+#include "twin/sweep.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include "models/contention.hpp"
+#include "models/layer_graph.hpp"
+#include "models/partition.hpp"
+#include "models/stage_table.hpp"
+#include "models/summary.hpp"
+#include "schedule/dry_run.hpp"
+#include "schedule/error.hpp"
+#include "schedule/io.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetwin::twin {
+namespace {
+
+const char* kHeader =
+    "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
+    "max_stage_memory_gb,engine,reason";
+constexpr int kKeyColumns = 6;
+
+struct Config {
+  std::string schedule, recompute;
+  int microbatch_size, ranks, microbatches;
+};
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (const char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
+  return q + "\"";
+}
+
+std::string num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+class Sweep {
+ public:
+  explicit Sweep(const SweepSpec& o)
+      : o_(o),
+        model_(models::in_topological_order(models::load_model(o.model))),
+        hardware_(models::load_hardware(o.hardware)) {
+    if (o.batch > 0) {
+      for (const int m : o.microbatches) {
+        if (o.batch % m != 0) {
+          throw Error("--batch " + std::to_string(o.batch) + " does not split into " + std::to_string(m) +
+                      " equal micro-batches (--microbatches)");
+        }
+      }
+    }
+    const std::vector<int> sizes = o.batch > 0 ? std::vector<int>{0} : o.microbatch_sizes;
+    for (const auto& s : o.schedules)
+      for (const auto& r : o.recompute)
+        for (const int b : sizes)
+          for (const int k : o.ranks)
+            for (const int m : o.microbatches) configs_.push_back({s, r, b > 0 ? b : o.batch / m, k, m});
+    rows_.resize(configs_.size());
+    ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
+    inputs_ = describe_inputs();
+    load_existing();
+    // Written before the first row: whatever rows OUT holds, OUT.inputs says what they were computed from.
+    schedule::write_file_atomic(inputs_path(), inputs_);
+  }
+
+  SweepReport run(const SweepProgress& report_progress) {
+    progress_ = report_progress;
+    const int jobs = o_.jobs > 0 ? o_.jobs : static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    std::vector<std::size_t> todo;
+    for (std::size_t i = 0; i < configs_.size(); ++i) {
+      if (!ready_[i]) todo.push_back(i);
+    }
+    resumed_ = configs_.size() - todo.size();
+    // 1. The fast path, in this process, on `jobs` threads.
+    std::vector<std::size_t> for_simgrid;
+    if (o_.engine == Engine::SimGrid) {
+      for_simgrid = todo;
+    } else {
+      // No more threads than configurations; where the system refuses one
+      // (a thread limit), the ones started do the work.
+      const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
+      std::vector<std::vector<std::size_t>> deferred(threads);
+      std::atomic<std::size_t> next{0};
+      std::vector<std::thread> workers;
+      for (int w = 0; w < threads; ++w) {
+        try {
+          workers.emplace_back([&, w] {
+            for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
+              if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
+            }
+          });
+        } catch (const std::system_error& e) {
+          if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
+          break;
+        }
+      }
+      while (completed_ + deferred_ < todo.size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        progress(todo.size());
+        maybe_write(false);
+      }
+      for (auto& t : workers) t.join();
+      for (const auto& d : deferred) for_simgrid.insert(for_simgrid.end(), d.begin(), d.end());
+      std::sort(for_simgrid.begin(), for_simgrid.end());
+    }
+    // 2. SimGrid, `jobs` child processes at a time.
+    run_simgrid(for_simgrid, jobs, todo.size());
+    progress(todo.size());
+    maybe_write(true);
+    return {configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), not_runnable_.load()};
+  }
+
+ private:
+  ScenarioSpec scenario_spec(const Config& c) const {
+    ScenarioSpec s;
+    s.schedule = c.schedule;
+    s.ranks = c.ranks;
+    s.microbatches = c.microbatches;
+    s.virtual_stages = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
+    s.batch = c.microbatches * c.microbatch_size;
+    s.recompute = c.recompute;
+    s.partition = o_.partition;
+    s.optimizer = o_.optimizer;
+    return s;
+  }
+
+  std::unique_ptr<Scenario> scenario(std::size_t i) const {
+    return build_scenario(model_, hardware_, scenario_spec(configs_[i]), /*validate=*/false);
+  }
+
+  // Returns false when the configuration needs SimGrid (contention under --engine auto).
+  bool evaluate_fast(std::size_t i) {
+    try {
+      const auto sc = scenario(i);
+      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
+      auto run = schedule::evaluate(sc->program, table);
+      if (run.deadlocked()) throw Error("deadlock in the generated schedule");
+      if (o_.engine == Engine::Auto &&
+          !models::check_contention(run.timeline, sc->program, table, sc->hardware.topology).contention_free) {
+        ++deferred_;
+        return false;
+      }
+      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast"), "");
+      ++fast_;
+    } catch (const models::OutOfMemory& e) {
+      finish_row(i, "oom", {}, e.what());
+    } catch (const Error& e) {
+      finish_row(i, "error", {}, e.what());
+    }
+    return true;
+  }
+
+  void run_simgrid(const std::vector<std::size_t>& indices, int jobs, std::size_t total) {
+    struct Running {
+      std::size_t index;
+      sim::SimProcess process;
+      std::unique_ptr<Scenario> scenario;
+      std::string data;
+    };
+    std::deque<std::size_t> todo(indices.begin(), indices.end());
+    std::vector<Running> running;
+    while (!todo.empty() || !running.empty()) {
+      while (!todo.empty() && static_cast<int>(running.size()) < jobs) {
+        const std::size_t i = todo.front();
+        todo.pop_front();
+        try {
+          auto sc = scenario(i);
+          const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
+          running.push_back({i, sim::start_simulation({sc->program, table, sc->hardware.topology}), std::move(sc), {}});
+        } catch (const models::OutOfMemory& e) {
+          finish_row(i, "oom", {}, e.what());
+        } catch (const Error& e) {
+          finish_row(i, "error", {}, e.what());
+        }
+      }
+      if (running.empty()) continue;
+      std::vector<pollfd> fds;
+      for (const auto& r : running) fds.push_back({r.process.fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) throw Error("sweep: poll failed");
+      for (std::size_t j = running.size(); j-- > 0;) {
+        if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char buf[1 << 16];
+        const ssize_t n = ::read(running[j].process.fd, buf, sizeof buf);
+        if (n > 0) {
+          running[j].data.append(buf, static_cast<std::size_t>(n));
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        Running done = std::move(running[j]);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(j));
+        try {
+          const auto result = sim::finish_simulation(done.process, done.data);
+          const auto& sc = *done.scenario;
+          finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid"), "");
+          ++simgrid_;
+        } catch (const Error& e) {
+          finish_row(done.index, "error", {}, e.what());
+        }
+      }
+      progress(total);
+      maybe_write(false);
+    }
+  }
+
+  std::string key(const Config& c) const {
+    const int v = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
+    return c.schedule + "," + c.recompute + "," + std::to_string(c.ranks) + "," + std::to_string(v) + "," +
+           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
+  }
+
+  std::string inputs_path() const { return o_.out + ".inputs"; }
+
+  // What every row depends on besides its key columns: the model and hardware
+  // (their files' contents, hashed) and the options that are not in the row.
+  // Resuming from rows computed from other inputs would mix two sweeps.
+  std::string describe_inputs() const {
+    const auto fnv = [](const std::string& text) {
+      std::uint64_t h = 1469598103934665603ULL;
+      for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+      char buf[17];
+      std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+      return std::string(buf);
+    };
+    const auto file = [&](const std::string& spec) {
+      std::error_code ec;
+      return std::filesystem::is_regular_file(spec, ec) ? spec + " (contents " + fnv(schedule::read_file(spec)) + ")"
+                                                        : spec + " (preset)";
+    };
+    return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
+           "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
+           "\n";
+  }
+
+  void load_existing() {
+    if (!std::filesystem::exists(o_.out)) return;
+    std::istringstream in(schedule::read_file(o_.out));
+    std::string line;
+    if (!std::getline(in, line) || line != kHeader) {
+      throw Error(o_.out + ":1: not a results file of this sweep (its header differs); choose another --out");
+    }
+    if (!std::filesystem::exists(inputs_path())) {
+      throw Error(o_.out + ": no " + inputs_path() +
+                  " beside it, so its rows cannot be told to come from this model, hardware and options; remove it or "
+                  "choose another --out");
+    }
+    const std::string before = schedule::read_file(inputs_path());
+    if (before != inputs_) {
+      std::istringstream a(before), b(inputs_);
+      std::string was, now;
+      while (std::getline(a, was) && std::getline(b, now) && was == now) {
+      }
+      const auto field = now.substr(0, now.find(':'));
+      if (was.empty() || field.empty()) {
+        throw Error(o_.out + ": " + inputs_path() + " is empty or damaged (line '" + was +
+                    "'), so its rows cannot be told to come from this model, hardware and options; remove both to "
+                    "start again, or choose another --out");
+      }
+      throw Error(o_.out + ": its rows were computed with another " + field + " (" + inputs_path() + ": '" + was +
+                  "', now '" + now + "'); remove it to start again, or choose another --out");
+    }
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < configs_.size(); ++i) index[key(configs_[i])] = i;
+    for (int number = 2; std::getline(in, line); ++number) {
+      if (line.empty()) continue;
+      const auto cells = checked_row(line, number);
+      std::string row_key = cells[0];
+      for (int c = 1; c < kKeyColumns; ++c) row_key += "," + cells[c];
+      const auto it = index.find(row_key);
+      if (it != index.end()) {
+        rows_[it->second] = line;
+        ready_[it->second] = true;
+      } else {
+        foreign_.push_back(line);
+      }
+    }
+  }
+
+  // A row taken back on resume must be one this command wrote: the status
+  // known, the numbers numbers (an edited or damaged row would otherwise be
+  // kept, and counted as done). Returns its 13 cells (the reason, last, may
+  // hold commas).
+  std::vector<std::string> checked_row(const std::string& line, int number) const {
+    std::vector<std::string> cells;
+    std::size_t from = 0;
+    for (int c = 0; c < 12; ++c) {
+      const auto comma = line.find(',', from);
+      if (comma == std::string::npos) break;
+      cells.push_back(line.substr(from, comma - from));
+      from = comma + 1;
+    }
+    cells.push_back(line.substr(from));
+    const auto damaged = [&](const std::string& what) {
+      return Error(o_.out + ":" + std::to_string(number) + ": " + what +
+                   ": not a row this sweep wrote; remove the file (or the row) to compute it again");
+    };
+    if (cells.size() < 13) throw damaged("the row has " + std::to_string(cells.size()) + " columns, not 13");
+    const std::string& status = cells[6];
+    if (status != "ok" && status != "oom" && status != "error") throw damaged("column 'status' is '" + status + "'");
+    static const char* names[] = {"step_time_s", "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb"};
+    for (int c = 7; c <= 10; ++c) {
+      const std::string& cell = cells[c];
+      if (cell.empty() && status != "ok") continue;
+      char* end = nullptr;
+      const double x = std::strtod(cell.c_str(), &end);
+      if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(x) || x < 0) {
+        throw damaged(std::string("column '") + names[c - 7] + "' is '" + cell + "'");
+      }
+    }
+    return cells;
+  }
+
+  void finish_row(std::size_t i, std::string status, const models::RunSummary& s, const std::string& reason) {
+    double max_memory = 0;
+    std::string why = reason;
+    for (std::size_t st = 0; st < s.memory.size(); ++st) {
+      max_memory = std::max(max_memory, s.memory[st].peak_bytes);
+      if (!s.memory[st].fits() && why.empty()) {
+        why = "stage " + std::to_string(st) + " needs " + num(s.memory[st].peak_bytes / 1e9) + " GB of " +
+              num(s.memory[st].capacity_bytes / 1e9) + " GB";
+      }
+    }
+    if (status.empty()) status = s.fits() ? "ok" : "oom";
+    const bool ran = !s.busy_s.empty();
+    if (!ran) ++not_runnable_;
+    rows_[i] = key(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
+               (ran ? num(s.throughput) : "") + "," + (ran ? num(s.bubble) : "") + "," +
+               (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why);
+    ready_[i].store(true, std::memory_order_release);
+    ++completed_;
+  }
+
+  // Rewrites the whole file (finished rows only) through a rename, at most
+  // every few seconds unless `final`.
+  void maybe_write(bool final) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!final && now - last_write_ < write_interval_) return;
+    std::string text = std::string(kHeader) + "\n";
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      if (ready_[i].load(std::memory_order_acquire)) text += rows_[i] + "\n";
+    }
+    for (const auto& row : foreign_) text += row + "\n";
+    schedule::write_file_atomic(o_.out, text);
+    const auto took = std::chrono::steady_clock::now() - now;
+    last_write_ = std::chrono::steady_clock::now();
+    write_interval_ = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(2), 10 * took);
+  }
+
+  void progress(std::size_t total) {
+    if (progress_) progress_(completed_.load(), total);
+  }
+
+  const SweepSpec& o_;
+  models::Model model_;
+  models::Hardware hardware_;
+  std::vector<Config> configs_;
+  std::vector<std::string> rows_, foreign_;
+  std::unique_ptr<std::atomic<bool>[]> ready_;
+  std::atomic<std::size_t> completed_{0}, deferred_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
+  std::size_t resumed_ = 0;
+  std::string inputs_;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration write_interval_ = std::chrono::seconds(2);
+  SweepProgress progress_;
+};
+
+}  // namespace
+
+SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress) { return Sweep(spec).run(progress); }
+
+}  // namespace pipetwin::twin

@@ -1,0 +1,41 @@
+// The sweep: every combination of schedules x recompute x micro-batch size x
+// K x M into one CSV. The fast path evaluates configurations in this process
+// on `jobs` threads; configurations with contention (or all of them with the
+// SimGrid engine) go to SimGrid, `jobs` child processes at a time. Rows come
+// in a fixed order; the file on disk is always whole (rewritten through a
+// rename every few seconds), so an interrupted sweep resumes where it stopped,
+// after checking that OUT.inputs names the same model, hardware and options
+// and that every row taken back is one a sweep wrote.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "twin/predict.hpp"
+
+namespace pipetwin::twin {
+
+struct SweepSpec {
+  std::string model, hardware, out;  // model spec file; preset or file; results CSV
+  Engine engine = Engine::Auto;
+  std::vector<int> ranks, microbatches, microbatch_sizes{1};
+  std::vector<std::string> schedules, recompute{"none"};
+  int virtual_stages = 2, jobs = 0;  // V applies to interleaved-1f1b only; jobs 0: the cores
+  int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / M
+  std::string partition = "auto", optimizer = "adam";
+};
+
+struct SweepReport {
+  std::size_t configurations = 0, resumed = 0, evaluated = 0, fast = 0, simgrid = 0, not_runnable = 0;
+};
+
+// Called every fraction of a second while the sweep runs, and once at the end.
+using SweepProgress = std::function<void(std::size_t done, std::size_t total)>;
+
+// Throws pipetwin::Error naming the file or option at fault (a results file
+// of other inputs, a damaged row, an uneven batch).
+SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress = {});
+
+}  // namespace pipetwin::twin
