@@ -15,6 +15,7 @@ Run add_info_command(CLI::App& app) {
   cmd->add_flag("--json", *json, "Machine-readable output");
   return [json] {
     nlohmann::json j{{"simgrid", sim::simgrid_version()}};
+    j["plots"] = plots_dir();
     j.update(executor_info());
     if (*json) {
       std::printf("%s\n", j.dump(1).c_str());

@@ -14,14 +14,8 @@
 #include <filesystem>
 
 #include "cli/commands.hpp"
+#include "cli/executor.hpp"
 #include "schedule/error.hpp"
-
-#ifndef PIPETWIN_PYTHON
-#define PIPETWIN_PYTHON "python3"
-#endif
-#ifndef PIPETWIN_PLOTS_DIR
-#define PIPETWIN_PLOTS_DIR "plots"
-#endif
 
 namespace pipetwin::cli {
 namespace {
@@ -46,18 +40,8 @@ struct Options {
   bool kind_help = false;
 };
 
-std::string python() {
-  if (const char* venv = std::getenv("PIPETWIN_VENV"); venv && *venv) return std::string(venv) + "/bin/python";
-  return PIPETWIN_PYTHON;
-}
-
-std::string plots_dir() {
-  if (const char* dir = std::getenv("PIPETWIN_PLOTS_DIR"); dir && *dir) return dir;
-  return PIPETWIN_PLOTS_DIR;
-}
-
 int run(const Options& o, std::vector<std::string> args) {
-  const std::string py = python();
+  const std::string py = plots_python();
   if (::access(py.c_str(), X_OK) != 0) {
     throw Error("no Python at " + py + ": run scripts/setup.sh, or set PIPETWIN_VENV to the virtualenv holding matplotlib");
   }

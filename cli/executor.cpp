@@ -1,4 +1,4 @@
-// Finding and starting pipetwin-exec.
+// Finding the executor and the plot scripts; starting the executor.
 #include "cli/executor.hpp"
 
 #include <sys/wait.h>
@@ -13,15 +13,41 @@
 
 #include "schedule/error.hpp"
 
+#ifndef PIPETWIN_PYTHON
+#define PIPETWIN_PYTHON "python3"
+#endif
+#ifndef PIPETWIN_PLOTS_DIR
+#define PIPETWIN_PLOTS_DIR "plots"
+#endif
+
 namespace pipetwin::cli {
 namespace fs = std::filesystem;
 
-std::string executor_path() {
-  if (const char* given = std::getenv("PIPETWIN_EXEC"); given != nullptr && *given != '\0') return given;
+namespace {
+fs::path self_folder() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error("cannot find this executable (/proc/self/exe): " + ec.message());
-  return (self.parent_path() / "pipetwin-exec").string();
+  return self.parent_path();
+}
+}  // namespace
+
+std::string plots_dir() {
+  if (const char* dir = std::getenv("PIPETWIN_PLOTS_DIR"); dir && *dir) return dir;
+  const auto installed = self_folder().parent_path() / "share" / "pipetwin" / "plots";
+  std::error_code ec;
+  if (fs::exists(installed / "common.py", ec)) return installed.string();
+  return PIPETWIN_PLOTS_DIR;
+}
+
+std::string plots_python() {
+  if (const char* venv = std::getenv("PIPETWIN_VENV"); venv && *venv) return std::string(venv) + "/bin/python";
+  return PIPETWIN_PYTHON;
+}
+
+std::string executor_path() {
+  if (const char* given = std::getenv("PIPETWIN_EXEC"); given != nullptr && *given != '\0') return given;
+  return (self_folder() / "pipetwin-exec").string();
 }
 
 void hand_over_to_executor(int argc, char** argv) {

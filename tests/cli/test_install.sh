@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# cmake --install into a temporary prefix gives a working pipetwin: its
+# executor found beside it (info, a real two-rank run), its plot scripts found
+# under PREFIX/share (a Gantt chart of that run), nothing read from the build.
+#   test_install.sh BUILD_DIR EXAMPLES_DIR
+set -euo pipefail
+build=$1 examples=$2
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1 || { cat "$prefix/install.log"; fail "cmake --install"; }
+bin=$prefix/bin/pipetwin
+[ -x "$bin" ] && [ -x "$prefix/bin/pipetwin-exec" ] || fail "no bin/pipetwin and bin/pipetwin-exec under $prefix"
+[ -f "$prefix/share/pipetwin/plots/gantt.py" ] || fail "no share/pipetwin/plots/gantt.py"
+work=$prefix/work
+mkdir -p "$work"
+cd "$work"  # nothing relative to the source tree or the build
+info=$("$bin" info --json)
+grep -q "\"executor\": \"$prefix/bin/pipetwin-exec\"" <<<"$info" || fail "info does not ask the installed executor: $info"
+grep -q '"libtorch": "2\.' <<<"$info" || fail "info reports no LibTorch: $info"
+grep -q "\"plots\": \"$prefix/share/pipetwin/plots\"" <<<"$info" || fail "info does not name the installed plot scripts: $info"
+"$bin" run --model "$examples/mlp-small.yaml" -s 1f1b -k 2 -m 2 --steps 2 --threads 1 --trace run.json >run.log 2>&1 ||
+  { cat run.log; fail "pipetwin run from the prefix"; }
+grep -q '^measured ' run.log || fail "run printed no measured line: $(cat run.log)"
+PIPETWIN_PLOTS_DIR= "$bin" plot gantt run.json --out gantt >plot.log 2>&1 || { cat plot.log; fail "pipetwin plot from the prefix"; }
+[ -s gantt.png ] || fail "no gantt.png"
+echo "ok: installed to a temporary prefix; info, run and plot work from it"
