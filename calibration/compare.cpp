@@ -12,6 +12,7 @@
 
 #include "calibration/traces.hpp"
 #include "schedule/error.hpp"
+#include "schedule/trace_metadata.hpp"
 
 namespace pipetwin::calibration {
 namespace {
@@ -48,7 +49,7 @@ std::string show(const json& v) {
 
 json check_configuration(const json& p, const std::string& pf, const json& m, const std::string& mf) {
   json shared = json::object();
-  for (const auto& field : configuration_fields()) {
+  for (const auto& field : schedule::configuration_fields()) {
     const bool in_p = p.contains(field), in_m = m.contains(field);
     if (!in_p && !in_m) continue;
     if (in_p != in_m) {
@@ -195,11 +196,6 @@ std::optional<double> Delta::relative() const {
   return std::nullopt;
 }
 
-const std::vector<std::string>& configuration_fields() {
-  static const std::vector<std::string> fields{"model",        "schedule",        "ranks",     "stages_per_rank",
-                                               "microbatches", "microbatch_size", "recompute", "partition"};
-  return fields;
-}
 
 Comparison compare(const schedule::Trace& predicted, const std::string& pf, const schedule::Trace& measured,
                    const std::string& mf) {

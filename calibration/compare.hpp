@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "schedule/trace.hpp"
+#include "schedule/trace_metadata.hpp"
 
 namespace pipetwin::calibration {
 
@@ -73,7 +74,7 @@ struct Comparison {
 };
 
 // The configuration fields two traces must share, in otherData.
-const std::vector<std::string>& configuration_fields();
+using schedule::configuration_fields;
 
 // Throws pipetwin::Error naming the file and the otherData field where the two
 // traces describe different configurations, or the file, rank and action

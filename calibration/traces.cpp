@@ -11,6 +11,7 @@
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
+#include "schedule/trace_metadata.hpp"
 #include "schedule/validate.hpp"
 
 namespace pipetwin::calibration {
@@ -48,56 +49,27 @@ std::string TraceRun::describe() const {
 
 namespace {
 
-const char* kHint = " (pipetwin run and simulate record the configuration in otherData)";
-
-const json& field(const json& meta, const std::string& path, const std::string& key) {
-  if (!meta.contains(key)) throw Error(path + ": otherData has no '" + key + "'" + kHint);
-  return meta[key];
-}
-
-std::string text_field(const json& meta, const std::string& path, const std::string& key) {
-  const json& v = field(meta, path, key);
-  if (!v.is_string()) throw Error(path + ": otherData." + key + " must be a string");
-  return v.get<std::string>();
-}
-
-int int_field(const json& meta, const std::string& path, const std::string& key, int max = ps::kMaxStages) {
-  const json& v = field(meta, path, key);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > max) {
-    throw Error(path + ": otherData." + key + " must be an integer from 1 to " + std::to_string(max));
-  }
-  return v.get<int>();
-}
-
-std::vector<ps::LayerRange> partition_field(const json& meta, const std::string& path, int stages, int layers,
-                                            const std::string& model) {
-  const json& v = field(meta, path, "partition");
+// The partition continues from layer 0 to the model's last layer.
+void check_partition(const std::vector<ps::LayerRange>& partition, const std::string& path, int stages, int layers,
+                     const std::string& model) {
   const std::string where = path + ": otherData.partition";
-  if (!v.is_array()) throw Error(where + " must be a list of [begin, end] layer ranges");
-  if (static_cast<int>(v.size()) != stages) {
-    throw Error(where + " has " + std::to_string(v.size()) + " ranges for " + std::to_string(stages) + " stages");
+  if (static_cast<int>(partition.size()) != stages) {
+    throw Error(where + " has " + std::to_string(partition.size()) + " ranges for " + std::to_string(stages) + " stages");
   }
-  std::vector<ps::LayerRange> out;
   int next = 0;
-  for (std::size_t s = 0; s < v.size(); ++s) {
-    const json& r = v[s];
-    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer()) {
-      throw Error(where + "[" + std::to_string(s) + "] must be [begin, end]");
-    }
-    const auto b = r[0].get<std::int64_t>(), e = r[1].get<std::int64_t>();
+  for (std::size_t s = 0; s < partition.size(); ++s) {
+    const auto [b, e] = partition[s];
     if (b != next || e <= b || e > layers) {
       throw Error(where + ": stage " + std::to_string(s) + " holds layers " + std::to_string(b) + ":" + std::to_string(e) +
                   ", which does not continue a partition of model " + model + " (" + std::to_string(layers) +
                   " layers; stage " + std::to_string(s) + " must start at layer " + std::to_string(next) + ")");
     }
-    out.push_back({static_cast<int>(b), static_cast<int>(e)});
-    next = static_cast<int>(e);
+    next = e;
   }
   if (next != layers) {
     throw Error(where + " ends at layer " + std::to_string(next) + " but model " + model + " has " +
                 std::to_string(layers) + " layers");
   }
-  return out;
 }
 
 // Every rank holds exactly its actions of the regenerated program.
@@ -145,16 +117,17 @@ void check_actions(const TraceRun& run) {
 // written before the program was recorded names one of the generators
 // instead, which is built again (the only place a name becomes a Program
 // below the command line: reading an older file).
-ps::Program recorded_program(const json& meta, const std::string& path, const std::string& schedule, int K, int V,
-                             int M, const std::string& recompute) {
-  if (!meta.contains("program")) {
+ps::Program recorded_program(const ps::TraceMetadata& md, const std::string& path) {
+  const std::string& schedule = md.schedule;
+  const int K = md.ranks, V = md.stages_per_rank, M = md.microbatches;
+  if (!md.program) {
     try {
-      return ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(recompute)});
+      return ps::build_schedule(schedule, {K, M, V, ps::parse_recompute(md.recompute)});
     } catch (const Error& e) {
       throw Error(path + ": otherData does not name a schedule pipetwin can regenerate: " + e.what());
     }
   }
-  ps::Program p = ps::parse_text(text_field(meta, path, "program"), path + " (otherData.program)");
+  ps::Program p = ps::parse_text(*md.program, path + " (otherData.program)");
   const auto differs = [&](const char* field, const std::string& recorded, const std::string& given) {
     if (recorded != given) {
       throw Error(path + ": otherData.program has " + field + " " + recorded + " but otherData." + field + " is " + given);
@@ -164,7 +137,7 @@ ps::Program recorded_program(const json& meta, const std::string& path, const st
   differs("ranks", std::to_string(p.num_ranks), std::to_string(K));
   differs("stages_per_rank", std::to_string(p.stages_per_rank), std::to_string(V));
   differs("microbatches", std::to_string(p.num_microbatches), std::to_string(M));
-  differs("recompute", std::string(ps::recompute_name(p.recompute)), recompute);
+  differs("recompute", std::string(ps::recompute_name(p.recompute)), md.recompute);
   ps::validate(p);  // names the rank and step of anything that cannot run
   return p;
 }
@@ -180,7 +153,8 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   run.path = path;
   run.trace = std::move(trace);
   const json& meta = run.trace.metadata;
-  run.model_spec = text_field(meta, path, "model_spec");
+  const ps::TraceMetadata md = ps::read_trace_metadata(meta, path);
+  run.model_spec = md.model_spec;
   try {
     run.model = models::in_topological_order(
         models::model_from_yaml(models::YamlFields(models::parse_yaml(run.model_spec, path + " (otherData.model_spec)"),
@@ -189,11 +163,8 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
     const std::string what = e.what();
     throw Error(what.rfind(path, 0) == 0 ? what : path + ": otherData.model_spec: " + what);
   }
-  const std::string schedule = text_field(meta, path, "schedule");
-  const int K = int_field(meta, path, "ranks"), V = int_field(meta, path, "stages_per_rank");
-  const int M = int_field(meta, path, "microbatches", 1'000'000);
-  run.microbatch_size = int_field(meta, path, "microbatch_size", 1'000'000'000);
-  const std::string recompute = text_field(meta, path, "recompute");
+  const int K = md.ranks, V = md.stages_per_rank, M = md.microbatches;
+  run.microbatch_size = md.microbatch_size;
   // Every stage runs a forward and a backward per micro-batch: a configuration
   // with more of them than the file has events is refused before its Program is
   // regenerated (a huge K x V x M would take minutes and gigabytes to build).
@@ -204,13 +175,12 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
                 std::to_string(M) + " micro-batches, which need at least 2 x " + std::to_string(static_cast<long long>(K) * V) +
                 " x " + std::to_string(M) + " compute actions, but the trace holds " + std::to_string(events) + " (is it truncated, or otherData wrong?)");
   }
-  run.program = recorded_program(meta, path, schedule, K, V, M, recompute);
-  run.program.partition = partition_field(meta, path, run.program.num_stages(), static_cast<int>(run.model.layers.size()),
-                                          run.model.name);
-  run.batch = meta.contains("batch") && meta["batch"].is_number() ? meta["batch"].get<double>()
-                                                                   : static_cast<double>(M) * run.microbatch_size;
-  if (meta.contains("optimizer") && meta["optimizer"].is_string()) run.optimizer = meta["optimizer"].get<std::string>();
-  if (meta.contains("producer") && meta["producer"].is_string()) run.producer = meta["producer"].get<std::string>();
+  run.program = recorded_program(md, path);
+  check_partition(md.partition, path, run.program.num_stages(), static_cast<int>(run.model.layers.size()), run.model.name);
+  run.program.partition = md.partition;
+  run.batch = md.batch;
+  if (md.optimizer) run.optimizer = *md.optimizer;
+  run.producer = md.producer;
   if (meta.contains("measured") && meta["measured"].is_object() && meta["measured"].contains("ranks")) {
     const json& ranks = meta["measured"]["ranks"];
     if (!ranks.is_array() || static_cast<int>(ranks.size()) != K) {

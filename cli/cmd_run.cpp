@@ -163,13 +163,10 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   j["summary"] = summary.to_json();
   j["measured"] = measured;
   if (!o.trace.empty()) {
-    auto meta = twin::trace_metadata(*sc, o.scenario);
-    meta["device"] = o.device;
-    meta["summary"] = j["summary"];
-    meta["measured"] = j["measured"];
-    meta["producer"] = "pipetwin run";
-    meta["step"] = result->representative_step;
-    schedule::write_chrome_trace(o.trace, {timeline, meta, {}});
+    auto meta = twin::trace_metadata(*sc, o.scenario, "pipetwin run");
+    meta.sections = {{"device", o.device}, {"summary", j["summary"]}, {"measured", j["measured"]},
+                     {"step", result->representative_step}};
+    schedule::write_chrome_trace(o.trace, {timeline, meta.to_json(), {}});
   }
   if (!o.summary_out.empty()) schedule::write_file_atomic(o.summary_out, j.dump(1) + "\n");
   if (o.json) {

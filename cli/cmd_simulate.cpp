@@ -26,11 +26,9 @@ int run(const Options& o) {
   const std::string engine = result.engine == twin::Engine::SimGrid ? "simgrid " + sim::simgrid_version() : "fast critical path";
   const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine);
   if (!o.trace.empty()) {
-    auto meta = twin::trace_metadata(*sc, o.scenario);
-    meta["producer"] = "pipetwin simulate";
-    meta["summary"] = summary.to_json();
-    meta["engine_reason"] = result.why;
-    schedule::Trace trace{result.timeline, meta, {}};
+    auto meta = twin::trace_metadata(*sc, o.scenario, "pipetwin simulate");
+    meta.sections = {{"summary", summary.to_json()}, {"engine_reason", result.why}};
+    schedule::Trace trace{result.timeline, meta.to_json(), {}};
     const auto memory = models::memory_over_time(result.timeline, sc->program, *sc->costs);
     for (int s = 0; s < static_cast<int>(memory.size()); ++s) {
       for (const auto& m : memory[s]) {

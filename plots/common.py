@@ -105,11 +105,55 @@ class Action:
         return f"{self.stage}{self.op}{'' if self.microbatch is None else self.microbatch}"
 
 
+class TraceMeta:
+    """A trace's otherData (or a `run`/`simulate` summary), read in one place:
+    the fields schedule/trace_metadata.hpp writes and calibrate and compare
+    read. Missing fields read as empty."""
+
+    def __init__(self, meta: dict):
+        self.raw = meta if isinstance(meta, dict) else {}
+
+    def _text(self, key: str) -> str:
+        value = self.raw.get(key)
+        return value if isinstance(value, str) else ""
+
+    @property
+    def producer(self) -> str:  # "pipetwin run", "pipetwin simulate"
+        return self._text("producer")
+
+    @property
+    def device(self) -> str:  # run's --device
+        return self._text("device")
+
+    @property
+    def engine(self) -> str:  # the summary's engine: "simgrid 3.32", "fast critical path", "measured"
+        engine = (self.raw.get("summary") or {}).get("engine", "")
+        return engine if isinstance(engine, str) else ""
+
+    @property
+    def program(self) -> str:  # the Program's text form ("" in older traces)
+        return self._text("program")
+
+    def configuration(self) -> dict:
+        """The fields two files must share to describe the same configuration."""
+        return {f: self.raw[f] for f in CONFIG_FIELDS if f in self.raw}
+
+    def describe(self) -> str:
+        return describe_config(self.raw)
+
+    def recorded_bubble(self) -> tuple[float, int] | None:
+        return recorded_bubble(self.raw)
+
+
 @dataclass
 class Trace:
     path: str
     meta: dict  # otherData
     actions: list[Action]
+
+    @property
+    def info(self) -> TraceMeta:
+        return TraceMeta(self.meta)
 
     @property
     def ranks(self) -> int:
@@ -178,7 +222,7 @@ def load_summary(path: str) -> dict:
 
 
 # The fields two files must share to describe the same configuration
-# (calibration/compare.cpp checks the same ones).
+# (schedule::configuration_fields(), which compare checks: the same ones).
 CONFIG_FIELDS = ("model", "schedule", "ranks", "stages_per_rank", "microbatches", "microbatch_size", "recompute",
                  "partition")
 

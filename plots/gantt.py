@@ -59,18 +59,16 @@ def gantt_bars(trace: common.Trace) -> list[Bar]:
 
 
 def panel_title(label: str, trace: common.Trace) -> str:
-    producer = trace.meta.get("producer", "")
-    engine = (trace.meta.get("summary") or {}).get("engine", "")
-    if engine == "measured":
-        engine = ""
-    source = ", ".join(x for x in (producer, engine) if x)
-    if trace.meta.get("device"):
-        source += f" on {trace.meta['device']}"
+    info = trace.info
+    engine = "" if info.engine == "measured" else info.engine
+    source = ", ".join(x for x in (info.producer, engine) if x)
+    if info.device:
+        source += f" on {info.device}"
     head = f"{label} ({source})" if source else label
     text = f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
     # A run that recorded every step's bubble: their median too (the first,
     # warm-up, left out), the figure calibrate and compare read.
-    recorded = common.recorded_bubble(trace.meta)
+    recorded = info.recorded_bubble()
     if recorded is not None and recorded[1] > 1:
         text += f" (the median of its {recorded[1]} steps: {100 * recorded[0]:.1f}%)"
     return text
@@ -128,8 +126,8 @@ def draw(traces: list[tuple[str, common.Trace]], title: str | None = None):
     order = ["F", "B", "I", "W", "R", "STEP", "REDUCE_GRAD", "SEND_F", "SEND_B"]
     handles = [Patch(facecolor=common.OP_COLORS[kd], label=common.OP_LABELS[kd]) for kd in order if kd in kinds_seen]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
-    meta = traces[0][1].meta
-    fig.suptitle(title or common.describe_config(meta) or os.path.basename(traces[0][1].path), fontsize=11)
+    meta = traces[0][1].meta  # otherData, read through common.TraceMeta
+    fig.suptitle(title or common.TraceMeta(meta).describe() or os.path.basename(traces[0][1].path), fontsize=11)
     return fig
 
 

@@ -132,7 +132,7 @@ def draw(stages: list[StageMemory], doc: dict, path: str, title: str | None):
         handles.append(Line2D([], [], color="#b2182b", linestyle="--",
                               label=f"capacity {common.fmt_bytes(cap_max)}: far above the bars, off the scale"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False, fontsize=8)
-    what = common.describe_config(doc) or os.path.basename(path)
+    what = common.TraceMeta(doc).describe() or os.path.basename(path)
     hw = doc.get("hardware")
     ax.set_title(title or f"Peak memory per stage against capacity\n{what}" + (f" on {hw}" if hw else ""))
     return fig

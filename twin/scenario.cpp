@@ -110,34 +110,36 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
   return sc;
 }
 
-nlohmann::json trace_metadata(const Scenario& sc, const ScenarioSpec& o) {
-  auto j = sc.describe();
-  j["model_spec"] = schedule::read_file(o.model);
-  j["hardware_spec"] = std::filesystem::exists(o.hardware) ? schedule::read_file(o.hardware) : o.hardware;
-  const auto memory = schedule::account_memory(sc.program);
-  std::vector<double> stash;
-  for (int s = 0; s < sc.program.num_stages(); ++s) {
-    const auto [i, j2] = sc.program.partition.at(s);
-    stash.push_back(memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j2), sc.costs->input_bytes(i)));
-  }
-  j["predicted_stash_bytes_per_stage"] = stash;
-  j["program"] = schedule::to_text(sc.program);  // what ran: calibrate and compare read it back
-  return j;
+schedule::TraceMetadata Scenario::configuration() const {
+  schedule::TraceMetadata m;
+  m.model = model.name;
+  m.hardware = hardware.name;
+  m.schedule = program.schedule;
+  m.ranks = program.num_ranks;
+  m.stages_per_rank = program.stages_per_rank;
+  m.microbatches = program.num_microbatches;
+  m.microbatch_size = request.microbatch_size;
+  m.batch = samples;
+  m.recompute = std::string(schedule::recompute_name(program.recompute));
+  m.partition = program.partition;
+  return m;
 }
 
-nlohmann::json Scenario::describe() const {
-  std::vector<std::vector<int>> ranges;
-  for (const auto& range : program.partition) ranges.push_back({range.begin, range.end});
-  return {{"model", model.name},
-          {"hardware", hardware.name},
-          {"schedule", program.schedule},
-          {"ranks", program.num_ranks},
-          {"stages_per_rank", program.stages_per_rank},
-          {"microbatches", program.num_microbatches},
-          {"microbatch_size", request.microbatch_size},
-          {"batch", samples},
-          {"recompute", std::string(schedule::recompute_name(program.recompute))},
-          {"partition", ranges}};
+nlohmann::json Scenario::describe() const { return configuration().configuration_json(); }
+
+schedule::TraceMetadata trace_metadata(const Scenario& sc, const ScenarioSpec& o, std::string producer) {
+  auto m = sc.configuration();
+  m.producer = std::move(producer);
+  m.model_spec = schedule::read_file(o.model);
+  m.hardware_spec = std::filesystem::exists(o.hardware) ? schedule::read_file(o.hardware) : o.hardware;
+  const auto memory = schedule::account_memory(sc.program);
+  for (int s = 0; s < sc.program.num_stages(); ++s) {
+    const auto [i, j] = sc.program.partition.at(s);
+    m.predicted_stash_bytes_per_stage.push_back(
+        memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j), sc.costs->input_bytes(i)));
+  }
+  m.program = schedule::to_text(sc.program);  // what ran: calibrate and compare read it back
+  return m;
 }
 
 std::string Scenario::headline() const {

@@ -11,6 +11,7 @@
 #include "models/families.hpp"
 #include "models/stage_costs.hpp"
 #include "schedule/program.hpp"
+#include "schedule/trace_metadata.hpp"
 
 namespace pipetwin::twin {
 
@@ -29,7 +30,8 @@ struct Scenario {
   schedule::Program program;         // complete, validated, partitioned
   std::unique_ptr<models::StageCostModel> costs;
   double samples = 0;                // per step: batch
-  nlohmann::json describe() const;
+  schedule::TraceMetadata configuration() const;  // the configuration fields of its traces
+  nlohmann::json describe() const;                 // configuration().configuration_json()
   std::string headline() const;
 };
 
@@ -48,9 +50,10 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
                                       models::Optimizer optimizer);
 
 // What a trace records of its configuration, so that it stands alone for
-// compare and calibrate: describe(), the model spec's text, the hardware
-// (preset name or file text), the IR's predicted stash bytes per stage and
-// the Program itself (its text form).
-nlohmann::json trace_metadata(const Scenario& scenario, const ScenarioSpec& spec);
+// compare and calibrate: the configuration, the model spec's text, the
+// hardware (preset name or file text), the IR's predicted stash bytes per
+// stage and the Program itself (its text form). The producer adds its
+// sections (summary, measured, ...).
+schedule::TraceMetadata trace_metadata(const Scenario& scenario, const ScenarioSpec& spec, std::string producer);
 
 }  // namespace pipetwin::twin

@@ -78,6 +78,28 @@ class TraceScripts(Files):
             self.assertRegex(r.stderr, f"^{path}: no partition to read [^\n]*\n$")
 
 
+class TraceMetaFields(unittest.TestCase):
+    def test_the_configuration_fields_are_the_ones_the_cpp_side_writes_and_compares(self):
+        # schedule/trace_metadata.cpp's configuration_fields(), read from its source.
+        import re
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "schedule", "trace_metadata.cpp")
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+        body = re.search(r"configuration_fields\(\) \{.*?fields\{(.*?)\};", text, re.S)
+        self.assertIsNotNone(body, "configuration_fields() not found in trace_metadata.cpp")
+        self.assertEqual(tuple(re.findall(r'"([a-z_]+)"', body.group(1))), common.CONFIG_FIELDS)
+
+    def test_reads_what_run_and_simulate_write(self):
+        meta = common.TraceMeta({"producer": "pipetwin run", "device": "cpu", "summary": {"engine": "measured"},
+                                 "model": "m", "schedule": "1f1b", "ranks": 2, "microbatches": 4, "program": "rank 0: 0F0",
+                                 "measured": {"bubble_fractions": [0.5, 0.2, 0.4, 0.3]}})
+        self.assertEqual((meta.producer, meta.device, meta.engine, meta.program), ("pipetwin run", "cpu", "measured", "rank 0: 0F0"))
+        self.assertEqual(meta.configuration(), {"model": "m", "schedule": "1f1b", "ranks": 2, "microbatches": 4})
+        self.assertEqual(meta.describe(), "m, 1f1b, K=2 M=4")
+        self.assertEqual(meta.recorded_bubble(), (0.3, 3))
+        self.assertEqual((common.TraceMeta(None).producer, common.TraceMeta({"device": 3}).device), ("", ""))
+
+
 class ClosedForm(unittest.TestCase):
     def test_bubble_closed_form(self):
         self.assertEqual(common.analytic_bubble(1, 8), 0.0)
