@@ -1,9 +1,8 @@
 // fit(): observations from the traces, small constrained least-squares
-// problems (one per pass, one for the step, one for the link), and the
-// calibrated hardware built from their solutions.
+// problems (calibration/least_squares.hpp: one per pass, one for the step,
+// one for the link), and the calibrated hardware built from their solutions.
 #include "calibration/fit.hpp"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -11,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "calibration/least_squares.hpp"
 #include "models/stage_costs.hpp"
 #include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
@@ -36,186 +36,6 @@ void ResidualStats::finish() {
 }
 
 namespace {
-
-// ---------------------------------------------------------------------------
-// A least-squares problem y ~ X beta with bounds and dependency rules.
-
-struct Param {
-  std::string name;
-  enum class OnDependent { Tie, FixZero, FixValue } on_dependent = OnDependent::FixZero;
-  int tie_to = -1;             // OnDependent::Tie: the parameter that it shares the value of
-  double fixed_value = 0;      // OnDependent::FixValue, and the value when bounded
-  double lower = 0;            // values below are bounded: fixed at `bound_value`
-  double bound_value = 0;
-  bool strictly_above = false; // the bound is > lower (a slope), not >= lower
-  std::string why_dependent, why_bounded;
-};
-
-struct Problem {
-  std::vector<Param> params;           // in priority order: earlier ones are kept when columns are dependent
-  std::vector<std::vector<double>> x;  // rows of the design matrix, one entry per parameter
-  std::vector<double> y;
-};
-
-struct Solution {
-  std::vector<double> value;
-  std::vector<std::string> how;
-};
-
-Solution solve(const Problem& p) {
-  const std::size_t n = p.params.size(), rows = p.y.size();
-  enum class State { Free, Fixed, Tied };
-  std::vector<State> state(n, State::Free);
-  std::vector<int> tie(n, -1);
-  Solution out;
-  out.value.assign(n, 0);
-  out.how.assign(n, "fitted");
-  const auto column = [&](std::size_t j) {
-    Eigen::VectorXd c(static_cast<Eigen::Index>(rows));
-    for (std::size_t i = 0; i < rows; ++i) c(static_cast<Eigen::Index>(i)) = p.x[i][j];
-    return c;
-  };
-  // Columns of a parameter with every parameter tied to it.
-  const auto merged = [&](std::size_t j) {
-    Eigen::VectorXd c = column(j);
-    for (std::size_t k = 0; k < n; ++k) {
-      if (state[k] == State::Tied && tie[k] == static_cast<int>(j)) c += column(k);
-    }
-    return c;
-  };
-  const auto fix = [&](std::size_t j, double v, const std::string& how) {
-    state[j] = State::Fixed;
-    out.value[j] = v;
-    out.how[j] = how;
-  };
-  // 1. Dependencies: keep a column only when it adds to the rank of those kept.
-  {
-    std::vector<std::size_t> kept;
-    for (std::size_t j = 0; j < n; ++j) {
-      const Eigen::VectorXd c = column(j);
-      bool independent = c.norm() > 0;
-      if (independent) {
-        Eigen::MatrixXd m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(kept.size() + 1));
-        for (std::size_t k = 0; k < kept.size(); ++k) {
-          const Eigen::VectorXd ck = column(kept[k]);
-          m.col(static_cast<Eigen::Index>(k)) = ck / ck.norm();
-        }
-        m.col(static_cast<Eigen::Index>(kept.size())) = c / c.norm();
-        Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(m);
-        qr.setThreshold(1e-9);
-        independent = qr.rank() == static_cast<Eigen::Index>(kept.size() + 1);
-      }
-      if (independent) {
-        kept.push_back(j);
-        continue;
-      }
-      const Param& q = p.params[j];
-      if (c.norm() == 0) {
-        fix(j, q.on_dependent == Param::OnDependent::FixValue ? q.fixed_value : 0, "not observed");
-      } else if (q.on_dependent == Param::OnDependent::Tie && q.tie_to >= 0 && state[q.tie_to] == State::Free) {
-        state[j] = State::Tied;
-        tie[j] = q.tie_to;
-        out.how[j] = "tied to " + p.params[q.tie_to].name + ": " + q.why_dependent;
-      } else if (q.on_dependent == Param::OnDependent::FixValue) {
-        fix(j, q.fixed_value, "kept: " + q.why_dependent);
-      } else {
-        fix(j, 0, "fixed to 0: " + q.why_dependent);
-      }
-    }
-  }
-  // 2. Solve, then bound the worst violation and solve again.
-  for (std::size_t round = 0; round <= n; ++round) {
-    std::vector<std::size_t> free;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (state[j] == State::Free) free.push_back(j);
-    }
-    Eigen::VectorXd y(static_cast<Eigen::Index>(rows));
-    for (std::size_t i = 0; i < rows; ++i) {
-      double v = p.y[i];
-      for (std::size_t j = 0; j < n; ++j) {
-        if (state[j] == State::Fixed) v -= out.value[j] * p.x[i][j];
-      }
-      y(static_cast<Eigen::Index>(i)) = v;
-    }
-    if (!free.empty()) {
-      Eigen::MatrixXd m(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(free.size()));
-      std::vector<double> scale(free.size());
-      for (std::size_t k = 0; k < free.size(); ++k) {
-        const Eigen::VectorXd c = merged(free[k]);
-        scale[k] = c.norm() > 0 ? c.norm() : 1;
-        m.col(static_cast<Eigen::Index>(k)) = c / scale[k];
-      }
-      const Eigen::VectorXd beta = m.colPivHouseholderQr().solve(y);
-      for (std::size_t k = 0; k < free.size(); ++k) out.value[free[k]] = beta(static_cast<Eigen::Index>(k)) / scale[k];
-    }
-    for (std::size_t j = 0; j < n; ++j) {
-      if (state[j] == State::Tied) out.value[j] = out.value[tie[j]];
-    }
-    // The free parameter furthest below its bound, relative to its column's weight.
-    int worst = -1;
-    double worst_by = 0;
-    for (const std::size_t j : free) {
-      const Param& q = p.params[j];
-      const double v = out.value[j];
-      const bool violates = q.strictly_above ? v <= q.lower : v < q.lower;
-      if (!violates) continue;
-      const double by = (q.lower - v) * merged(j).norm();
-      if (worst < 0 || by > worst_by) worst = static_cast<int>(j), worst_by = by;
-    }
-    if (worst < 0) break;
-    // Parameters tied to the bounded one are bounded with it.
-    for (std::size_t k = 0; k < n; ++k) {
-      if (state[k] == State::Tied && tie[k] == worst) fix(k, p.params[worst].bound_value, "bounded with " + p.params[worst].name);
-    }
-    fix(static_cast<std::size_t>(worst), p.params[worst].bound_value, p.params[worst].why_bounded);
-  }
-  return out;
-}
-
-double predict_row(const Problem& p, const Solution& s, std::size_t row) {
-  double v = 0;
-  for (std::size_t j = 0; j < p.params.size(); ++j) v += s.value[j] * p.x[row][j];
-  return v;
-}
-
-// solve() on relative errors, made robust: each row is weighted by 1 / y (so
-// that a 1 ms action counts as much as a 50 ms one), then by Huber's weight of
-// its relative residual (k = 1.345 robust standard deviations, the scale from
-// the median absolute residual), iterated to convergence. One action slowed
-// by the machine counts for little; exact data is fitted exactly.
-// `relative` false: absolute residuals instead (unweighted rows), for
-// measurements whose error does not scale with them: a flight between two
-// ranks' clocks, as uncertain as their alignment (tens of us) however short.
-Solution robust_solve(const Problem& p, bool relative = true) {
-  const std::size_t rows = p.y.size();
-  std::vector<double> w(rows, 1.0);
-  const auto unit = [&](std::size_t i) { return relative && std::abs(p.y[i]) > 0 ? std::abs(p.y[i]) : 1.0; };
-  Solution s;
-  for (int round = 0; round < 50; ++round) {
-    Problem q = p;
-    for (std::size_t i = 0; i < rows; ++i) {
-      const double scale = w[i] / unit(i);
-      for (auto& x : q.x[i]) x *= scale;
-      q.y[i] *= scale;
-    }
-    s = solve(q);
-    std::vector<double> r(rows), a(rows);
-    for (std::size_t i = 0; i < rows; ++i) {
-      r[i] = (predict_row(p, s, i) - p.y[i]) / unit(i);
-      a[i] = std::abs(r[i]);
-    }
-    const double sigma = 1.4826 * median(a);
-    if (!(sigma > 1e-12)) break;
-    double change = 0;
-    for (std::size_t i = 0; i < rows; ++i) {
-      const double next = a[i] > 1.345 * sigma ? 1.345 * sigma / a[i] : 1.0;
-      change = std::max(change, std::abs(next - w[i]));
-      w[i] = next;
-    }
-    if (change < 1e-4) break;
-  }
-  return s;
-}
 
 // ---------------------------------------------------------------------------
 // Observations.
@@ -475,15 +295,6 @@ struct ComputeFit {
   double fastest = 0;
   double loss = 0;
 };
-
-// A parameter that may not be negative: fixed at 0 when it fits so.
-Param non_negative(std::string name, std::string why_dependent = {}) {
-  Param p;
-  p.name = std::move(name);
-  p.why_dependent = std::move(why_dependent);
-  p.why_bounded = "bounded at 0 (fitted negative)";
-  return p;
-}
 
 // Every parameter of a solved problem, as the coefficients the file records.
 void record(std::vector<Coefficient>& into, const Problem& prob, const Solution& sol) {
