@@ -1,0 +1,94 @@
+// The parts of fit() (calibration/fit.hpp), one per concern, and what they
+// hand each other; internal to calibration/. fit.cpp composes them:
+//
+//   fit_observations.cpp  the paced timelines' per-stage medians (compute,
+//                         step) and which actions ran alone
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "calibration/fit.hpp"
+#include "calibration/traces.hpp"
+#include "models/hardware.hpp"
+#include "models/partition.hpp"
+#include "schedule/timeline.hpp"
+
+namespace pipetwin::calibration::fitting {
+
+// ---------------------------------------------------------------------------
+// Observations (fit_observations.cpp).
+
+struct ComputeGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;
+  models::Pass pass = models::Pass::Forward;
+  double measured = 0;  // median over the group's actions
+  // Where the group is the stage's first forward in a step alone (no other
+  // forward of its pass to take instead): its weight bytes, whose cold read
+  // it also holds (then measured is net of it); else 0.
+  double cold_bytes = 0;
+};
+
+struct StepGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;
+  double measured = 0;
+};
+
+// The compute and step observations: per stage and pass, the median of the
+// actions that ran alone (another rank computing for at most 0.1% of the
+// action), so that the device's curves do not depend on how ranks share the
+// host. `all` takes every action instead (when too few ran alone).
+struct Observations {
+  std::vector<ComputeGroup> compute;
+  std::vector<StepGroup> steps;
+  int shared_actions = 0;  // left out
+  // Each stage's first forward in a step against at least two other forwards
+  // of its pass, all alone (not with `all`): its weight bytes and how much
+  // longer it took than their median (the device's cold_weights_bandwidth).
+  struct ColdForward {
+    const TraceRun* run = nullptr;
+    double bytes = 0, extra = 0;
+  };
+  std::vector<ColdForward> cold;
+};
+Observations compute_observations(const std::vector<TraceRun>& runs, bool all);
+
+// Each action extended to the start of the next one on its rank: the
+// bookkeeping between actions (a few microseconds each) belongs to the action
+// before it, so that a replay of these durations keeps the rank's pace.
+schedule::Timeline paced(const schedule::Timeline& t);
+
+// For each compute action (F B I W R and STEP, what SimGrid runs on the
+// cores), how long another rank was computing at the same time: an action
+// that ran alone tells what the device does; one that shared the host also
+// tells how the ranks share it (fit_sharing). Indexed like the timeline.
+std::vector<std::vector<double>> concurrent_time(const schedule::Timeline& timeline);
+
+// The configuration a run was traced with, for its StageCostModel.
+models::PartitionRequest request_of(const TraceRun& run);
+
+// Work of one layer's pass, per sample.
+double pass_flops(const models::Layer& l, models::Pass pass);
+
+// The bytes of stage s's weights in `run` (what its first forward in a step
+// reads back: the device's cold_weights_bandwidth).
+double weight_bytes(const TraceRun& run, int s);
+
+// The run's intra-op threads per rank (1 when not recorded), and whether its
+// ranks x threads are more than the cores of `base`, a shared host.
+int threads_of(const TraceRun& run);
+bool oversubscribed(const TraceRun& run, const models::Hardware& base);
+
+// "0:3 3:6" (separator " ") or "0:3, 3:6" (", "): a partition's layer ranges.
+std::string partition_text(const std::vector<schedule::LayerRange>& partition, const std::string& separator);
+
+// The stages of a partition that never ran alone in some pass, in any run:
+// the curves have no row of theirs, so the split of their time between
+// their layers' kinds comes from other partitions (and, for a kind no other
+// stage holds alone, from differences of stages: an error there shows in
+// these stages' predictions). One note per (partition, stage).
+std::vector<std::string> never_alone_notes(const Observations& alone, const Observations& every, const models::Model& model);
+
+}  // namespace pipetwin::calibration::fitting
