@@ -63,130 +63,32 @@ struct LinkGroup {
 // A link whose transfers take no time per byte (the send holds them).
 constexpr double kUnbounded = 1e18;  // bytes/s
 
-// Per pass: each kind's (seconds per FLOP, seconds per layer): the time of
-// one layer invocation, affine in its work w = FLOPs x micro-batch size;
-// the action's overhead; the fastest FLOP/s a kind reached; the fit's loss
-// (Huber at 5% on relative residuals).
-struct ComputeFit {
-  std::map<pm::Pass, std::map<std::string, std::pair<double, double>>> curves;
-  std::map<pm::Pass, double> action;
-  std::vector<Coefficient> coefficients;
-  double fastest = 0;
-  double loss = 0;
-};
+}  // namespace
 
-// Every parameter of a solved problem, as the coefficients the file records.
+namespace fitting {
+
+bool Inputs::transfers_from(const TraceRun& run) const {
+  return all_shared || std::find(unshared.begin(), unshared.end(), &run) != unshared.end();
+}
+
 void record(std::vector<Coefficient>& into, const Problem& prob, const Solution& sol) {
   for (std::size_t j = 0; j < prob.params.size(); ++j) into.push_back({prob.params[j].name, sol.value[j], sol.how[j]});
 }
 
-ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak) {
-  ComputeFit out;
-  out.fastest = base_peak;
-  for (const pm::Pass pass : pm::kPasses) {
-    // A recompute is its stage's forward with autograd again: one problem
-    // for both, the layers' curves shared, each pass its own cost per action
-    // (a kind whose recompute rows alone could not be told apart, such as
-    // the embedding, which only stage 0 holds, takes the forward's rows too).
-    if (pass == pm::Pass::Recompute) continue;
-    const bool with_recompute = pass == pm::Pass::Forward;
-    const auto rows_of = [&](pm::Pass p) { return p == pass || (with_recompute && p == pm::Pass::Recompute); };
-    Problem prob;
-    const std::string pname(pm::pass_name(pass));
-    // Parameters: slopes (largest kind first), the action overhead, per-layer overheads.
-    for (std::size_t k = 0; k < kinds.size(); ++k) {
-      Param a;
-      a.name = kinds[k] + "." + pname + ".seconds_per_flop";
-      a.on_dependent = k == 0 ? Param::OnDependent::FixValue : Param::OnDependent::Tie;
-      a.fixed_value = 1 / base_peak;
-      a.tie_to = 0;
-      a.why_dependent = "these traces do not vary this kind's work apart from the others'";
-      a.lower = 0;
-      a.strictly_above = true;
-      a.bound_value = 1 / base_peak;
-      a.why_bounded = "bounded at the peak (max 1): its fitted slope was not positive";
-      prob.params.push_back(a);
-    }
-    prob.params.push_back(non_negative("action." + pname + "_s", "every stage of these traces holds the same layers"));
-    const std::size_t nk = kinds.size();
-    const std::size_t recompute_action = prob.params.size();  // with_recompute: the recompute's cost per action
-    if (with_recompute) {
-      prob.params.push_back(non_negative("action.recompute_s", "every stage of these traces holds the same layers"));
-    }
-    const std::size_t layer0 = prob.params.size();  // each kind's seconds per layer, from here
-    for (const auto& kind : kinds) {
-      prob.params.push_back(non_negative(kind + "." + pname + ".seconds_per_layer",
-                                         "cannot be told apart from the other fixed costs with these partitions"));
-    }
-    bool seen[2] = {false, false};  // forward rows, recompute rows
-    for (const auto& g : obs.compute) {
-      if (!rows_of(g.pass)) continue;
-      seen[g.pass == pm::Pass::Recompute] = true;
-      std::vector<double> x(prob.params.size(), 0);
-      const auto [i, j] = g.run->program.partition.at(g.stage);
-      for (int l = i; l < j; ++l) {
-        const auto& layer = g.run->model.layers[l];
-        const double w = pass_flops(layer, pass) * g.run->microbatch_size;
-        if (w <= 0) continue;
-        const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
-        x[k] += w;
-        x[layer0 + k] += 1;
-      }
-      x[g.pass == pm::Pass::Recompute ? recompute_action : nk] = 1;
-      prob.x.push_back(x);
-      prob.y.push_back(g.measured);
-    }
-    if (prob.y.empty()) continue;
-    const Solution sol = robust_solve(prob);
-    for (std::size_t i = 0; i < prob.y.size(); ++i) {
-      const double r = std::abs(predict_row(prob, sol, i) - prob.y[i]) / std::max(prob.y[i], 1e-12);
-      out.loss += r <= 0.05 ? 0.5 * r * r : 0.05 * (r - 0.025);
-    }
-    for (std::size_t k = 0; k < nk; ++k) {
-      bool observed = false;
-      for (const auto& x : prob.x) observed = observed || x[k] > 0;
-      if (!observed) continue;
-      const std::pair<double, double> curve{sol.value[k], sol.value[layer0 + k]};
-      if (seen[0] || !with_recompute) out.curves[pass][kinds[k]] = curve;
-      if (with_recompute && seen[1]) out.curves[pm::Pass::Recompute][kinds[k]] = curve;
-      if (sol.how[k] == "fitted") out.fastest = std::max(out.fastest, 1 / sol.value[k]);
-    }
-    if (seen[0] || !with_recompute) out.action[pass] = sol.value[nk];
-    if (with_recompute && seen[1]) out.action[pm::Pass::Recompute] = sol.value[recompute_action];
-    record(out.coefficients, prob, sol);
-  }
-  return out;
-}
+}  // namespace fitting
 
-// A compute group's time as a fit's curves give it (its row of fit_compute's
-// problem: the action's overhead, and per layer with work a w + b).
-double group_seconds(const ComputeFit& cf, const ComputeGroup& g) {
-  const auto curves = cf.curves.find(g.pass);
-  const auto action = cf.action.find(g.pass);
-  double t = action != cf.action.end() ? action->second : 0;
-  const auto [i, j] = g.run->program.partition.at(g.stage);
-  for (int l = i; l < j; ++l) {
-    const auto& layer = g.run->model.layers[l];
-    const double w = pass_flops(layer, g.pass) * g.run->microbatch_size;
-    if (w <= 0 || curves == cf.curves.end()) continue;
-    const auto ab = curves->second.find(std::string(pm::kind_name(layer.kind)));
-    if (ab == curves->second.end()) continue;
-    t += ab->second.first * w + ab->second.second;
-  }
-  return t;
-}
+namespace {
 
-}  // namespace
-
-FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
-  check_together(runs);
-  FitResult result;
+// What the parts read: `given` with the cores the traces recorded where it
+// is a shared host, and the runs whose transfers are fitted; notes on both.
+Inputs inputs_of(const std::vector<TraceRun>& runs, const pm::Hardware& given, std::vector<std::string>& notes) {
+  Inputs in{runs, given, {}, false};
+  pm::Hardware& base = in.base;
   // A shared host has the cores the traces were measured with, not the base's.
-  pm::Hardware base = given;
   if (const int cores = base.topology.kind == pm::TopologyKind::SharedHost ? recorded_host_cores(runs) : 0;
       cores > 0 && cores != base.topology.host_cores) {
-    result.notes.push_back("host_cores " + std::to_string(cores) + ", as the traces' ranks recorded (the base hardware '" +
-                           given.name + "' has " + std::to_string(given.topology.host_cores) + ")");
+    notes.push_back("host_cores " + std::to_string(cores) + ", as the traces' ranks recorded (the base hardware '" +
+                    given.name + "' has " + std::to_string(given.topology.host_cores) + ")");
     base.topology.host_cores = cores;
   }
   if (base.topology.kind == pm::TopologyKind::SharedHost) {
@@ -194,128 +96,42 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
       std::set<std::string> hosts(run.hosts.begin(), run.hosts.end());
       hosts.erase("");
       if (hosts.size() < 2) continue;
-      result.notes.push_back(run.path + ": its ranks ran on " + std::to_string(hosts.size()) + " hosts (" + *hosts.begin() +
-                             ", " + *std::next(hosts.begin()) + (hosts.size() > 2 ? ", ..." : "") +
-                             "), but the base hardware is one shared host: the fit and its replays take every rank "
-                             "as a process of that host; start from a hardware file of several hosts instead");
+      notes.push_back(run.path + ": its ranks ran on " + std::to_string(hosts.size()) + " hosts (" + *hosts.begin() + ", " +
+                      *std::next(hosts.begin()) + (hosts.size() > 2 ? ", ..." : "") +
+                      "), but the base hardware is one shared host: the fit and its replays take every rank "
+                      "as a process of that host; start from a hardware file of several hosts instead");
       break;
     }
   }
+  for (const auto& run : runs) {
+    if (!oversubscribed(run, base)) in.unshared.push_back(&run);
+  }
+  in.all_shared = in.unshared.empty();
+  return in;
+}
+
+}  // namespace
+
+FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
+  check_together(runs);
+  FitResult result;
+  const Inputs in = inputs_of(runs, given, result.notes);
+  const pm::Hardware& base = in.base;
+  const bool all_shared = in.all_shared;
+  const auto transfers_from = [&](const TraceRun& run) { return in.transfers_from(run); };
+  const auto is_shared = [&](const TraceRun& run) { return in.shared(run); };
   const pm::Model& model = runs.front().model;
   const pm::Precision precision = model.precision;
   pm::Device device = base.device;
   const double base_peak = device.peak_flops(precision);
   if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
 
-  // Transfers come from runs whose ranks each had a core (their sends and
-  // receives are not delayed waiting for one), unless there are none.
-  std::vector<const TraceRun*> unshared;
-  for (const auto& run : runs) {
-    if (!oversubscribed(run, base)) unshared.push_back(&run);
-  }
-  const bool all_shared = unshared.empty();
-  const auto transfers_from = [&](const TraceRun& run) {
-    return all_shared || std::find(unshared.begin(), unshared.end(), &run) != unshared.end();
-  };
-
-  // --- Compute: the host's capacity for ranks computing at once, and the curves.
-  std::vector<std::string> kinds;  // in the order of the model's total work
-  {
-    std::map<std::string, double> work;
-    for (const auto& l : model.layers) work[std::string(pm::kind_name(l.kind))] += l.cost.forward_flops + l.cost.backward_flops();
-    for (const auto& [k, _] : work) kinds.push_back(k);
-    std::stable_sort(kinds.begin(), kinds.end(), [&](const auto& a, const auto& b) { return work[a] > work[b]; });
-  }
-  Observations observed = compute_observations(runs, false);
-  // First, each stage's first forward in a step: how long its weights take
-  // to read back (least squares through 0 of its extra on its weight bytes),
-  // from runs with a core per rank where there are such stages.
-  double cold_s_per_byte = 0;
-  {
-    Problem prob;
-    prob.params = {non_negative("cold_weights.seconds_per_byte")};
-    const bool within = std::any_of(observed.cold.begin(), observed.cold.end(),
-                                    [&](const auto& c) { return !oversubscribed(*c.run, base); });
-    for (const auto& c : observed.cold) {
-      if (within && oversubscribed(*c.run, base)) continue;
-      prob.x.push_back({c.bytes});
-      prob.y.push_back(c.extra);
-    }
-    if (!prob.y.empty()) {
-      const Solution sol = robust_solve(prob, false);
-      cold_s_per_byte = sol.value[0];
-      device.cold_weights_bandwidth = cold_s_per_byte > 0 ? 1 / cold_s_per_byte : 0;
-      record(result.coefficients, prob, sol);
-    } else {
-      result.notes.push_back("no stage ran its first forward and two others of the same pass alone: the first forward's "
-                             "cold weights keep the base device's cost");
-      cold_s_per_byte = device.cold_weights_bandwidth > 0 ? 1 / device.cold_weights_bandwidth : 0;
-    }
-  }
-  // The device's curves from the actions that ran alone; every action when
-  // some pass has none (then the sharing is in the curves).
-  {
-    Observations every = compute_observations(runs, true);
-    std::set<pm::Pass> with, wanted;
-    for (const auto& g : observed.compute) with.insert(g.pass);
-    for (const auto& g : every.compute) wanted.insert(g.pass);
-    if (with != wanted) {
-      observed = std::move(every);
-      result.notes.push_back("some pass has no action that ran alone: the curves are fitted on every action, "
-                             "whatever the ranks computing at the same time");
-    } else if (observed.shared_actions > 0) {
-      result.notes.push_back(std::to_string(observed.shared_actions) +
-                             " compute actions ran while another rank computed: the curves leave them out; "
-                             "how the ranks share the host is fitted from the step times (fit_sharing)");
-      for (const auto& n : never_alone_notes(observed, every, model)) result.notes.push_back(n);
-    }
-  }
-  const auto is_shared = [&](const TraceRun& run) { return oversubscribed(run, base); };
-  // With more ranks than cores, an action that ran alone still took longer
-  // than in a run with a core per rank (the other processes and the
-  // transport's threads wake on the same cores): the curves take those
-  // actions divided by 1 + x, x the ratio of their total to the curves'
-  // (refitted until it settles), and the topology records x.
-  double slower = 0;
-  const Observations as_measured = observed;  // undivided, with the first forwards' cold reads, for the residuals
-  // A group of a first forward without its cold read, over `over`.
-  const auto net = [&](const ComputeGroup& g, double over) { return g.measured / over - cold_s_per_byte * g.cold_bytes; };
-  for (auto& g : observed.compute) g.measured = net(g, 1);
-  ComputeFit cf = fit_compute(observed, kinds, base_peak);
-  if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost &&
-      std::any_of(observed.compute.begin(), observed.compute.end(), [&](const ComputeGroup& g) { return is_shared(*g.run); })) {
-    for (int round = 0; round < 100; ++round) {
-      double m = 0, p = 0;
-      for (const auto& g : as_measured.compute) {
-        if (!is_shared(*g.run)) continue;
-        m += g.measured;
-        p += group_seconds(cf, g) + cold_s_per_byte * g.cold_bytes;
-      }
-      const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
-      const bool settled = std::abs(next - slower) < 1e-9;
-      slower = next;
-      for (std::size_t i = 0; i < observed.compute.size(); ++i) {
-        if (is_shared(*observed.compute[i].run)) observed.compute[i].measured = net(as_measured.compute[i], 1 + slower);
-      }
-      for (std::size_t i = 0; i < observed.steps.size(); ++i) {
-        if (is_shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
-      }
-      cf = fit_compute(observed, kinds, base_peak);
-      if (settled) break;
-    }
-    result.coefficients.push_back({"oversubscribed.compute", slower,
-                                   "how much longer the compute actions that ran alone took in runs with more ranks than "
-                                   "cores than the curves say"});
-  }
-  const auto& steps = observed.steps;
-  if (!all_shared && unshared.size() < runs.size()) {
-    result.notes.push_back(std::to_string(runs.size() - unshared.size()) +
+  // --- Compute: the cold weights, the curves, compute with more ranks than cores.
+  Curves curves = fit_curves(in, base_peak, device, result);
+  if (!all_shared && in.unshared.size() < runs.size()) {
+    result.notes.push_back(std::to_string(runs.size() - in.unshared.size()) +
                            " run(s) with more ranks x threads than the host's cores: their transfers are not fitted");
   }
-  auto& curves = cf.curves;
-  auto& action = cf.action;
-  const double fastest = cf.fastest;
-  for (const auto& c : cf.coefficients) result.coefficients.push_back(c);
 
   // --- Transfers: per (sender stage, direction), from the paced timelines.
   std::vector<LinkGroup> links;
@@ -361,54 +177,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
     }
   }
 
-  // Forward without data (every run recomputes): the recompute is the same forward, with autograd.
-  if (!curves.count(pm::Pass::Forward) && curves.count(pm::Pass::Recompute)) {
-    curves[pm::Pass::Forward] = curves[pm::Pass::Recompute];
-    action[pm::Pass::Forward] = action[pm::Pass::Recompute];
-    curves.erase(pm::Pass::Recompute);
-    action.erase(pm::Pass::Recompute);
-    result.notes.push_back("no forward with autograd outside recompute: the recompute's fit is used for both");
-  }
-  if (!curves.count(pm::Pass::Forward) || !curves.count(pm::Pass::Backward)) {
-    throw Error("calibrate: the traces hold no forward or no backward actions to fit (I/W-split schedules are not fitted)");
-  }
-
   // --- The device: peak raised to the fastest kind, curves as efficiencies.
-  const double peak = fastest;
-  if (peak > base_peak) {
-    result.notes.push_back("peak FLOP/s (" + std::string(pm::precision_name(precision)) + ") raised from " +
-                           pm::yaml_number(base_peak) + " to " + pm::yaml_number(peak) +
-                           ": a kind ran faster than the base device's peak");
-    if (precision == pm::Precision::FP32) {
-      device.peak_flops_fp32 = peak;
-      device.peak_flops_half = std::max(device.peak_flops_half, peak);
-    } else {
-      device.peak_flops_half = peak;
-    }
-  }
-  // t = a w + b  <=>  eff(w) = max w / (w + half), max = 1 / (a peak), half = b / a.
-  const auto efficiency = [&](std::pair<double, double> ab) {
-    const auto [a, b] = ab;
-    return pm::Efficiency{std::min(1.0, 1 / (a * peak)), b / a, {}};
-  };
-  device.kinds.clear();
-  for (const auto& kind : kinds) {
-    if (!curves[pm::Pass::Forward].count(kind) && !curves[pm::Pass::Backward].count(kind)) continue;
-    pm::KindEfficiency k{device.efficiency, device.efficiency, {}, {}};
-    if (curves[pm::Pass::Forward].count(kind)) k.forward = efficiency(curves[pm::Pass::Forward][kind]);
-    if (curves[pm::Pass::Backward].count(kind)) k.backward = efficiency(curves[pm::Pass::Backward][kind]);
-    if (curves.count(pm::Pass::ForwardNoGrad) && curves[pm::Pass::ForwardNoGrad].count(kind)) {
-      k.forward_nograd = efficiency(curves[pm::Pass::ForwardNoGrad][kind]);
-    }
-    if (curves.count(pm::Pass::Recompute) && curves[pm::Pass::Recompute].count(kind)) {
-      k.recompute = efficiency(curves[pm::Pass::Recompute][kind]);
-    }
-    device.kinds[kind] = k;
-  }
-  device.op_overhead_s = 0;  // the fixed cost per layer is in each kind's curve
-  device.action_overhead = {action[pm::Pass::Forward], action[pm::Pass::Backward], {}, {}};
-  if (action.count(pm::Pass::ForwardNoGrad)) device.action_overhead.forward_nograd_s = action[pm::Pass::ForwardNoGrad];
-  if (action.count(pm::Pass::Recompute)) device.action_overhead.recompute_s = action[pm::Pass::Recompute];
+  set_device_curves(curves, base_peak, precision, device, result.notes);
+  const auto& steps = curves.observed.steps;
+  const Observations& as_measured = curves.as_measured;
+  const double cold_s_per_byte = curves.cold_s_per_byte, slower = curves.slower;
 
   // --- Optimizer step: overhead + traffic / memory bandwidth.
   {

@@ -3,12 +3,20 @@
 //
 //   fit_observations.cpp  the paced timelines' per-stage medians (compute,
 //                         step) and which actions ran alone
+//   fit_compute.cpp       the cold read of weights, the curves per kind and
+//                         pass, compute slowed by more ranks than cores, the
+//                         device's efficiencies
+//
+// Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calibration/fit.hpp"
+#include "calibration/least_squares.hpp"
 #include "calibration/traces.hpp"
 #include "models/hardware.hpp"
 #include "models/partition.hpp"
@@ -90,5 +98,73 @@ std::string partition_text(const std::vector<schedule::LayerRange>& partition, c
 // stage holds alone, from differences of stages: an error there shows in
 // these stages' predictions). One note per (partition, stage).
 std::vector<std::string> never_alone_notes(const Observations& alone, const Observations& every, const models::Model& model);
+
+// ---------------------------------------------------------------------------
+// What every part reads (fit.cpp).
+
+struct Inputs {
+  const std::vector<TraceRun>& runs;
+  models::Hardware base;  // the base hardware, with the cores the traces recorded (a shared host)
+  // Transfers come from runs whose ranks each had a core (their sends and
+  // receives are not delayed waiting for one), unless there are none.
+  std::vector<const TraceRun*> unshared;
+  bool all_shared = false;
+  // Whether the run had more ranks x threads than the host's cores.
+  bool shared(const TraceRun& run) const { return oversubscribed(run, base); }
+  bool transfers_from(const TraceRun& run) const;
+};
+
+// Every parameter of a solved problem, as the coefficients the file records.
+void record(std::vector<Coefficient>& into, const Problem& prob, const Solution& sol);
+
+// ---------------------------------------------------------------------------
+// Compute (fit_compute.cpp).
+
+// Per pass: each kind's (seconds per FLOP, seconds per layer): the time of
+// one layer invocation, affine in its work w = FLOPs x micro-batch size;
+// the action's overhead; the fastest FLOP/s a kind reached; the fit's loss
+// (Huber at 5% on relative residuals).
+struct ComputeFit {
+  std::map<models::Pass, std::map<std::string, std::pair<double, double>>> curves;
+  std::map<models::Pass, double> action;
+  std::vector<Coefficient> coefficients;
+  double fastest = 0;
+  double loss = 0;
+};
+
+// The curves on `obs`'s compute groups: one robust problem per pass (the
+// forward's with the recompute's rows), slopes tied to the largest kind's
+// where the traces cannot tell them apart, overheads kept >= 0.
+ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak);
+
+// A compute group's time as a fit's curves give it (its row of fit_compute's
+// problem: the action's overhead, and per layer with work a w + b).
+double group_seconds(const ComputeFit& cf, const ComputeGroup& g);
+
+// The model's layer kinds, by total work (largest first).
+std::vector<std::string> kinds_by_work(const models::Model& model);
+
+// What the compute part hands on: the curves, the observations they were
+// fitted on (steps divided by 1 + slower in runs with more ranks than cores)
+// and as measured (for the residuals), the first forward's seconds per
+// weight byte, and how much slower compute ran with more ranks than cores.
+struct Curves {
+  std::vector<std::string> kinds;  // in the order of the model's total work
+  ComputeFit fit;
+  Observations observed, as_measured;
+  double cold_s_per_byte = 0;
+  double slower = 0;
+};
+
+// The cold weights (device.cold_weights_bandwidth), the curves from the
+// actions that ran alone, and the compute slowdown with more ranks than
+// cores; adds their coefficients and notes to `result`.
+Curves fit_curves(const Inputs& in, double base_peak, models::Device& device, FitResult& result);
+
+// The device's kinds and action overheads from the curves (the peak raised
+// to the fastest kind); throws pipetwin::Error when the traces hold no
+// forward or no backward.
+void set_device_curves(Curves& c, double base_peak, models::Precision precision, models::Device& device,
+                       std::vector<std::string>& notes);
 
 }  // namespace pipetwin::calibration::fitting
