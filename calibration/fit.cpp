@@ -184,38 +184,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   const double cold_s_per_byte = curves.cold_s_per_byte, slower = curves.slower;
 
   // --- Optimizer step: overhead + traffic / memory bandwidth.
-  {
-    Problem prob;
-    Param slope;
-    slope.name = "step.seconds_per_byte";
-    slope.on_dependent = Param::OnDependent::FixValue;
-    slope.fixed_value = device.memory_bandwidth > 0 ? 1 / device.memory_bandwidth : 0;
-    slope.why_dependent = "every stage updates as many parameters: the base memory bandwidth is kept";
-    slope.strictly_above = true;
-    slope.bound_value = slope.fixed_value;
-    slope.why_bounded = "kept from the base (fitted slope not positive)";
-    prob.params = {non_negative("step.overhead_s"), slope};
-    std::vector<const StepGroup*> rows;
-    for (const auto& g : steps) {
-      pm::Hardware unit = base;  // step_s on a unit bandwidth is the traffic in bytes
-      unit.device.memory_bandwidth = 1;
-      unit.device.step_overhead_s = 0;
-      unit.devices.clear();
-      const pm::StageCostModel probe(g.run->model, unit, request_of(*g.run));
-      const auto [i, j] = g.run->program.partition.at(g.stage);
-      prob.x.push_back({1, probe.step_s(i, j, g.stage)});
-      prob.y.push_back(g.measured);
-      rows.push_back(&g);
-    }
-    if (!rows.empty()) {
-      const Solution sol = robust_solve(prob);
-      device.step_overhead_s = sol.value[0];
-      if (sol.value[1] > 0) device.memory_bandwidth = 1 / sol.value[1];
-      record(result.coefficients, prob, sol);
-    } else {
-      result.notes.push_back("no STEP actions: the optimizer step keeps the base device's cost");
-    }
-  }
+  fit_step(steps, base, device, result);
 
   // --- Transfers: the sender's overhead, then the link's latency and bandwidth.
   pm::Topology topology = base.topology;

@@ -6,6 +6,7 @@
 //   fit_compute.cpp       the cold read of weights, the curves per kind and
 //                         pass, compute slowed by more ranks than cores, the
 //                         device's efficiencies
+//   fit_step.cpp          the optimizer step
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
@@ -166,5 +167,14 @@ Curves fit_curves(const Inputs& in, double base_peak, models::Device& device, Fi
 // forward or no backward.
 void set_device_curves(Curves& c, double base_peak, models::Precision precision, models::Device& device,
                        std::vector<std::string>& notes);
+
+// ---------------------------------------------------------------------------
+// The optimizer step (fit_step.cpp).
+
+// STEP = step_overhead + traffic / memory_bandwidth on `steps` (robust, on
+// relative errors): sets device.step_overhead_s and memory_bandwidth (kept
+// when every stage updates as many parameters, or the slope is not
+// positive) and adds the coefficients, or a note when there are no steps.
+void fit_step(const std::vector<StepGroup>& steps, const models::Hardware& base, models::Device& device, FitResult& result);
 
 }  // namespace pipetwin::calibration::fitting
