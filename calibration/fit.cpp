@@ -39,30 +39,6 @@ void ResidualStats::finish() {
 
 namespace {
 
-// The transfers of one (sender stage, direction): what their sends took,
-// and their receives relative to the end of the matching send.
-struct Receive {
-  double start = 0, end = 0;  // after the send's end (negative: posted before)
-  double uncertainty = 0;     // of the two ranks' aligned clocks
-};
-struct LinkGroup {
-  const TraceRun* run = nullptr;
-  int stage = 0;    // the sender
-  bool forward = true;
-  double bytes = 0;
-  double send = 0;  // median SEND
-  std::vector<double> sends;  // every SEND
-  std::vector<Receive> receives;
-  // Receives that were waiting when the message was sent: end (latency +
-  // bytes / bandwidth + the receiver's cost); those that started after it had
-  // arrived: duration (the receiver's cost). Medians; count 0 when none.
-  double flight = 0, take = 0;
-  int waited = 0, arrived = 0;
-};
-
-// A link whose transfers take no time per byte (the send holds them).
-constexpr double kUnbounded = 1e18;  // bytes/s
-
 }  // namespace
 
 namespace fitting {
@@ -118,7 +94,6 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   const Inputs in = inputs_of(runs, given, result.notes);
   const pm::Hardware& base = in.base;
   const bool all_shared = in.all_shared;
-  const auto transfers_from = [&](const TraceRun& run) { return in.transfers_from(run); };
   const auto is_shared = [&](const TraceRun& run) { return in.shared(run); };
   const pm::Model& model = runs.front().model;
   const pm::Precision precision = model.precision;
@@ -128,54 +103,10 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
 
   // --- Compute: the cold weights, the curves, compute with more ranks than cores.
   Curves curves = fit_curves(in, base_peak, device, result);
-  if (!all_shared && in.unshared.size() < runs.size()) {
-    result.notes.push_back(std::to_string(runs.size() - in.unshared.size()) +
-                           " run(s) with more ranks x threads than the host's cores: their transfers are not fitted");
-  }
+  note_unfitted_transfers(in, result.notes);
 
   // --- Transfers: per (sender stage, direction), from the paced timelines.
-  std::vector<LinkGroup> links;
-  for (const auto& run : runs) {
-    const auto& p = run.program;
-    const ps::Timeline timeline = paced(run.trace.timeline);
-    std::map<ps::MessageKey, std::pair<int, ps::TimedAction>> sends;  // key -> (rank, action)
-    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
-      for (const auto& a : timeline.ranks[r]) {
-        if (ps::is_send(a.action.op)) sends[ps::message_of(a.action)] = {static_cast<int>(r), a};
-      }
-    }
-    const pm::StageCostModel probe(run.model, base, request_of(run));
-    std::map<std::pair<int, bool>, std::vector<Receive>> receives;
-    std::map<std::pair<int, bool>, std::vector<double>> send_durations;
-    for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
-      for (const auto& a : timeline.ranks[r]) {
-        if (!ps::is_recv(a.action.op)) continue;
-        const auto it = sends.find(ps::message_of(a.action));
-        if (it == sends.end()) continue;
-        const ps::TimedAction& send = it->second.second;
-        receives[{send.action.stage.value, send.action.op == ps::Op::SEND_F}].push_back(
-            {a.start - send.end, a.end - send.end,
-             run.clock_uncertainty_s.at(r) + run.clock_uncertainty_s.at(it->second.first)});
-      }
-    }
-    for (const auto& [key, entry] : sends) {
-      const auto& a = entry.second.action;
-      send_durations[{a.stage.value, a.op == ps::Op::SEND_F}].push_back(entry.second.end - entry.second.start);
-    }
-    for (const auto& [key, durations] : send_durations) {
-      const auto [s, forward] = key;
-      const auto [i, j] = p.partition.at(s);
-      LinkGroup g;
-      g.run = &run;
-      g.stage = s;
-      g.forward = forward;
-      g.bytes = probe.cut_bytes(forward ? j : i);
-      g.send = median(durations);
-      g.sends = durations;
-      g.receives = receives[key];
-      links.push_back(g);
-    }
-  }
+  std::vector<LinkGroup> links = link_groups(runs, base);
 
   // --- The device: peak raised to the fastest kind, curves as efficiencies.
   set_device_curves(curves, base_peak, precision, device, result.notes);
@@ -187,132 +118,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   fit_step(steps, base, device, result);
 
   // --- Transfers: the sender's overhead, then the link's latency and bandwidth.
-  pm::Topology topology = base.topology;
-  {
-    {
-      // The sender's cost, affine in the bytes it writes.
-      Problem prob;
-      prob.params = {non_negative("send.overhead_s"),
-                     non_negative("send.seconds_per_byte", "every send carries as many bytes")};
-      for (const auto& g : links) {
-        if (!transfers_from(*g.run)) continue;
-        prob.x.push_back({1, g.bytes});
-        prob.y.push_back(g.send);
-      }
-      if (!prob.y.empty()) {
-        const Solution sol = robust_solve(prob);
-        device.transfer_overhead_s = sol.value[0];
-        device.send_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
-        record(result.coefficients, prob, sol);
-      }
-    }
-    // The link, in two passes: first from every receive that was waiting when
-    // its send ended, to tell which receives started after their message had
-    // arrived; their durations give the receiver's cost (affine in bytes);
-    // then the link again from the receives that had waited longer than that
-    // cost (a receive ends at max(start + its cost, arrival): the simulator's
-    // rule).
-    const pm::Link base_link = base.topology.path(0, 1);
-    const auto link_fit = [&](const std::function<double(double)>& take, bool keep) {
-      Problem prob;
-      Param slope;
-      slope.name = "link.seconds_per_byte";
-      slope.on_dependent = Param::OnDependent::FixValue;
-      slope.fixed_value = 1 / base_link.bandwidth;
-      slope.why_dependent = "every transfer carries as many bytes: the base bandwidth is kept";
-      slope.why_bounded = "bounded at 0: the sender's cost holds the transfer (unbounded link bandwidth)";
-      prob.params = {non_negative("link.latency_s"), slope};
-      for (auto& g : links) {
-        if (!transfers_from(*g.run)) continue;
-        // Receives that were waiting when the send ended, and whose own cost
-        // (take) would have run out by then: they end with the arrival.
-        std::vector<double> flights;
-        for (const auto& r : g.receives) {
-          if (r.start + r.uncertainty + take(g.bytes) <= 0) flights.push_back(r.end);
-        }
-        g.waited = static_cast<int>(flights.size());
-        if (flights.empty()) continue;
-        g.flight = median(flights);
-        prob.x.push_back({1, g.bytes});
-        prob.y.push_back(g.flight);
-      }
-      if (prob.y.empty()) return base_link;
-      const Solution sol = robust_solve(prob, /*relative=*/false);
-      if (keep) {
-        record(result.coefficients, prob, sol);
-      }
-      return pm::Link{sol.value[0], sol.value[1] > 0 ? 1 / sol.value[1] : kUnbounded};
-    };
-    const pm::Link first = link_fit([](double) { return 0.0; }, false);
-    {
-      Problem prob;
-      prob.params = {non_negative("recv.overhead_s"),
-                     non_negative("recv.seconds_per_byte", "every receive takes as many bytes")};
-      for (auto& g : links) {
-        if (!transfers_from(*g.run)) continue;
-        std::vector<double> takes;
-        for (const auto& r : g.receives) {
-          if (r.start - r.uncertainty >= first.seconds(g.bytes)) takes.push_back(r.end - r.start);
-        }
-        g.arrived = static_cast<int>(takes.size());
-        if (takes.empty()) continue;
-        g.take = median(takes);
-        prob.x.push_back({1, g.bytes});
-        prob.y.push_back(g.take);
-      }
-      if (!prob.y.empty()) {
-        const Solution sol = robust_solve(prob);
-        device.recv_overhead_s = sol.value[0];
-        device.recv_bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 0;
-        record(result.coefficients, prob, sol);
-      } else if (!links.empty()) {
-        result.notes.push_back("no receive started after its message had arrived: taking a message costs nothing");
-      }
-    }
-    bool any_waited = false;
-    for (const auto& g : links) any_waited = any_waited || (transfers_from(*g.run) && g.waited > 0);
-    if (any_waited) {
-      const pm::Link link = link_fit([&](double bytes) { return device.recv_seconds(bytes); }, true);
-      if (base.topology.kind != pm::TopologyKind::SharedHost && base.topology.kind != pm::TopologyKind::AllToAll) {
-        result.notes.push_back("the link fit sets the topology's intra link; routes of several hops add their latencies");
-      }
-      topology.intra = link;
-    } else if (!links.empty()) {
-      result.notes.push_back("no receive was waiting for its message: the link keeps the base latency and bandwidth");
-    }
-    // With more ranks than cores, a rank that sends or takes a message also
-    // waits for a core: the mean excess over the model above (means, not
-    // medians: the rare long wait is the cost), from those runs' transfers.
-    if (!all_shared && base.topology.kind == pm::TopologyKind::SharedHost) {
-      std::vector<double> send_excess, recv_excess;
-      const pm::Link link = topology.intra;
-      for (const auto& g : links) {
-        if (transfers_from(*g.run)) continue;
-        const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
-        for (const double d : g.sends) send_excess.push_back(d - send_model);
-        for (const auto& r : g.receives) {
-          if (r.start - r.uncertainty >= link.seconds(g.bytes)) recv_excess.push_back(r.end - r.start - device.recv_seconds(g.bytes));
-        }
-      }
-      const auto mean = [](const std::vector<double>& v) {
-        double sum = 0;
-        for (const double x : v) sum += x;
-        return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
-      };
-      topology.oversubscribed_compute = slower;
-      topology.oversubscribed_send_s = mean(send_excess);
-      topology.oversubscribed_recv_s = mean(recv_excess);
-      if (!send_excess.empty()) {
-        result.coefficients.push_back({"oversubscribed.send_s", topology.oversubscribed_send_s,
-                                       "mean excess of " + std::to_string(send_excess.size()) + " sends in runs with more ranks than cores"});
-      }
-      if (!recv_excess.empty()) {
-        result.coefficients.push_back({"oversubscribed.recv_s", topology.oversubscribed_recv_s,
-                                       "mean excess of " + std::to_string(recv_excess.size()) +
-                                           " receives that found their message, in runs with more ranks than cores"});
-      }
-    }
-  }
+  const pm::Topology topology = fit_transfers(in, links, slower, device, result);
 
   pm::Hardware& hw = result.hardware;
   hw = base;

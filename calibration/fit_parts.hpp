@@ -7,6 +7,8 @@
 //                         pass, compute slowed by more ranks than cores, the
 //                         device's efficiencies
 //   fit_step.cpp          the optimizer step
+//   fit_transfers.cpp     the sender's and the receiver's costs, the link,
+//                         the waits for a core with more ranks than cores
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
@@ -176,5 +178,46 @@ void set_device_curves(Curves& c, double base_peak, models::Precision precision,
 // when every stage updates as many parameters, or the slope is not
 // positive) and adds the coefficients, or a note when there are no steps.
 void fit_step(const std::vector<StepGroup>& steps, const models::Hardware& base, models::Device& device, FitResult& result);
+
+// ---------------------------------------------------------------------------
+// Transfers (fit_transfers.cpp).
+
+// The transfers of one (sender stage, direction): what their sends took,
+// and their receives relative to the end of the matching send.
+struct Receive {
+  double start = 0, end = 0;  // after the send's end (negative: posted before)
+  double uncertainty = 0;     // of the two ranks' aligned clocks
+};
+struct LinkGroup {
+  const TraceRun* run = nullptr;
+  int stage = 0;    // the sender
+  bool forward = true;
+  double bytes = 0;
+  double send = 0;  // median SEND
+  std::vector<double> sends;  // every SEND
+  std::vector<Receive> receives;
+  // Receives that were waiting when the message was sent: end (latency +
+  // bytes / bandwidth + the receiver's cost); those that started after it had
+  // arrived: duration (the receiver's cost). Medians; count 0 when none.
+  double flight = 0, take = 0;
+  int waited = 0, arrived = 0;
+};
+
+// Per run, per (sender stage, direction), from the paced timelines; the
+// bytes from the model's cut (a StageCostModel on `base`).
+std::vector<LinkGroup> link_groups(const std::vector<TraceRun>& runs, const models::Hardware& base);
+
+// A note when some runs had more ranks x threads than the host's cores
+// (their transfers are not fitted).
+void note_unfitted_transfers(const Inputs& in, std::vector<std::string>& notes);
+
+// The sender's cost (device.transfer_overhead_s, send_bandwidth), the link
+// (the returned topology's intra link) in two passes around the receiver's
+// cost (device.recv_overhead_s, recv_bandwidth), and on a shared host with
+// runs of more ranks than cores the waits for a core (and `slower`, the
+// compute's); sets the groups' waited, flight, arrived and take; adds the
+// coefficients and notes to `result`.
+models::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, models::Device& device,
+                               FitResult& result);
 
 }  // namespace pipetwin::calibration::fitting
