@@ -22,25 +22,6 @@ namespace ps = pipetwin::schedule;
 namespace pm = pipetwin::models;
 using namespace fitting;
 
-void ResidualStats::add(double predicted, double measured) {
-  const double e = predicted - measured;
-  const double rel = measured > 0 ? e / measured : 0;
-  ++count;
-  sum_sq_ += e * e;
-  sum_sq_rel_ += rel * rel;
-  max_s = std::max(max_s, std::abs(e));
-  max_rel = std::max(max_rel, std::abs(rel));
-}
-
-void ResidualStats::finish() {
-  rms_s = count > 0 ? std::sqrt(sum_sq_ / count) : 0;
-  rms_rel = count > 0 ? std::sqrt(sum_sq_rel_ / count) : 0;
-}
-
-namespace {
-
-}  // namespace
-
 namespace fitting {
 
 bool Inputs::transfers_from(const TraceRun& run) const {
@@ -86,6 +67,18 @@ Inputs inputs_of(const std::vector<TraceRun>& runs, const pm::Hardware& given, s
   return in;
 }
 
+// `base` with the fitted device (every rank's) and topology.
+pm::Hardware calibrated(const pm::Hardware& base, const pm::Device& device, const pm::Topology& topology, std::size_t runs,
+                        const std::string& model) {
+  pm::Hardware hw = base;
+  hw.devices.clear();
+  hw.device = device;
+  hw.topology = topology;
+  hw.name = base.name + "-calibrated";
+  hw.source = "pipetwin calibrate: fitted on " + std::to_string(runs) + " trace(s) of " + model + ", starting from " + base.name;
+  return hw;
+}
+
 }  // namespace
 
 FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
@@ -93,95 +86,27 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   FitResult result;
   const Inputs in = inputs_of(runs, given, result.notes);
   const pm::Hardware& base = in.base;
-  const bool all_shared = in.all_shared;
-  const auto is_shared = [&](const TraceRun& run) { return in.shared(run); };
   const pm::Model& model = runs.front().model;
   const pm::Precision precision = model.precision;
   pm::Device device = base.device;
   const double base_peak = device.peak_flops(precision);
   if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
 
-  // --- Compute: the cold weights, the curves, compute with more ranks than cores.
+  // 1. Compute: the cold weights, the curves, compute with more ranks than cores.
   Curves curves = fit_curves(in, base_peak, device, result);
   note_unfitted_transfers(in, result.notes);
-
-  // --- Transfers: per (sender stage, direction), from the paced timelines.
+  // 2. The transfers' observations: per (sender stage, direction).
   std::vector<LinkGroup> links = link_groups(runs, base);
-
-  // --- The device: peak raised to the fastest kind, curves as efficiencies.
+  // 3. The device: peak raised to the fastest kind, curves as efficiencies.
   set_device_curves(curves, base_peak, precision, device, result.notes);
-  const auto& steps = curves.observed.steps;
-  const Observations& as_measured = curves.as_measured;
-  const double cold_s_per_byte = curves.cold_s_per_byte, slower = curves.slower;
-
-  // --- Optimizer step: overhead + traffic / memory bandwidth.
-  fit_step(steps, base, device, result);
-
-  // --- Transfers: the sender's overhead, then the link's latency and bandwidth.
-  const pm::Topology topology = fit_transfers(in, links, slower, device, result);
-
-  pm::Hardware& hw = result.hardware;
-  hw = base;
-  hw.devices.clear();
-  hw.device = device;
-  hw.topology = topology;
-  hw.name = base.name + "-calibrated";
-  hw.source = "pipetwin calibrate: fitted on " + std::to_string(runs.size()) + " trace(s) of " + model.name +
-              ", starting from " + base.name;
-
-  // --- Residuals: every group against the calibrated StageCostModel.
-  for (const auto& run : runs) {
-    const bool apart = is_shared(run) && !all_shared;
-    const pm::StageCostModel costs(run.model, hw, request_of(run));
-    const auto add = [&](const std::string& op, double predicted, double measured) {
-      if (apart) {
-        if (op != "send" && op != "transfer" && op != "receive") {
-          result.shared_core_residuals[op].add(predicted * (1 + hw.topology.oversubscribed_compute), measured);
-        }
-        return;
-      }
-      result.residuals[op].add(predicted, measured);
-      result.overall.add(predicted, measured);
-      ++result.observations;
-    };
-    for (const auto& g : as_measured.compute) {
-      if (g.run != &run) continue;
-      const auto [i, j] = run.program.partition.at(g.stage);
-      double predicted = 0;
-      switch (g.pass) {
-        case pm::Pass::Forward: predicted = costs.forward_s(i, j, g.stage); break;
-        case pm::Pass::ForwardNoGrad: predicted = costs.forward_nograd_s(i, j, g.stage); break;
-        case pm::Pass::Recompute: predicted = costs.recompute_s(i, j, g.stage); break;
-        case pm::Pass::Backward: predicted = costs.backward_s(i, j, g.stage); break;
-      }
-      predicted += cold_s_per_byte * g.cold_bytes;
-      add(std::string(pm::pass_name(g.pass)), predicted, g.measured);
-    }
-    for (const auto& g : as_measured.steps) {
-      if (g.run != &run) continue;
-      const auto [i, j] = run.program.partition.at(g.stage);
-      add("step", costs.step_s(i, j, g.stage), g.measured);
-    }
-    for (const auto& g : links) {
-      if (g.run != &run) continue;
-      add("send", hw.device.transfer_overhead_s + (hw.device.send_bandwidth > 0 ? g.bytes / hw.device.send_bandwidth : 0),
-          g.send);
-      const int to = g.forward ? g.stage + 1 : g.stage - 1;
-      const double take = hw.device.recv_seconds(g.bytes);
-      if (g.waited > 0) {
-        add("transfer", hw.topology.path(run.program.rank_of(ps::StageId{g.stage}).value,
-                                         run.program.rank_of(ps::StageId{to}).value).seconds(g.bytes),
-            g.flight);
-      }
-      if (g.arrived > 0) add("receive", take, g.take);
-    }
-  }
-  for (auto& [_, r] : result.residuals) r.finish();
-  for (auto& [_, r] : result.shared_core_residuals) r.finish();
-  result.overall.finish();
-  for (const auto& c : result.coefficients) {
-    if (c.how != "fitted" && c.how.rfind("median", 0) != 0) result.notes.push_back(c.name + ": " + c.how);
-  }
+  // 4. Optimizer step: overhead + traffic / memory bandwidth.
+  fit_step(curves.observed.steps, base, device, result);
+  // 5. Transfers: the sender's overhead, the link's latency and bandwidth, the receiver's cost.
+  const pm::Topology topology = fit_transfers(in, links, curves.slower, device, result);
+  // 6. The calibrated hardware, and every group against its StageCostModel.
+  result.hardware = calibrated(base, device, topology, runs.size(), model.name);
+  add_residuals(in, curves.as_measured, links, curves.cold_s_per_byte, result);
+  note_not_fitted(result);
   return result;
 }
 
@@ -296,60 +221,6 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
     fit.coefficients.push_back({"oversubscribed.scale", best,
                                 "of the transfers' waits for a core, fitted on the same"});
   }
-}
-
-namespace {
-
-std::string stats_yaml(const ResidualStats& r) {
-  using pm::yaml_number;
-  return "{count: " + std::to_string(r.count) + ", rms_us: " + yaml_number(r.rms_s * 1e6) +
-         ", max_us: " + yaml_number(r.max_s * 1e6) + ", rms_rel: " + yaml_number(r.rms_rel) +
-         ", max_rel: " + yaml_number(r.max_rel) + "}";
-}
-
-}  // namespace
-
-std::string calibration_yaml(const FitResult& f, const std::vector<TraceRun>& runs,
-                             const std::vector<double>& predicted_step_s, const std::vector<std::string>& engines) {
-  std::string out = "calibration:\n";
-  out += "  fitted_on:\n";
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& r = runs[i];
-    out += "    - file: " + pm::yaml_quoted(r.path) + "\n";
-    out += "      producer: " + pm::yaml_quoted(r.producer) + "\n";
-    out += "      model: " + pm::yaml_quoted(r.model.name) + "\n";
-    out += "      schedule: " + r.program.schedule + "\n";
-    out += "      ranks: " + std::to_string(r.program.num_ranks) + "\n";
-    out += "      stages_per_rank: " + std::to_string(r.program.stages_per_rank) + "\n";
-    out += "      microbatches: " + std::to_string(r.program.num_microbatches) + "\n";
-    out += "      microbatch_size: " + std::to_string(r.microbatch_size) + "\n";
-    out += "      recompute: " + std::string(ps::recompute_name(r.program.recompute)) + "\n";
-    out += "      partition: [" + partition_text(r.program.partition, ", ") + "]\n";
-    if (!r.threads.empty()) out += "      threads: " + std::to_string(r.threads.front()) + "\n";
-    out += "      measured_step_s: " + pm::yaml_number(r.step_time_s) + "\n";
-    if (i < predicted_step_s.size()) {
-      out += "      predicted_step_s: " + pm::yaml_number(predicted_step_s[i]) + "\n";
-      out += "      step_error: " + pm::yaml_number(predicted_step_s[i] / r.step_time_s - 1) + "\n";
-      if (i < engines.size()) out += "      engine: " + engines[i] + "\n";
-    }
-  }
-  out += "  observations: " + std::to_string(f.observations) + "   # per-stage medians of the step's actions\n";
-  out += "  residuals:   # predicted - measured, per op kind\n";
-  out += "    overall: " + stats_yaml(f.overall) + "\n";
-  for (const auto& [op, r] : f.residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
-  if (!f.shared_core_residuals.empty()) {
-    out += "  residuals_shared_cores:   # runs whose ranks shared cores: each action as if alone (its share of the cores)\n";
-    for (const auto& [op, r] : f.shared_core_residuals) out += "    " + op + ": " + stats_yaml(r) + "\n";
-  }
-  out += "  coefficients:\n";
-  for (const auto& c : f.coefficients) {
-    out += "    - {name: " + c.name + ", value: " + pm::yaml_number(c.value) + ", how: " + pm::yaml_quoted(c.how) + "}\n";
-  }
-  if (!f.notes.empty()) {
-    out += "  notes:\n";
-    for (const auto& n : f.notes) out += "    - " + pm::yaml_quoted(n) + "\n";
-  }
-  return out;
 }
 
 }  // namespace pipetwin::calibration

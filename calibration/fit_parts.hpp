@@ -9,6 +9,7 @@
 //   fit_step.cpp          the optimizer step
 //   fit_transfers.cpp     the sender's and the receiver's costs, the link,
 //                         the waits for a core with more ranks than cores
+//   fit_report.cpp        the residuals, and the calibration section
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
@@ -219,5 +220,18 @@ void note_unfitted_transfers(const Inputs& in, std::vector<std::string>& notes);
 // coefficients and notes to `result`.
 models::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, models::Device& device,
                                FitResult& result);
+
+// ---------------------------------------------------------------------------
+// The report (fit_report.cpp).
+
+// Every group (compute and step as measured, with the first forwards' cold
+// reads; sends, transfers and receives) against result.hardware, the
+// calibrated hardware: into result.residuals and overall, or for the runs
+// with more ranks than cores (unless all are) into shared_core_residuals.
+void add_residuals(const Inputs& in, const Observations& as_measured, const std::vector<LinkGroup>& links,
+                   double cold_s_per_byte, FitResult& result);
+
+// A note per coefficient that was not fitted (tied, fixed, bounded, kept).
+void note_not_fitted(FitResult& result);
 
 }  // namespace pipetwin::calibration::fitting
