@@ -10,10 +10,13 @@
 //   fit_transfers.cpp     the sender's and the receiver's costs, the link,
 //                         the waits for a core with more ranks than cores
 //   fit_report.cpp        the residuals, and the calibration section
+//   fit_sharing.cpp       (fit_sharing, after fit(): replays) how ranks
+//                         share a shared host's cores
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -233,5 +236,12 @@ void add_residuals(const Inputs& in, const Observations& as_measured, const std:
 
 // A note per coefficient that was not fitted (tied, fixed, bounded, kept).
 void note_not_fitted(FitResult& result);
+
+// ---------------------------------------------------------------------------
+// Sharing (fit_sharing.cpp).
+
+// Golden-section search of the minimum of f on [lo, hi] to `tolerance`; the
+// ends too (the optimum may be the boundary: no sharing to fit).
+double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance);
 
 }  // namespace pipetwin::calibration::fitting
