@@ -3,8 +3,8 @@
 // fixed when the data cannot tell them apart; a robust solve of it (Huber
 // weights); and the plain affine fit y = intercept + slope x on top of it.
 //
-// Every fit of calibration/fit.cpp's parts (compute curves, cold weights,
-// step, transfers) is one Problem solved here.
+// Every fit of the calibration's parts (calibration/fit_parts.hpp: compute
+// curves, cold weights, step, transfers) is one Problem solved here.
 #pragma once
 
 #include <string>
