@@ -62,7 +62,8 @@ pm::Hardware calibrated(const pm::Hardware& base, const pm::Device& device, cons
   hw.device = device;
   hw.topology = topology;
   hw.name = base.name + "-calibrated";
-  hw.source = "pipetwin calibrate: fitted on " + std::to_string(runs) + " trace(s) of " + model + ", starting from " + base.name;
+  hw.source = "pipetwin calibrate: fitted on " + std::to_string(runs) + " trace(s) of " + model + ", starting from " +
+              base.name;
   return hw;
 }
 

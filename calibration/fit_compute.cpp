@@ -182,7 +182,9 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak)
     const bool settled = std::abs(next - slower) < 1e-9;
     slower = next;
     for (std::size_t i = 0; i < observed.compute.size(); ++i) {
-      if (in.shared(*observed.compute[i].run)) observed.compute[i].measured = net(as_measured.compute[i], 1 + slower, c.cold_s_per_byte);
+      if (in.shared(*observed.compute[i].run)) {
+        observed.compute[i].measured = net(as_measured.compute[i], 1 + slower, c.cold_s_per_byte);
+      }
     }
     for (std::size_t i = 0; i < observed.steps.size(); ++i) {
       if (in.shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
@@ -246,8 +248,9 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
   c.as_measured = c.observed;  // undivided, with the first forwards' cold reads, for the residuals
   for (auto& g : c.observed.compute) g.measured = net(g, 1, c.cold_s_per_byte);
   c.fit = fit_compute(c.observed, c.kinds, base_peak);
+  const auto shared = [&](const ComputeGroup& g) { return in.shared(*g.run); };
   if (!in.all_shared && in.base.topology.kind == pm::TopologyKind::SharedHost &&
-      std::any_of(c.observed.compute.begin(), c.observed.compute.end(), [&](const ComputeGroup& g) { return in.shared(*g.run); })) {
+      std::any_of(c.observed.compute.begin(), c.observed.compute.end(), shared)) {
     c.slower = fit_oversubscribed_compute(in, c, base_peak);
     result.coefficients.push_back({"oversubscribed.compute", c.slower,
                                    "how much longer the compute actions that ran alone took in runs with more ranks than "
@@ -276,7 +279,8 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
   const double peak = c.fit.fastest;
   if (peak > base_peak) {
     notes.push_back("peak FLOP/s (" + std::string(pm::precision_name(precision)) + ") raised from " +
-                    pm::yaml_number(base_peak) + " to " + pm::yaml_number(peak) + ": a kind ran faster than the base device's peak");
+                    pm::yaml_number(base_peak) + " to " + pm::yaml_number(peak) +
+                    ": a kind ran faster than the base device's peak");
     if (precision == pm::Precision::FP32) {
       device.peak_flops_fp32 = peak;
       device.peak_flops_half = std::max(device.peak_flops_half, peak);

@@ -113,7 +113,8 @@ pm::Link fit_link(const Inputs& in, std::vector<LinkGroup>& links, const pm::Lin
 
 // The receiver's cost, affine in bytes, from the receives that started
 // after their message had arrived on `link` (sets each group's arrived and take).
-void fit_receive(const Inputs& in, std::vector<LinkGroup>& links, const pm::Link& link, pm::Device& device, FitResult& result) {
+void fit_receive(const Inputs& in, std::vector<LinkGroup>& links, const pm::Link& link, pm::Device& device,
+                 FitResult& result) {
   Problem prob;
   prob.params = {non_negative("recv.overhead_s"), non_negative("recv.seconds_per_byte", "every receive takes as many bytes")};
   for (auto& g : links) {

@@ -44,7 +44,9 @@ class Solver {
       if (worst < 0) break;
       // Parameters tied to the bounded one are bounded with it.
       for (std::size_t k = 0; k < n_; ++k) {
-        if (state_[k] == State::Tied && tie_[k] == worst) fix(k, p_.params[worst].bound_value, "bounded with " + p_.params[worst].name);
+        if (state_[k] == State::Tied && tie_[k] == worst) {
+          fix(k, p_.params[worst].bound_value, "bounded with " + p_.params[worst].name);
+        }
       }
       fix(static_cast<std::size_t>(worst), p_.params[worst].bound_value, p_.params[worst].why_bounded);
     }
