@@ -45,6 +45,10 @@
 //             those runs' transfers, scaled to their step times). Transfers are fitted from runs
 //             with no more ranks x threads than cores, unless there are none;
 //             the other runs' residuals are reported apart.
+//
+// Each of these is a part of its own (calibration/fit_parts.hpp, a file
+// each), and every least-squares problem is solved by
+// calibration/least_squares.hpp.
 #pragma once
 
 #include <functional>

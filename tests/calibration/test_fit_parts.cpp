@@ -1,0 +1,340 @@
+// The parts of the calibration fit (calibration/fit_parts.hpp), one test
+// each, on synthetic traces: the timed evaluator's (or SimGrid's) timelines
+// of a known hardware, as test_fit.cpp makes them. Each part recovers the
+// parameters it fits on its own, from the observations the others hand it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "calibration/fit.hpp"
+#include "calibration/fit_parts.hpp"
+#include "calibration/traces.hpp"
+#include "models/families.hpp"
+#include "models/stage_costs.hpp"
+#include "models/stage_table.hpp"
+#include "schedule/dry_run.hpp"
+#include "schedule/generators.hpp"
+#include "sim/simulator.hpp"
+
+namespace pc = pipetwin::calibration;
+namespace pf = pipetwin::calibration::fitting;
+namespace pm = pipetwin::models;
+namespace ps = pipetwin::schedule;
+
+namespace {
+
+const std::string kModel =
+    "family: transformer\nname: transformer-small\nlayers: 4\nd_model: 128\nd_ff: 512\nheads: 4\nseq_len: 64\n"
+    "vocab: 1000\nprecision: fp32\n";
+
+// A device whose calibrated fields all differ from the cpu preset's.
+pm::Hardware known_hardware() {
+  pm::Hardware h = pm::preset("cpu");
+  h.topology.host_cores = 8;
+  h.topology.intra = {42e-6, 2.5e9};
+  pm::Device& d = h.device;
+  d.op_overhead_s = 0;
+  d.transfer_overhead_s = 17e-6;
+  d.recv_overhead_s = 23e-6;
+  d.send_bandwidth = 0.8e9;
+  d.recv_bandwidth = 1.5e9;
+  d.memory_bandwidth = 7.5e9;
+  d.step_overhead_s = 230e-6;
+  d.cold_weights_bandwidth = 9e9;
+  d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
+  d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, pm::Efficiency{0.52, 2e6, {}}, std::nullopt};
+  d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, pm::Efficiency{0.66, 9e5, {}}, std::nullopt};
+  d.kinds["embedding"] = {{0.02, 4e4, {}}, {0.01, 9e4, {}}, pm::Efficiency{0.03, 3e4, {}}, std::nullopt};
+  return h;
+}
+
+pm::Hardware cpu_base(int cores) {
+  pm::Hardware b = pm::preset("cpu");
+  b.topology.host_cores = cores;
+  return b;
+}
+
+struct Config {
+  std::string schedule;
+  int microbatches, batch;
+  std::string recompute;
+  std::vector<ps::LayerRange> partition;
+};
+
+// Partitions of one to four stages, micro-batch sizes 1, 2 and 4, with and without recompute.
+std::vector<Config> grid() {
+  const std::vector<std::vector<ps::LayerRange>> partitions{
+      {{0, 6}}, {{0, 1}, {1, 6}}, {{0, 3}, {3, 6}}, {{0, 5}, {5, 6}}, {{0, 2}, {2, 4}, {4, 6}}, {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
+  std::vector<Config> out;
+  for (const auto& p : partitions) {
+    for (const int mb : {1, 2, 4}) {
+      out.push_back({"1f1b", 4, 4 * mb, "none", p});
+      out.push_back({"gpipe", 2, 2 * mb, "full", p});
+    }
+  }
+  return out;
+}
+
+// The evaluator's timeline of `c` on `hw` (SimGrid's with `simgrid`), read
+// back as a trace run.
+pc::TraceRun synthetic_run(const Config& c, const pm::Hardware& hw, int index, bool simgrid = false) {
+  const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
+  const int ranks = static_cast<int>(c.partition.size());
+  ps::Program p = ps::build_schedule(c.schedule, {ranks, c.microbatches, 1, ps::parse_recompute(c.recompute)});
+  p.partition = c.partition;
+  pm::PartitionRequest r;
+  r.program = p;
+  r.microbatch_size = c.batch / c.microbatches;
+  const pm::StageCostModel costs(model, hw, r);
+  const auto table = pm::stage_table(costs, hw, p);
+  const ps::Timeline timeline = simgrid ? pipetwin::sim::simulate({p, table, hw.topology}).timeline : ps::evaluate(p, table).timeline;
+  nlohmann::json partition = nlohmann::json::array();
+  for (const auto& range : c.partition) partition.push_back({range.begin, range.end});
+  const nlohmann::json meta{{"producer", "test"},         {"model", model.name},   {"model_spec", kModel},
+                            {"schedule", c.schedule},     {"ranks", ranks},        {"stages_per_rank", 1},
+                            {"microbatches", c.microbatches}, {"microbatch_size", r.microbatch_size},
+                            {"batch", c.batch},           {"recompute", c.recompute}, {"partition", partition}};
+  return pc::trace_run_from({timeline, meta, {}}, "synthetic" + std::to_string(index) + ".json");
+}
+
+std::vector<pc::TraceRun> runs_of(const std::vector<Config>& configs, const pm::Hardware& hw, bool simgrid = false) {
+  std::vector<pc::TraceRun> runs;
+  for (const auto& c : configs) runs.push_back(synthetic_run(c, hw, static_cast<int>(runs.size()), simgrid));
+  return runs;
+}
+
+// The inputs fit() hands its parts: every run's transfers fitted.
+pf::Inputs inputs_of(const std::vector<pc::TraceRun>& runs, const pm::Hardware& base) {
+  pf::Inputs in{runs, base, {}, false};
+  for (const auto& run : runs) {
+    if (!in.shared(run)) in.unshared.push_back(&run);
+  }
+  in.all_shared = in.unshared.empty();
+  return in;
+}
+
+void expect_rel(double got, double want, const std::string& what) { EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << what; }
+
+const pc::Coefficient* coefficient(const std::vector<pc::Coefficient>& all, const std::string& name) {
+  for (const auto& c : all) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(FitObservations, AloneActionsArePacedAndTheirMediansGrouped) {
+  // Two ranks: rank 0 computes on [0, 2] and [2.5, 3], rank 1 on [1, 4]; a send in between.
+  ps::Timeline t;
+  t.ranks = {{{ps::make_action(ps::Op::F, 0, 0), 0, 2},
+              {ps::make_action(ps::Op::SEND_F, 0, 0), 2, 2.2},
+              {ps::make_action(ps::Op::F, 0, 1), 2.5, 3}},
+             {{ps::make_action(ps::Op::F, 1, 0), 1, 4}}};
+  const ps::Timeline paced = pf::paced(t);
+  EXPECT_EQ(paced.ranks[0][0].end, 2);    // the next action starts at its end
+  EXPECT_EQ(paced.ranks[0][1].end, 2.5);  // the gap belongs to the send
+  EXPECT_EQ(paced.ranks[1][0].end, 4);
+  const auto shared = pf::concurrent_time(t);
+  EXPECT_DOUBLE_EQ(shared[0][0], 1.0);  // [1, 2] beside rank 1
+  EXPECT_EQ(shared[0][1], 0.0);         // a send does not compute
+  EXPECT_DOUBLE_EQ(shared[0][2], 0.5);
+  EXPECT_DOUBLE_EQ(shared[1][0], 1.5);
+
+  // One rank, nothing shared: a forward and a backward group per run, the
+  // step, and the first forward's extra over the others: its weights' cold read.
+  const pm::Hardware truth = known_hardware();
+  const auto runs = runs_of({{"1f1b", 4, 8, "none", {{0, 6}}}, {"1f1b", 4, 16, "none", {{0, 6}}}}, truth);
+  const pf::Observations obs = pf::compute_observations(runs, false);
+  EXPECT_EQ(obs.shared_actions, 0);
+  EXPECT_EQ(obs.compute.size(), 4u);
+  EXPECT_EQ(obs.steps.size(), 2u);
+  ASSERT_EQ(obs.cold.size(), 2u);
+  for (const auto& c : obs.cold) {
+    EXPECT_EQ(c.bytes, pf::weight_bytes(*c.run, 0));
+    expect_rel(c.extra, c.bytes / truth.device.cold_weights_bandwidth, "first forward's extra");
+  }
+  EXPECT_EQ(pf::partition_text(runs[0].program.partition, ", "), "0:6");
+}
+
+TEST(FitCompute, TheCurvesOfEveryKindAndPassAreRecovered) {
+  const pm::Hardware truth = known_hardware();
+  const auto runs = runs_of(grid(), truth);
+  const pm::Model& model = runs.front().model;
+  const auto kinds = pf::kinds_by_work(model);
+  ASSERT_EQ(kinds.front(), "transformer_block");
+  const double peak = truth.device.peak_flops(model.precision);
+  const pf::ComputeFit cf = pf::fit_compute(pf::compute_observations(runs, true), kinds, peak);
+  // t = a w + b per layer, a = 1 / (max peak), b = half a.
+  for (const auto& [kind, k] : truth.device.kinds) {
+    for (const pm::Pass pass : {pm::Pass::Forward, pm::Pass::Backward, pm::Pass::ForwardNoGrad, pm::Pass::Recompute}) {
+      const pm::Efficiency& e = k.of(pass);
+      const auto ab = cf.curves.at(pass).at(kind);
+      const std::string what = kind + " " + std::string(pm::pass_name(pass));
+      expect_rel(ab.first, 1 / (e.max * peak), what + " slope");
+      expect_rel(ab.second, e.half_flops / (e.max * peak), what + " per layer");
+    }
+  }
+  for (const pm::Pass pass : pm::kPasses) {
+    expect_rel(cf.action.at(pass), truth.device.action_overhead.of(pass), "action " + std::string(pm::pass_name(pass)));
+  }
+  EXPECT_EQ(cf.fastest, peak);  // no kind beyond the peak
+  EXPECT_LT(cf.loss, 1e-12);
+  // Each group, predicted by the curves, is its measurement.
+  for (const auto& g : pf::compute_observations(runs, true).compute) {
+    if (g.cold_bytes == 0) expect_rel(pf::group_seconds(cf, g), g.measured, "group");
+  }
+}
+
+TEST(FitCompute, AloneActionsGiveTheCurvesAndRunsBeyondTheCoresTheirSlowdown) {
+  // Two cores, replayed by SimGrid: ranks computing at once share them, and
+  // with three or four ranks every compute action takes 8% longer. The
+  // actions that ran alone give the device's curves and first forwards; the
+  // runs beyond the cores, the 8%.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.oversubscribed_compute = 0.08;
+  const auto runs = runs_of(grid(), truth, /*simgrid=*/true);
+  const pf::Inputs in = inputs_of(runs, cpu_base(2));
+  ASSERT_FALSE(in.all_shared);
+  const double peak = truth.device.peak_flops(pm::Precision::FP32);
+  pm::Device device = in.base.device;
+  pc::FitResult result;
+  pf::Curves curves = pf::fit_curves(in, peak, device, result);
+  EXPECT_NEAR(curves.slower, 0.08, 1e-6);
+  expect_rel(device.cold_weights_bandwidth, 9e9, "first forward's weights");
+  expect_rel(curves.cold_s_per_byte, 1 / 9e9, "first forward's weights");
+  ASSERT_NE(coefficient(result.coefficients, "oversubscribed.compute"), nullptr);
+  bool left_out = false;
+  for (const auto& n : result.notes) left_out = left_out || n.find("ran while another rank computed") != std::string::npos;
+  EXPECT_TRUE(left_out);
+  // The device from the curves: the truth's layer times.
+  pf::set_device_curves(curves, peak, pm::Precision::FP32, device, result.notes);
+  for (const auto& [kind, k] : truth.device.kinds) {
+    for (const pm::Pass pass : pm::kPasses) {
+      const double w = 1e9;
+      expect_rel(device.layer_seconds(kind, pass, w, pm::Precision::FP32),
+                 truth.device.layer_seconds(kind, pass, w, pm::Precision::FP32), kind + " " + std::string(pm::pass_name(pass)));
+    }
+  }
+  expect_rel(device.action_overhead.backward_s, 55e-6, "backward action");
+}
+
+TEST(FitStep, TheStepOverheadAndMemoryBandwidthAreRecovered) {
+  const pm::Hardware truth = known_hardware();
+  const auto runs = runs_of(grid(), truth);
+  const pm::Hardware base = cpu_base(8);
+  pm::Device device = base.device;
+  pc::FitResult result;
+  pf::fit_step(pf::compute_observations(runs, true).steps, base, device, result);
+  expect_rel(*device.step_overhead_s, 230e-6, "step overhead");
+  expect_rel(device.memory_bandwidth, 7.5e9, "memory bandwidth");
+  ASSERT_NE(coefficient(result.coefficients, "step.seconds_per_byte"), nullptr);
+  EXPECT_EQ(coefficient(result.coefficients, "step.seconds_per_byte")->how, "fitted");
+  EXPECT_TRUE(result.notes.empty());
+  // One partition of one stage: every step updates as many parameters, so
+  // the traffic cannot be told from the overhead; the base bandwidth is kept.
+  const auto one = runs_of({{"1f1b", 4, 8, "none", {{0, 6}}}}, truth);
+  pm::Device kept = base.device;
+  pc::FitResult same;
+  pf::fit_step(pf::compute_observations(one, true).steps, base, kept, same);
+  EXPECT_EQ(kept.memory_bandwidth, base.device.memory_bandwidth);
+  EXPECT_EQ(coefficient(same.coefficients, "step.seconds_per_byte")->how.rfind("kept: ", 0), 0u);
+  // No steps: the base's cost, and a note.
+  pm::Device none = base.device;
+  pc::FitResult empty;
+  pf::fit_step({}, base, none, empty);
+  EXPECT_EQ(none.step_overhead_s, base.device.step_overhead_s);
+  ASSERT_EQ(empty.notes.size(), 1u);
+  EXPECT_EQ(empty.notes[0].rfind("no STEP actions", 0), 0u);
+}
+
+TEST(FitTransfers, TheSendersReceiversAndLinksCostsAreRecovered) {
+  const pm::Hardware truth = known_hardware();
+  const auto runs = runs_of(grid(), truth);
+  const pm::Hardware base = cpu_base(8);
+  const pf::Inputs in = inputs_of(runs, base);
+  auto links = pf::link_groups(runs, base);
+  // A group per (sender stage, direction) of every run of several stages.
+  std::size_t expected = 0;
+  for (const auto& run : runs) expected += 2 * (run.program.partition.size() - 1);
+  EXPECT_EQ(links.size(), expected);
+  pm::Device device = base.device;
+  pc::FitResult result;
+  const pm::Topology topology = pf::fit_transfers(in, links, 0, device, result);
+  expect_rel(device.transfer_overhead_s, 17e-6, "send overhead");
+  expect_rel(device.send_bandwidth, 0.8e9, "send bandwidth");
+  expect_rel(device.recv_overhead_s, 23e-6, "receive overhead");
+  expect_rel(device.recv_bandwidth, 1.5e9, "receive bandwidth");
+  expect_rel(topology.intra.latency_s, 42e-6, "latency");
+  expect_rel(topology.intra.bandwidth, 2.5e9, "bandwidth");
+  EXPECT_TRUE(result.notes.empty());
+  int waited = 0, arrived = 0;
+  for (const auto& g : links) waited += g.waited, arrived += g.arrived;
+  EXPECT_GT(waited, 0);
+  EXPECT_GT(arrived, 0);
+  // Runs with more ranks than cores are left out of the transfers, and said so.
+  const pf::Inputs two = inputs_of(runs, cpu_base(2));
+  std::vector<std::string> notes;
+  pf::note_unfitted_transfers(two, notes);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].rfind("12 run(s) with more ranks x threads", 0), 0u) << notes[0];  // the 3- and 4-stage runs
+}
+
+TEST(FitReport, ResidualsAgainstTheTrueHardwareAreZeroAndAnOffsetShows) {
+  const pm::Hardware truth = known_hardware();
+  const auto runs = runs_of(grid(), truth);
+  const pf::Inputs in = inputs_of(runs, cpu_base(8));
+  auto links = pf::link_groups(runs, in.base);
+  pm::Device device = in.base.device;
+  pc::FitResult transfers;
+  pf::fit_transfers(in, links, 0, device, transfers);  // tells which receives waited and which found their message
+  const pf::Observations obs = pf::compute_observations(runs, true);
+  const double cold_s_per_byte = 1 / truth.device.cold_weights_bandwidth;
+  pc::FitResult exact;
+  exact.hardware = truth;
+  pf::add_residuals(in, obs, links, cold_s_per_byte, exact);
+  EXPECT_EQ(exact.overall.count, exact.observations);
+  EXPECT_GT(exact.observations, 100);
+  EXPECT_LT(exact.overall.max_rel, 1e-9);
+  for (const std::string op : {"forward", "backward", "forward_nograd", "recompute", "step", "send", "transfer", "receive"}) {
+    EXPECT_GT(exact.residuals.count(op) ? exact.residuals.at(op).count : 0, 0) << op;
+  }
+  EXPECT_TRUE(exact.shared_core_residuals.empty());
+  // A step overhead 100 us too long: every step 100 us off.
+  pc::FitResult offset;
+  offset.hardware = truth;
+  offset.hardware.device.step_overhead_s = 330e-6;
+  pf::add_residuals(in, obs, links, cold_s_per_byte, offset);
+  EXPECT_NEAR(offset.residuals.at("step").max_s, 100e-6, 1e-12);
+  EXPECT_NEAR(offset.residuals.at("step").rms_s, 100e-6, 1e-12);
+  EXPECT_LT(offset.residuals.at("forward").max_rel, 1e-9);
+  // The calibration section records them.
+  const std::string yaml = pc::calibration_yaml(offset, runs);
+  EXPECT_NE(yaml.find("  observations: " + std::to_string(offset.observations) + " "), std::string::npos);
+  EXPECT_NE(yaml.find("    step: {count: " + std::to_string(offset.residuals.at("step").count) + ", rms_us: "),
+            std::string::npos)
+      << yaml;
+  // Coefficients that were not fitted are noted.
+  offset.coefficients = {{"a", 1, "fitted"}, {"b", 0, "fixed to 0: why"}};
+  pf::note_not_fitted(offset);
+  ASSERT_EQ(offset.notes.size(), 1u);
+  EXPECT_EQ(offset.notes[0], "b: fixed to 0: why");
+}
+
+TEST(FitSharing, TheGoldenSectionSearchFindsTheMinimumOrAnEnd) {
+  EXPECT_NEAR(pf::golden_min([](double x) { return (x - 0.3) * (x - 0.3); }, 0, 1, 1e-6), 0.3, 1e-5);
+  EXPECT_EQ(pf::golden_min([](double x) { return -x; }, 1, 4, 1e-3), 4);  // the boundary: falling all the way
+  EXPECT_EQ(pf::golden_min([](double x) { return x; }, 1, 4, 1e-3), 1);
+  // fit_sharing does nothing but on a shared host.
+  pc::FitResult fit;
+  fit.hardware = pm::preset("a100");
+  const auto runs = runs_of({{"1f1b", 4, 8, "none", {{0, 3}, {3, 6}}}}, known_hardware());
+  int replays = 0;
+  pc::fit_sharing(runs, fit, [&](const pc::TraceRun& r, const pm::Hardware&) {
+    ++replays;
+    return r.trace.timeline;
+  });
+  EXPECT_EQ(replays, 0);
+  EXPECT_TRUE(fit.coefficients.empty());
+}
