@@ -196,62 +196,25 @@ std::optional<double> Delta::relative() const {
   return std::nullopt;
 }
 
+namespace {
 
-Comparison compare(const schedule::Trace& predicted, const std::string& pf, const schedule::Trace& measured,
-                   const std::string& mf) {
-  Comparison c;
-  c.predicted_file = pf;
-  c.measured_file = mf;
-  // The two files given the wrong way round: a run's trace first, a
-  // simulation's second (two simulations, or two runs, may be compared).
-  const auto producer = [](const json& meta) {
-    return meta.contains("producer") && meta["producer"].is_string() ? meta["producer"].get<std::string>() : "";
-  };
-  if (producer(predicted.metadata) == "pipetwin run" && producer(measured.metadata) == "pipetwin simulate") {
-    throw Error(pf + ": otherData field 'producer' is \"pipetwin run\" (a measured trace) and " + mf +
-                " was predicted (\"pipetwin simulate\"): give the predicted trace first, pipetwin compare PREDICTED MEASURED");
-  }
-  c.configuration = check_configuration(predicted.metadata, pf, measured.metadata, mf);
+using Index = std::map<Key, const schedule::TimedAction*>;
 
-  const auto p_index = index_actions(predicted, pf);
-  const auto m_index = index_actions(measured, mf);
-  const auto missing = [](const std::string& lacking, const std::string& having, const Key& k,
-                          const schedule::TimedAction& t) {
-    const int rank = std::get<0>(k);
-    return Error(lacking + ": rank " + std::to_string(rank) + " has no action " + schedule::to_string(t.action) + " (" +
-                 having + "'s rank " + std::to_string(rank) + " has it): actions must match one to one");
-  };
-  // In each rank's time order, so that the first action missing is named.
-  const auto check_in = [&](const schedule::Trace& from, const std::string& from_file,
-                            const std::map<Key, const schedule::TimedAction*>& other, const std::string& other_file) {
-    for (int r = 0; r < static_cast<int>(from.timeline.ranks.size()); ++r) {
-      for (const auto& t : from.timeline.ranks[r]) {
-        const Key k = key_of(r, t.action);
-        if (!other.count(k)) throw missing(other_file, from_file, k, t);
-      }
+// Every action of `from` is in `other`, in each rank's time order, so that
+// the first action missing is named.
+void check_all_in(const schedule::Trace& from, const std::string& from_file, const Index& other,
+                  const std::string& other_file) {
+  for (int r = 0; r < static_cast<int>(from.timeline.ranks.size()); ++r) {
+    for (const auto& t : from.timeline.ranks[r]) {
+      if (other.count(key_of(r, t.action))) continue;
+      throw Error(other_file + ": rank " + std::to_string(r) + " has no action " + schedule::to_string(t.action) + " (" +
+                  from_file + "'s rank " + std::to_string(r) + " has it): actions must match one to one");
     }
-  };
-  check_in(predicted, pf, m_index, mf);
-  check_in(measured, mf, p_index, pf);
-
-  const auto& pt = predicted.timeline;
-  const auto& mt = measured.timeline;
-  c.matched_actions = static_cast<int>(p_index.size());
-  c.step_time_s = {pt.makespan(), mt.makespan()};
-  c.bubble_fraction = {pt.bubble_fraction(), mt.bubble_fraction()};
-  if (const auto recorded = recorded_bubble(measured.metadata, mf)) {
-    c.bubble_over_steps = {pt.bubble_fraction(), recorded->median};
-    c.bubble_steps = recorded->steps;
   }
-  const int ranks = static_cast<int>(std::max(pt.ranks.size(), mt.ranks.size()));
-  for (int r = 0; r < ranks; ++r) {
-    const auto busy = [r](const schedule::Timeline& tl) {
-      return r < static_cast<int>(tl.ranks.size()) ? tl.busy(schedule::RankId{r}) : 0.0;
-    };
-    c.busy_s_per_rank.push_back({busy(pt), busy(mt)});
-  }
+}
 
-  // Per kind, in a fixed order; and the largest single errors.
+// Per kind of action, in a fixed order; and the largest single errors.
+void compare_actions(const schedule::Timeline& pt, const Index& m_index, Comparison& c) {
   struct Acc {
     int actions = 0, without = 0;
     Delta total;
@@ -287,24 +250,69 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
     const auto& k = it->second;
     c.op_kinds.push_back({kind, k.actions, k.total, median_or_none(k.rel), median_or_none(k.abs_rel), k.without});
   }
+}
 
-  const auto [p_stash, p_source] = stash_of(predicted.metadata, pf);
-  const auto [m_stash, m_source] = stash_of(measured.metadata, mf);
+// The stash bytes per stage both traces record, side by side (or why not).
+void compare_stash(const json& p_meta, const std::string& pf, const json& m_meta, const std::string& mf, Comparison& c) {
+  const auto [p_stash, p_source] = stash_of(p_meta, pf);
+  const auto [m_stash, m_source] = stash_of(m_meta, mf);
   if (!p_stash || !m_stash) {
     std::string lacking = !p_stash && !m_stash ? pf + " and " + mf : !p_stash ? pf : mf;
     c.stash_note = lacking + (!p_stash && !m_stash ? " record" : " records") +
                    " no stash bytes per stage (neither otherData.measured.stages[].peak_stash_bytes nor "
                    "otherData.predicted_stash_bytes_per_stage): no memory comparison";
-  } else {
-    if (p_stash->size() != m_stash->size()) {
-      throw Error(mf + ": otherData field '" + m_source + "' has " + std::to_string(m_stash->size()) + " stages but " +
-                  pf + "'s '" + p_source + "' has " + std::to_string(p_stash->size()) +
-                  ": the traces describe different configurations");
-    }
-    for (std::size_t s = 0; s < p_stash->size(); ++s) c.stash_bytes_per_stage.push_back({(*p_stash)[s], (*m_stash)[s]});
-    c.stash_predicted_source = p_source;
-    c.stash_measured_source = m_source;
+    return;
   }
+  if (p_stash->size() != m_stash->size()) {
+    throw Error(mf + ": otherData field '" + m_source + "' has " + std::to_string(m_stash->size()) + " stages but " + pf +
+                "'s '" + p_source + "' has " + std::to_string(p_stash->size()) +
+                ": the traces describe different configurations");
+  }
+  for (std::size_t s = 0; s < p_stash->size(); ++s) c.stash_bytes_per_stage.push_back({(*p_stash)[s], (*m_stash)[s]});
+  c.stash_predicted_source = p_source;
+  c.stash_measured_source = m_source;
+}
+
+}  // namespace
+
+Comparison compare(const schedule::Trace& predicted, const std::string& pf, const schedule::Trace& measured,
+                   const std::string& mf) {
+  Comparison c;
+  c.predicted_file = pf;
+  c.measured_file = mf;
+  // The two files given the wrong way round: a run's trace first, a
+  // simulation's second (two simulations, or two runs, may be compared).
+  const auto producer = [](const json& meta) {
+    return meta.contains("producer") && meta["producer"].is_string() ? meta["producer"].get<std::string>() : "";
+  };
+  if (producer(predicted.metadata) == "pipetwin run" && producer(measured.metadata) == "pipetwin simulate") {
+    throw Error(pf + ": otherData field 'producer' is \"pipetwin run\" (a measured trace) and " + mf +
+                " was predicted (\"pipetwin simulate\"): give the predicted trace first, pipetwin compare PREDICTED MEASURED");
+  }
+  c.configuration = check_configuration(predicted.metadata, pf, measured.metadata, mf);
+  const auto p_index = index_actions(predicted, pf);
+  const auto m_index = index_actions(measured, mf);
+  check_all_in(predicted, pf, m_index, mf);
+  check_all_in(measured, mf, p_index, pf);
+
+  const auto& pt = predicted.timeline;
+  const auto& mt = measured.timeline;
+  c.matched_actions = static_cast<int>(p_index.size());
+  c.step_time_s = {pt.makespan(), mt.makespan()};
+  c.bubble_fraction = {pt.bubble_fraction(), mt.bubble_fraction()};
+  if (const auto recorded = recorded_bubble(measured.metadata, mf)) {
+    c.bubble_over_steps = {pt.bubble_fraction(), recorded->median};
+    c.bubble_steps = recorded->steps;
+  }
+  const int ranks = static_cast<int>(std::max(pt.ranks.size(), mt.ranks.size()));
+  for (int r = 0; r < ranks; ++r) {
+    const auto busy = [r](const schedule::Timeline& tl) {
+      return r < static_cast<int>(tl.ranks.size()) ? tl.busy(schedule::RankId{r}) : 0.0;
+    };
+    c.busy_s_per_rank.push_back({busy(pt), busy(mt)});
+  }
+  compare_actions(pt, m_index, c);
+  compare_stash(predicted.metadata, pf, measured.metadata, mf, c);
   return c;
 }
 

@@ -119,67 +119,68 @@ std::string sharing_way(const models::Topology& t) {
   return way;
 }
 
-int run(const Options& o) {
+// Something to fit, and file names that the calibrated YAML (UTF-8 only) can record.
+void check_names(const Options& o) {
   if (o.traces.empty() && !o.microbench) throw Error("calibrate: give traces (pipetwin run --trace FILE), --microbench, or both");
-  // The names go into the calibrated YAML, which is read back as UTF-8 only.
-  for (const auto* path : [&] {
-         std::vector<const std::string*> all{&o.out};
-         for (const auto& t : o.traces) all.push_back(&t);
-         return all;
-       }()) {
+  std::vector<const std::string*> all{&o.out};
+  for (const auto& t : o.traces) all.push_back(&t);
+  for (const auto* path : all) {
     try {
       schedule::check_utf8(*path, *path);
     } catch (const Error&) {
       throw Error(*path + ": the file name is not UTF-8, and calibrate records it in the calibrated file: rename it");
     }
   }
-  const models::Hardware base = models::load_hardware(o.hardware);
+}
+
+// The traces given, checked together, then those of the --microbench runs.
+std::vector<calibration::TraceRun> load_runs(const Options& o) {
   std::vector<calibration::TraceRun> runs;
   for (const auto& path : o.traces) runs.push_back(calibration::load_trace_run(path));
   if (!runs.empty()) calibration::check_together(runs);
-
-  if (o.microbench) {
-    const std::string dir = !o.microbench_dir.empty() ? o.microbench_dir : o.out + ".microbench";
-    fs::create_directories(dir);
-    std::string model_path = o.model;
-    int layers = 0;
-    if (model_path.empty()) {
-      if (runs.empty()) throw Error("calibrate --microbench without traces needs --model");
-      model_path = dir + "/model.yaml";
-      schedule::write_file_atomic(model_path, runs.front().model_spec);
-      layers = static_cast<int>(runs.front().model.layers.size());
-    } else {
-      layers = static_cast<int>(models::load_model(model_path).layers.size());
-    }
-    const int threads = o.threads > 0 ? o.threads : !runs.empty() && !runs.front().threads.empty() ? runs.front().threads.front() : 1;
-    for (const auto& path : microbench(o, model_path, layers, threads, dir)) runs.push_back(calibration::load_trace_run(path));
-    calibration::check_together(runs);  // the given model against the traces'
+  if (!o.microbench) return runs;
+  const std::string dir = !o.microbench_dir.empty() ? o.microbench_dir : o.out + ".microbench";
+  fs::create_directories(dir);
+  std::string model_path = o.model;
+  int layers = 0;
+  if (model_path.empty()) {
+    if (runs.empty()) throw Error("calibrate --microbench without traces needs --model");
+    model_path = dir + "/model.yaml";
+    schedule::write_file_atomic(model_path, runs.front().model_spec);
+    layers = static_cast<int>(runs.front().model.layers.size());
+  } else {
+    layers = static_cast<int>(models::load_model(model_path).layers.size());
   }
+  const int threads = o.threads > 0 ? o.threads : !runs.empty() && !runs.front().threads.empty() ? runs.front().threads.front() : 1;
+  for (const auto& path : microbench(o, model_path, layers, threads, dir)) runs.push_back(calibration::load_trace_run(path));
+  calibration::check_together(runs);  // the given model against the traces'
+  return runs;
+}
 
-  const auto c = twin::calibrate(runs, base, twin::parse_engine(o.engine), o.out);
+void print_json(const Options& o, const std::vector<calibration::TraceRun>& runs, const twin::Calibrated& c,
+                const std::vector<std::string>& engines) {
   const auto& result = c.fit;
   const auto& predicted = c.predicted_step_s;
-  std::vector<std::string> engines;
-  for (const auto e : c.engines) engines.emplace_back(twin::engine_name(e));
-  schedule::write_file_atomic(o.out, c.yaml);
-
-  if (o.json) {
-    nlohmann::json j;
-    j["out"] = o.out;
-    j["traces"] = nlohmann::json::array();
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      j["traces"].push_back({{"file", runs[i].path}, {"config", runs[i].describe()}, {"measured_step_s", runs[i].step_time_s},
-                             {"predicted_step_s", predicted[i]}, {"engine", engines[i]}});
-    }
-    for (const auto& [op, r] : result.residuals) {
-      j["residuals"][op] = {{"count", r.count}, {"rms_s", r.rms_s}, {"max_s", r.max_s}, {"rms_rel", r.rms_rel}, {"max_rel", r.max_rel}};
-    }
-    j["residuals"]["overall"] = {{"count", result.overall.count}, {"rms_s", result.overall.rms_s}, {"max_s", result.overall.max_s},
-                                 {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
-    j["notes"] = result.notes;
-    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    return 0;
+  nlohmann::json j;
+  j["out"] = o.out;
+  j["traces"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    j["traces"].push_back({{"file", runs[i].path}, {"config", runs[i].describe()}, {"measured_step_s", runs[i].step_time_s},
+                           {"predicted_step_s", predicted[i]}, {"engine", engines[i]}});
   }
+  for (const auto& [op, r] : result.residuals) {
+    j["residuals"][op] = {{"count", r.count}, {"rms_s", r.rms_s}, {"max_s", r.max_s}, {"rms_rel", r.rms_rel}, {"max_rel", r.max_rel}};
+  }
+  j["residuals"]["overall"] = {{"count", result.overall.count}, {"rms_s", result.overall.rms_s}, {"max_s", result.overall.max_s},
+                               {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
+  j["notes"] = result.notes;
+  std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs, const models::Hardware& base,
+                const twin::Calibrated& c, const std::vector<std::string>& engines) {
+  const auto& result = c.fit;
+  const auto& predicted = c.predicted_step_s;
   const auto& d = result.hardware.device;
   std::printf("calibrated   %s from %zu trace(s) of %s, starting from %s\n", o.out.c_str(), runs.size(),
               runs.front().model.name.c_str(), base.name.c_str());
@@ -229,6 +230,23 @@ int run(const Options& o) {
                 100 * (predicted[i] / runs[i].step_time_s - 1), engines[i].c_str());
   }
   for (const auto& n : result.notes) std::printf("note         %s\n", n.c_str());
+}
+
+
+int run(const Options& o) {
+  check_names(o);
+  const models::Hardware base = models::load_hardware(o.hardware);
+  const auto runs = load_runs(o);
+  const auto c = twin::calibrate(runs, base, twin::parse_engine(o.engine), o.out);
+  std::vector<std::string> engines;
+  for (const auto e : c.engines) engines.emplace_back(twin::engine_name(e));
+  schedule::write_file_atomic(o.out, c.yaml);
+
+  if (o.json) {
+    print_json(o, runs, c, engines);
+  } else {
+    print_text(o, runs, base, c, engines);
+  }
   return 0;
 }
 

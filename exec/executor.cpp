@@ -212,6 +212,51 @@ void save_weights(const std::string& dir, const TorchBackend& backend) {
   }
 }
 
+// One mini-batch: every action of this rank's list in its order, then its
+// timeline and (on the last stage) its loss into the report.
+void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& backend, const SyntheticTask& task,
+              std::optional<ProgressWatch>& watch, RankReport& report) {
+  const std::string me = "rank " + std::to_string(env.rank);
+  const std::string at_step = me + ", step " + std::to_string(step);
+  if (watch) watch->at(at_step + ", its start");
+  try {
+    backend.begin_step(step, task.minibatch(step));
+  } catch (const std::exception& e) {
+    throw Error(at_step + ", its start: " + message_of(e));
+  }
+  ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
+  while (!interpreter.done()) {
+    const ps::Action action = interpreter.next();
+    if (watch) {
+      watch->at(at_step + ", action " + ps::to_string(action) + " (#" + std::to_string(interpreter.position()) +
+                " of its list)");
+    }
+    try {
+      interpreter.step(backend);
+    } catch (const std::exception& e) {
+      throw Error(me + ", step " + std::to_string(step) + ", action " + ps::to_string(action) + " (#" +
+                  std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
+    }
+  }
+  if (watch) watch->at(me + ", end of step " + std::to_string(step));
+  try {
+    ps::Timeline t;
+    t.ranks.resize(p.num_ranks);
+    t.ranks[env.rank] = backend.end_step();
+    report.steps.push_back(std::move(t));
+  } catch (const std::exception& e) {
+    throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
+  }
+  if (backend.holds_last_stage()) {
+    const double loss = backend.step_loss();
+    if (!std::isfinite(loss)) {
+      throw Error(me + ", step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
+                  ": the training diverged (a smaller --lr?)");
+    }
+    report.losses.push_back(loss);
+  }
+}
+
 }  // namespace
 
 void check_device(const std::string& device, int ranks_here) {
@@ -260,46 +305,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
 
   if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
   try {
-    for (int step = 0; step < c.steps; ++step) {
-      const std::string at_step = me + ", step " + std::to_string(step);
-      if (watch) watch->at(at_step + ", its start");
-      try {
-        backend.begin_step(step, task.minibatch(step));
-      } catch (const std::exception& e) {
-        throw Error(at_step + ", its start: " + message_of(e));
-      }
-      ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
-      while (!interpreter.done()) {
-        const ps::Action action = interpreter.next();
-        if (watch) {
-          watch->at(at_step + ", action " + ps::to_string(action) + " (#" + std::to_string(interpreter.position()) +
-                    " of its list)");
-        }
-        try {
-          interpreter.step(backend);
-        } catch (const std::exception& e) {
-          throw Error(me + ", step " + std::to_string(step) + ", action " + ps::to_string(action) + " (#" +
-                      std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
-        }
-      }
-      if (watch) watch->at(me + ", end of step " + std::to_string(step));
-      try {
-        ps::Timeline t;
-        t.ranks.resize(p.num_ranks);
-        t.ranks[env.rank] = backend.end_step();
-        report.steps.push_back(std::move(t));
-      } catch (const std::exception& e) {
-        throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
-      }
-      if (backend.holds_last_stage()) {
-        const double loss = backend.step_loss();
-        if (!std::isfinite(loss)) {
-          throw Error(me + ", step " + std::to_string(step) + ": the loss is " + std::to_string(loss) +
-                      ": the training diverged (a smaller --lr?)");
-        }
-        report.losses.push_back(loss);
-      }
-    }
+    for (int step = 0; step < c.steps; ++step) run_step(step, p, env, backend, task, watch, report);
   } catch (const std::exception& e) {
     if (watch) watch->leaving(e.what());
     throw;
