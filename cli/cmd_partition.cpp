@@ -5,11 +5,13 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
 #include "models/families.hpp"
 #include "models/layer_graph.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
+#include "twin/scenario.hpp"
 
 namespace pipetwin::cli {
 namespace {
@@ -17,8 +19,8 @@ namespace {
 namespace pm = pipetwin::models;
 
 struct Options {
-  std::string model, hardware, schedule = "gpipe", recompute = "none", method = "optimal", optimizer = "adam";
-  int ranks = 0, microbatches = 1, virtual_stages = 1, microbatch_size = 1;
+  std::string model, hardware, schedule = "gpipe", recompute, method = "optimal", optimizer = "adam";
+  int ranks = 0, microbatches = 0, virtual_stages = 0, microbatch_size = 1;  // 0: not given
   bool json = false;
 };
 
@@ -71,10 +73,13 @@ int run(const Options& o) {
   const pm::Model model = pm::load_model(o.model);
   const pm::Hardware hw = pm::load_hardware(o.hardware);
   pm::PartitionRequest r;
-  // Before the schedule is built, which K = 10^6 makes slow.
-  pm::check_stage_count(pm::in_topological_order(model), static_cast<std::int64_t>(o.ranks) * o.virtual_stages);
-  r.program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages,
-                                                    schedule::parse_recompute(o.recompute)});
+  twin::ScenarioSpec spec;
+  spec.schedule = o.schedule;
+  spec.ranks = o.ranks;
+  spec.virtual_stages = o.virtual_stages;
+  spec.microbatches = o.microbatches > 0 || twin::is_schedule_file(o.schedule) ? o.microbatches : 1;
+  spec.recompute = o.recompute;
+  r.program = twin::scenario_program(pm::in_topological_order(model), spec);
   r.microbatch_size = o.microbatch_size;
   r.optimizer = pm::parse_optimizer(o.optimizer);
   const auto method = pm::parse_method(o.method);
@@ -119,18 +124,16 @@ Run add_partition_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("partition", "Split a model's layers over K ranks, balancing stage time within memory");
   cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--ranks,-k", o->ranks, "Ranks K")->required()->check(kPositive);
-  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V")->check(kPositive)->capture_default_str();
-  std::vector<std::string> names;
-  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
-  cmd->add_option("--schedule,-s", o->schedule, "Schedule (decides the activations each stage stashes)")
-      ->check(CLI::IsMember(names))
+  cmd->add_option("--ranks,-k", o->ranks, "Ranks K (with a generator)")->check(kPositive);
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (default 1)")->check(kPositive);
+  cmd->add_option("--schedule,-s", o->schedule,
+                  "Schedule generator or file (decides the placement and the activations each stage stashes)")
+      ->check(schedule_check())
       ->capture_default_str();
-  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M")->check(kPositive)->capture_default_str();
+  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M (default 1)")->check(kPositive);
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
-  cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
-      ->capture_default_str();
+  cmd->add_option("--recompute", o->recompute, "Re-materialization policy (default none, or the schedule file's)")
+      ->check(CLI::IsMember({"none", "full", "except-last"}));
   cmd->add_option("--optimizer", o->optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
       ->capture_default_str();
@@ -138,6 +141,11 @@ Run add_partition_command(CLI::App& app) {
       ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
+  cmd->parse_complete_callback([cmd, o] {
+    if (!twin::is_schedule_file(o->schedule) && cmd->count("--ranks") == 0) {
+      throw CLI::RequiredError("--ranks (with a schedule generator)");
+    }
+  });
   return [o] { return run(*o); };
 }
 

@@ -101,7 +101,7 @@ void check_outputs(const Options& o) {
   if (!o.summary_out.empty()) outs.push_back({"--summary", o.summary_out});
   if (!o.save_weights.empty()) outs.push_back({"--save-weights", o.save_weights});
   std::vector<Named> ins{{"--model", o.scenario.model}, {"--hardware", o.scenario.hardware},
-                         {"--partition", o.scenario.partition}};
+                         {"--partition", o.scenario.partition}, {"--schedule", o.scenario.schedule}};
   std::error_code ec;
   const auto real = [&](const std::string& p) { return fs::weakly_canonical(p, ec).string(); };
   for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -208,10 +208,11 @@ Run add_run_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   return [o] {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
-    twin::build_scenario(o->scenario);  // report configuration errors once, before starting the ranks
+    // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
+    const int ranks = twin::build_scenario(o->scenario)->program.num_ranks;
     check_outputs(*o);
-    exec::check_device(o->device, o->scenario.ranks);
-    exec::launch_local(command_line(), {o->scenario.ranks, o->master_port, o->timeout, 5.0});
+    exec::check_device(o->device, ranks);
+    exec::launch_local(command_line(), {ranks, o->master_port, o->timeout, 5.0});
     return 0;
   };
 }

@@ -1,5 +1,6 @@
 // `pipetwin schedule`: generate a schedule, lower it, validate it, print it.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -24,6 +25,7 @@ struct Options {
   std::string out;
   bool compute_only = false;
   bool json = false;
+  bool list = false;
   std::string model, hardware, partition = "optimal";
   int microbatch_size = 1;
 };
@@ -63,6 +65,32 @@ std::string grid_report(const ps::ValidationReport& report) {
   return out.str();
 }
 
+// --list: one block per generator (or a JSON list with --json).
+int list_generators(bool json) {
+  if (json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& g : ps::generators()) {
+      all.push_back({{"name", g.name}, {"summary", g.summary}, {"virtual_stages", g.virtual_stages},
+                     {"constraints", g.constraints}, {"bubble", g.bubble}, {"memory", g.memory}});
+    }
+    std::printf("%s\n", all.dump(1).c_str());
+    return 0;
+  }
+  for (const auto& g : ps::generators()) {
+    const auto line = [](const char* what, std::string_view text) {
+      std::printf("  %-12s %.*s\n", what, static_cast<int>(text.size()), text.data());
+    };
+    std::printf("%.*s\n", static_cast<int>(g.name.size()), g.name.data());
+    line("what", g.summary);
+    line("shape", g.constraints);
+    line("bubble", g.bubble);
+    line("stash", g.memory);
+  }
+  std::printf("closed forms on uniform stages with free transfers; a schedule file (pipetwin text or JSON, PyTorch CSV) "
+              "is taken wherever a generator's name is (simulate, run, partition: --schedule FILE)\n");
+  return 0;
+}
+
 int run(const Options& o) {
   ps::GeneratorOptions g{o.ranks, o.microbatches, o.virtual_stages, ps::parse_recompute(o.recompute)};
   ps::Program program = ps::generate(o.name, g);
@@ -97,11 +125,10 @@ Run add_schedule_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "Generate a pipeline schedule, validate it and print it");
   std::vector<std::string> names;
   for (const auto& g : ps::generators()) names.emplace_back(g.name);
-  cmd->add_option("--schedule,-s", o->name, "Schedule generator")->required()->check(CLI::IsMember(names));
-  cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->required()->check(kPositive);
-  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")
-      ->required()
-      ->check(kPositive);
+  cmd->add_option("--schedule,-s", o->name, "Schedule generator")->check(CLI::IsMember(names));
+  cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->check(kPositive);
+  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")->check(kPositive);
+  cmd->add_flag("--list", o->list, "List the generators: what each is, its constraints, its bubble and stash in closed form");
   cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b)")
       ->check(kPositive)
       ->capture_default_str();
@@ -123,7 +150,14 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch, with --model")
       ->check(kPositive)
       ->capture_default_str();
-  return [o] { return run(*o); };
+  // Without --list, a schedule needs its generator and shape.
+  cmd->parse_complete_callback([cmd, o] {
+    if (o->list) return;
+    for (const char* name : {"--schedule", "--ranks", "--microbatches"}) {
+      if (cmd->count(name) == 0) throw CLI::RequiredError(name);
+    }
+  });
+  return [o] { return o->list ? list_generators(o->json) : run(*o); };
 }
 
 }  // namespace pipetwin::cli

@@ -6,25 +6,52 @@
 
 namespace pipetwin::cli {
 
+std::string generator_names() {
+  std::string names;
+  for (const auto& g : schedule::generators()) names += (names.empty() ? "" : ", ") + std::string(g.name);
+  return names;
+}
+
+CLI::Validator schedule_check() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (twin::is_schedule_file(value)) return {};
+        for (const auto& g : schedule::generators()) {
+          if (g.name == value) return {};
+        }
+        return "'" + value + "' is neither a schedule generator (" + generator_names() + ") nor a schedule file";
+      },
+      "GENERATOR|FILE");
+}
+
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
-  std::vector<std::string> names;
-  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
   cmd->add_option("--model", o.model, "Model spec (YAML)")->required();
   cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--schedule,-s", o.schedule, "Schedule")->required()->check(CLI::IsMember(names));
-  cmd->add_option("--ranks,-k", o.ranks, "Ranks K")->required()->check(kPositive);
-  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M")->required()->check(kPositive);
-  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V")->check(kPositive)->capture_default_str();
+  cmd->add_option("--schedule,-s", o.schedule,
+                  "A schedule generator (" + generator_names() +
+                      "), or a schedule file (pipetwin text or JSON, PyTorch CSV) that gives K, V, M, the placement "
+                      "and the recompute policy itself")
+      ->required()
+      ->check(schedule_check());
+  cmd->add_option("--ranks,-k", o.ranks, "Ranks K (with a generator)")->check(kPositive);
+  cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M (with a generator)")->check(kPositive);
+  cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V (default 1)")->check(kPositive);
   cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(kPositive);
-  cmd->add_option("--recompute", o.recompute, "Re-materialization policy")
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
-      ->capture_default_str();
+  cmd->add_option("--recompute", o.recompute, "Re-materialization policy (default none, or the schedule file's)")
+      ->check(CLI::IsMember({"none", "full", "except-last"}));
   cmd->add_option("--partition", o.partition,
-                  "auto (optimal), uniform, parameters, or a file: a schedule with a partition line, or begin:end ranges")
-      ->capture_default_str();
+                  "auto (optimal, the default), uniform, parameters, or a file: a schedule with a partition line, or "
+                  "begin:end ranges");
   cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
       ->capture_default_str();
+  // A generator needs the shape; a schedule file has its own.
+  cmd->parse_complete_callback([cmd, &o] {
+    if (twin::is_schedule_file(o.schedule)) return;
+    for (const char* name : {"--ranks", "--microbatches"}) {
+      if (cmd->count(name) == 0) throw CLI::RequiredError(std::string(name) + " (with a schedule generator)");
+    }
+  });
 }
 
 }  // namespace pipetwin::cli

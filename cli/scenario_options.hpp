@@ -11,4 +11,7 @@ namespace pipetwin::cli {
 
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o);
 
+// --schedule: a generator's name or a schedule file.
+CLI::Validator schedule_check();
+
 }  // namespace pipetwin::cli

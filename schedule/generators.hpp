@@ -23,6 +23,12 @@ struct GeneratorInfo {
   std::string_view summary;
   bool virtual_stages;  // accepts V >= 2
   GeneratorFn fn;
+  // What `pipetwin schedule --list` says of it: its shape constraints, and its
+  // bubble and stash in closed form on uniform stages with free transfers
+  // (each checked against the simulator in tests/sim/test_simulator.cpp).
+  std::string_view constraints;
+  std::string_view bubble;
+  std::string_view memory;
 };
 
 const std::vector<GeneratorInfo>& generators();

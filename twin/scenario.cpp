@@ -1,6 +1,7 @@
 // build_scenario: load, check, generate, lower, partition, validate.
 #include "twin/scenario.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
 #include "schedule/memory.hpp"
+#include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
 
 namespace pipetwin::twin {
@@ -53,42 +55,121 @@ std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& o) {
                         true);
 }
 
+namespace {
+
+// The Program of a schedule file: K, V, M, the placement and the recompute
+// policy are the file's (an option that says otherwise is refused, naming
+// both); a compute-only file is lowered by the project's passes.
+schedule::Program program_from_file(const models::Model& model, const ScenarioSpec& o) {
+  schedule::Program p = schedule::read_program(o.schedule);
+  const auto contradicts = [&](const std::string& option, long long given, long long in_file, const char* what) {
+    if (given > 0 && given != in_file) {
+      throw Error(option + " " + std::to_string(given) + " contradicts the schedule file " + o.schedule + ", which has " +
+                  std::to_string(in_file) + " " + what);
+    }
+  };
+  contradicts("--ranks", o.ranks, p.num_ranks, "ranks");
+  contradicts("--microbatches", o.microbatches, p.num_microbatches, "micro-batches");
+  contradicts("--virtual", o.virtual_stages, p.stages_per_rank, "stages per rank");
+  models::check_stage_count(model, p.num_stages());
+  if (!o.recompute.empty()) {
+    const auto given = schedule::parse_recompute(o.recompute);
+    bool has_r = false;
+    for (const auto& actions : p.ranks) {
+      for (const auto& a : actions) has_r = has_r || a.op == schedule::Op::R;
+    }
+    // A file with no recompute of its own (a PyTorch CSV has none) takes the option's.
+    if (p.recompute == schedule::RecomputePolicy::None && !has_r) {
+      p.recompute = given;
+    } else if (given != p.recompute) {
+      throw Error("--recompute " + o.recompute + " contradicts the schedule file " + o.schedule + ", whose recompute is " +
+                  std::string(schedule::recompute_name(p.recompute)));
+    }
+  }
+  if (!p.partition.empty() && !o.partition.empty()) {
+    throw Error("--partition " + o.partition + " contradicts the schedule file " + o.schedule +
+                ", which holds its own partition line");
+  }
+  p = schedule::lower(std::move(p));
+  try {
+    schedule::validate(p);  // a file is input: every send has its receive, and it makes progress
+  } catch (const Error& e) {
+    throw Error(o.schedule + ": " + e.what());
+  }
+  return p;
+}
+
+// The generator's Program for the shape the options give.
+schedule::Program program_from_generator(const models::Model& model, const ScenarioSpec& o) {
+  const int V = std::max(1, o.virtual_stages);
+  if (o.ranks < 1 || o.microbatches < 1) {
+    throw Error("--ranks and --microbatches are needed with a schedule generator (" + o.schedule + ")");
+  }
+  // Before the schedule is built, which K = 10^6 makes slow.
+  models::check_stage_count(model, static_cast<std::int64_t>(o.ranks) * V);
+  const auto recompute = schedule::parse_recompute(o.recompute.empty() ? "none" : o.recompute);
+  return schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
+}
+
+// The partition the options ask for, or the schedule file's own.
+std::vector<schedule::LayerRange> choose_partition(const Scenario& sc, const std::string& choice) {
+  const int n = static_cast<int>(sc.model.layers.size());
+  if (choice.empty() && !sc.program.partition.empty()) return sc.program.partition;
+  if (choice.empty() || choice == "auto" || choice == "optimal" || choice == "uniform" || choice == "parameters") {
+    const auto method = models::parse_method(choice.empty() ? "auto" : choice);
+    return models::partition_model(sc.model, sc.hardware, sc.request, method).ranges();
+  }
+  if (!std::filesystem::exists(choice)) {
+    throw Error("--partition '" + choice + "' is neither auto, uniform, parameters nor a file");
+  }
+  auto ranges = partition_from_file(choice);
+  if (!ranges.empty() && ranges.back().end != n) {
+    throw Error(choice + ": the partition ends at layer " + std::to_string(ranges.back().end) + " but " + sc.model.name +
+                " has " + std::to_string(n) + " layers");
+  }
+  return ranges;
+}
+
+}  // namespace
+
+schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec) {
+  return is_schedule_file(spec.schedule) ? program_from_file(model, spec) : program_from_generator(model, spec);
+}
+
+bool is_schedule_file(const std::string& schedule) {
+  for (const auto& g : schedule::generators()) {
+    if (g.name == schedule) return false;
+  }
+  std::error_code ec;
+  return std::filesystem::exists(schedule, ec);
+}
+
 std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
                                          const ScenarioSpec& o, bool validate) {
   auto sc = std::make_unique<Scenario>();
   sc->model = model;
   sc->hardware = hardware;
   auto& r = sc->request;
-  const auto recompute = schedule::parse_recompute(o.recompute);
+  const bool from_file = is_schedule_file(o.schedule);
+  if (!o.recompute.empty()) schedule::parse_recompute(o.recompute);  // a bad word is refused first
   r.optimizer = models::parse_optimizer(o.optimizer);
-  const int batch = o.batch > 0 ? o.batch : o.microbatches;
-  if (batch % o.microbatches != 0) {
-    throw Error("--batch " + std::to_string(batch) + " does not split into --microbatches " +
-                std::to_string(o.microbatches) + " equal micro-batches");
-  }
-  r.microbatch_size = batch / o.microbatches;
-  sc->samples = batch;
-
-  // Before the schedule is built, which K = 10^6 makes slow.
-  if (o.ranks >= 1 && o.virtual_stages >= 1) {
-    models::check_stage_count(sc->model, static_cast<std::int64_t>(o.ranks) * o.virtual_stages);
-  }
-  sc->program = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, o.virtual_stages, recompute});
+  // A generator's shape is known before its Program is built; a file's from the file.
+  const int M = from_file ? 0 : o.microbatches;
+  const auto check_batch = [&](int microbatches) {
+    const int batch = o.batch > 0 ? o.batch : microbatches;
+    if (microbatches > 0 && batch % microbatches != 0) {
+      throw Error("--batch " + std::to_string(batch) + " does not split into --microbatches " +
+                  std::to_string(microbatches) + " equal micro-batches");
+    }
+    r.microbatch_size = batch / microbatches;
+    sc->samples = batch;
+  };
+  if (!from_file) check_batch(M);
+  sc->program = scenario_program(sc->model, o);
+  if (from_file) check_batch(sc->program.num_microbatches);
   r.program = sc->program;
-  const int n = static_cast<int>(sc->model.layers.size());
-  if (o.partition == "auto" || o.partition == "optimal" || o.partition == "uniform" || o.partition == "parameters") {
-    sc->program.partition = models::partition_model(sc->model, sc->hardware, r, models::parse_method(o.partition)).ranges();
-  } else {
-    if (!std::filesystem::exists(o.partition)) {
-      throw Error("--partition '" + o.partition + "' is neither auto, uniform, parameters nor a file");
-    }
-    sc->program.partition = partition_from_file(o.partition);
-    if (!sc->program.partition.empty() && sc->program.partition.back().end != n) {
-      throw Error(o.partition + ": the partition ends at layer " + std::to_string(sc->program.partition.back().end) +
-                  " but " + sc->model.name + " has " + std::to_string(n) + " layers");
-    }
-  }
-  if (validate) schedule::validate(sc->program);  // throws with the grid if anything is wrong
+  sc->program.partition = choose_partition(*sc, o.partition);
+  if (validate && !from_file) schedule::validate(sc->program);  // throws with the grid if anything is wrong
   r.program = sc->program;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;

@@ -17,11 +17,23 @@ namespace pipetwin::twin {
 
 // What names one configuration, as given (the command line's words; each is
 // parsed once, in build_scenario, into the Program and the request's enums).
+// `schedule` is a generator's name or a schedule file (pipetwin text or JSON,
+// PyTorch CSV, compute-only or with transfers): a file gives K, V, M, the
+// placement and the recompute policy (and maybe the partition) itself, and
+// an option given with it must agree. 0 and "" mean "not given".
 struct ScenarioSpec {
-  std::string model, hardware, schedule;  // model spec file; preset or file; generator name
-  int ranks = 0, microbatches = 0, virtual_stages = 1, batch = 0;  // batch 0: M
-  std::string recompute = "none", partition = "auto", optimizer = "adam";
+  std::string model, hardware, schedule;  // model spec file; preset or file; generator name or schedule file
+  int ranks = 0, microbatches = 0, virtual_stages = 0, batch = 0;  // V 0: 1; batch 0: M
+  std::string recompute, partition, optimizer = "adam";           // "": none; "": auto (or the file's)
 };
+
+// True when `schedule` names a file rather than a generator.
+bool is_schedule_file(const std::string& schedule);
+
+// The complete (lowered) Program the spec names, not yet partitioned unless
+// its file holds a partition; `model` in topological order (its layer count
+// bounds the stages). Throws pipetwin::Error naming the option or the file.
+schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec);
 
 struct Scenario {
   models::Model model;

@@ -11,15 +11,18 @@ namespace pipetwin::schedule {
 
 const std::vector<GeneratorInfo>& generators() {
   static const std::vector<GeneratorInfo> kGenerators{
-      {"gpipe", "GPipe fill-drain: all forwards, then all backwards", false, generate_gpipe},
-      {"1f1b", "PipeDream-Flush: warm-up, one forward one backward, cool-down", false,
-       generate_1f1b},
-      {"interleaved-1f1b", "Megatron's interleaved 1F1B over V chunks per rank", true,
-       generate_interleaved_1f1b},
-      {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false,
-       generate_zb_h1},
-      {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false,
-       generate_pipedream},
+      {"gpipe", "GPipe fill-drain: all forwards, then all backwards", false, generate_gpipe, "any K, M; V = 1",
+       "(K-1)/(M+K-1) of the step", "stage s stashes M micro-batches"},
+      {"1f1b", "PipeDream-Flush: warm-up, one forward one backward, cool-down", false, generate_1f1b,
+       "any K, M; V = 1", "(K-1)/(M+K-1) of the step", "stage s stashes min(K-s, M) micro-batches"},
+      {"interleaved-1f1b", "Megatron's interleaved 1F1B over V chunks per rank", true, generate_interleaved_1f1b,
+       "V >= 2; M a multiple of K", "(K-1)/(V*M+K-1) of the step", "none given here (see the dry run's peaks)"},
+      {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false, generate_zb_h1,
+       "any K, M; V = 1", "(K-1)/(3M+K-1) of the step with F = I = W",
+       "every stage stashes min(K, M) micro-batches (its deferred W keeps them)"},
+      {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false, generate_pipedream,
+       "any K, M (M: mini-batches in the window); V = 1", "none in the steady state (no flush)",
+       "stage s stashes min(K-s, M) micro-batches and up to K-s weight versions (K-s once M >= 2K-2)"},
   };
   return kGenerators;
 }

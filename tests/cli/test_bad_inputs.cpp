@@ -294,6 +294,30 @@ std::vector<Bad> catalogue() {
       {"cli_standard_output_full", {}, "schedule -s 1f1b -k 2 -m 4 >/dev/full", "cannot write to standard output"},
       {"model_is_a_folder", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --model {}", "{}: is a folder, not a file"},
       {"cli_virtual_for_gpipe", {}, "schedule -s gpipe -k 2 -m 4 -v 2", "--virtual 2 needs interleaved-1f1b"},
+      // A schedule file in place of a generator: what it fixes cannot be said otherwise.
+      {"simulate_schedule_file_other_ranks", {{"s.txt", kSched2}}, "simulate --hardware cpu -s {}/s.txt -k 4 --model " + kMlpSmall,
+       "--ranks 4 contradicts the schedule file {}/s.txt, which has 2 ranks"},
+      {"simulate_schedule_file_other_microbatches", {{"s.txt", kSched2}}, "simulate --hardware cpu -s {}/s.txt -m 8 --model " + kMlpSmall,
+       "--microbatches 8 contradicts the schedule file {}/s.txt, which has 1 micro-batches"},
+      {"simulate_schedule_file_and_its_partition", {{"s.txt", "partition 0:3 3:7\n" + kSched2}},
+       "simulate --hardware cpu -s {}/s.txt --partition uniform --model " + kMlpSmall,
+       "--partition uniform contradicts the schedule file {}/s.txt, which holds its own partition line"},
+      {"simulate_schedule_file_recompute_contradicts", {{"s.txt", "recompute full\n" + kSched2}},
+       "simulate --hardware cpu -s {}/s.txt --recompute none --model " + kMlpSmall,
+       "--recompute none contradicts the schedule file {}/s.txt, whose recompute is full"},
+      {"simulate_schedule_file_deadlocks", {{"s.txt",
+        "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0 0F1 0SEND_F1 0RECV_B1 0B1\n"
+        "rank 1: 1RECV_F1 1F1 1RECV_F0 1F0 1B0 1SEND_B0 1B1 1SEND_B1\n"}},
+       "simulate --hardware cpu -s {}/s.txt --model " + kMlpSmall, "{}/s.txt: invalid schedule: rank 0, step 2: deadlock"},
+      {"simulate_schedule_file_more_stages_than_layers",
+       {{"m.yaml", kT}, {"s.csv", "0F0,0B0,2F0,2B0,4F0,4B0\n1F0,1B0,3F0,3B0,5F0,5B0\n"}},
+       "simulate --hardware cpu -s {}/s.csv --model {}/m.yaml", "(4 layers) into 6 stages: a stage needs at least one layer"},
+      {"run_schedule_file_other_ranks", {{"s.txt", kSched2}}, "run -s {}/s.txt -k 3 --steps 1 --model " + kMlpSmall,
+       "--ranks 3 contradicts the schedule file {}/s.txt, which has 2 ranks"},
+      {"cli_generator_without_microbatches", {}, "simulate --hardware cpu -s 1f1b -k 2 --model " + kMlpSmall,
+       "--microbatches (with a schedule generator) is required", 2},
+      {"cli_schedule_neither_generator_nor_file", {}, "simulate --hardware cpu -s nosuch.csv -k 2 -m 2 --model " + kMlpSmall,
+       "'nosuch.csv' is neither a schedule generator (gpipe, 1f1b, interleaved-1f1b, zb-h1, pipedream) nor a schedule file", 2},
       {"cli_batch_not_divisible", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 2 -m 4 --batch 6 --model {}/m.yaml",
        "--batch 6 does not split"},
       {"cli_more_stages_than_layers", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 9 -m 4 --model {}/m.yaml",
@@ -551,7 +575,9 @@ std::vector<Bad> catalogue() {
       {"cli_run_zero_learning_rate", {}, "run --model {fix}/t.yaml -s 1f1b -k 2 -m 2 --lr 0",
        "--lr: must be positive, got 0", 2},
   };
-  for (auto& b : all) b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock";
+  for (auto& b : all) {
+    b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock" || b.name == "simulate_schedule_file_deadlocks";
+  }
   return all;
 }
 

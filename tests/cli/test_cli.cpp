@@ -390,3 +390,49 @@ TEST_F(Cli, RunWithoutTheExecutorIsAClearError) {
   EXPECT_TRUE(has(info.out, "\"simgrid\"")) << info.out;
   EXPECT_TRUE(has(info.out, "\"executor\": \"unavailable: no " + path("no-such-executor"))) << info.out;
 }
+
+// --schedule takes a schedule file as well as a generator's name: the file
+// gives K, V, M and the placement; an option that contradicts it is refused.
+TEST_F(Cli, AScheduleFileIsSimulatedAsTheGeneratorItCameFrom) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  ASSERT_EQ(run("schedule -s 1f1b -k 2 -m 4 --format csv --compute-only --out " + path("s.csv")).code, 0);
+  const auto from_file = run("simulate --model " + model + " --hardware cpu -s " + path("s.csv") + " --json");
+  const auto generated = run("simulate --model " + model + " --hardware cpu -s 1f1b -k 2 -m 4 --json");
+  ASSERT_EQ(from_file.code, 0) << from_file.out;
+  ASSERT_EQ(generated.code, 0) << generated.out;
+  const auto a = nlohmann::json::parse(from_file.out), b = nlohmann::json::parse(generated.out);
+  EXPECT_EQ(a["summary"]["step_time_s"], b["summary"]["step_time_s"]);
+  EXPECT_EQ(a["summary"]["memory_per_stage"], b["summary"]["memory_per_stage"]);
+  EXPECT_EQ(a["summary"]["busy_s_per_rank"], b["summary"]["busy_s_per_rank"]);
+  EXPECT_EQ(a["ranks"], 2);
+  EXPECT_EQ(a["microbatches"], 4);
+  const auto k3 = run("simulate --model " + model + " --hardware cpu -s " + path("s.csv") + " -k 3");
+  EXPECT_EQ(k3.code, 1);
+  EXPECT_TRUE(has(k3.out, "--ranks 3 contradicts the schedule file " + path("s.csv") + ", which has 2 ranks")) << k3.out;
+  const auto full = run("simulate --model " + model + " --hardware cpu -s " + path("s.csv") + " --recompute full --json");
+  EXPECT_EQ(full.code, 0) << full.out;  // a CSV has no recompute of its own: the option's applies
+  EXPECT_TRUE(has(full.out, "\"recompute\": \"full\"")) << full.out;
+  const auto no_m = run("simulate --model " + model + " --hardware cpu -s 1f1b -k 2");
+  EXPECT_EQ(no_m.code, 2);
+  EXPECT_TRUE(has(no_m.out, "--microbatches (with a schedule generator) is required")) << no_m.out;
+  const auto neither = run("simulate --model " + model + " --hardware cpu -s " + path("missing.csv") + " -k 2 -m 2");
+  EXPECT_EQ(neither.code, 2);
+  EXPECT_TRUE(has(neither.out, "is neither a schedule generator")) << neither.out;
+  const auto part = run("partition --model " + model + " --hardware cpu -s " + path("s.csv") + " --json");
+  EXPECT_EQ(part.code, 0) << part.out;
+  EXPECT_TRUE(has(part.out, "\"ranks\": 2")) << part.out;
+}
+
+TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
+  const auto r = run("schedule --list");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "pipedream"}) {
+    EXPECT_TRUE(has(r.out, std::string("\n") + name + "\n") || r.out.rfind(std::string(name) + "\n", 0) == 0) << name;
+  }
+  EXPECT_TRUE(has(r.out, "(K-1)/(M+K-1) of the step")) << r.out;
+  EXPECT_TRUE(has(r.out, "(K-1)/(3M+K-1) of the step with F = I = W")) << r.out;
+  const auto j = run("schedule --list --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  EXPECT_EQ(nlohmann::json::parse(j.out).size(), 5u);
+  EXPECT_EQ(run("schedule -k 2 -m 2").code, 2);  // without --list, a generator is needed
+}

@@ -217,3 +217,35 @@ TEST(Run, TheWeightComparisonSeesRoundingAndSeeds) {
   EXPECT_LT(rounding, 2e-6);
   EXPECT_GT(max_difference(b, c), 1e-2);
 }
+
+// A schedule file, not a generator: 2K stages placed V-shaped (rank r holds
+// stages r and 2K-1-r, stages K-1 and K on one rank hand activations over
+// without a transfer), in a looped breadth-first order. Run for real, it
+// trains to the weights of one rank; the trace records the file's Program.
+TEST(Run, AVShapedScheduleFileEqualsOneRank) {
+  const int K = 2, M = 4, S = 2 * K;
+  std::string ranks[K];
+  for (int s = 0; s < S; ++s) {
+    for (int mb = 0; mb < M; ++mb) ranks[s < K ? s : S - 1 - s] += " " + std::to_string(s) + "F" + std::to_string(mb);
+  }
+  for (int s = S - 1; s >= 0; --s) {
+    for (int mb = 0; mb < M; ++mb) ranks[s < K ? s : S - 1 - s] += " " + std::to_string(s) + "B" + std::to_string(mb);
+  }
+  for (const std::string recompute : {"none", "full"}) {
+    const auto dir = scratch("v_shaped_" + recompute);
+    const auto file = dir / "v.txt";
+    std::ofstream(file) << "schedule v-bfs\nranks 2\nstages_per_rank 2\nmicrobatches 4\nrecompute " << recompute
+                        << "\nstage_to_rank 0 1 1 0\nrank 0:" << ranks[0] << "\nrank 1:" << ranks[1] << "\n";
+    const auto trace = dir / "trace.json";
+    const auto r = run(common(kTransformer, M) + " -s " + file.string() + " --trace " + trace.string() +
+                       " --save-weights " + (dir / "w").string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    const double diff = max_difference(load_weights(dir / "w"), reference(kTransformer, M));
+    EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
+    EXPECT_LT(diff, 2e-6) << "V-shaped, recompute " << recompute;
+    const auto meta = pipetwin::schedule::read_chrome_trace(trace.string()).metadata;
+    EXPECT_EQ(meta["schedule"], "v-bfs");
+    EXPECT_NE(meta["program"].get<std::string>().find("stage_to_rank 0 1 1 0"), std::string::npos) << meta["program"];
+    std::printf("V-shaped file, recompute %s: max |w - w(K=1)| = %.3g\n", recompute.c_str(), diff);
+  }
+}
