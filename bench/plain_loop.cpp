@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const int m = std::stoi(argv[2]), batch = std::stoi(argv[3]), steps = std::stoi(argv[4]);
   at::set_num_threads(std::stoi(argv[5]));
   const int n = static_cast<int>(model.layers.size());
-  pipetwin::exec::Stage stage(model, 0, {0, n}, true, 1, 0, at::kCPU, "adam", 1e-3);
+  pipetwin::exec::Stage stage(model, 0, {0, n}, true, 1, 0, at::kCPU, pipetwin::models::Optimizer::Adam, 1e-3);
   const pipetwin::exec::SyntheticTask task(model, 0, batch);
   const int b = batch / m;
   std::vector<double> times;

@@ -26,11 +26,7 @@ pm::PartitionRequest request_of(const TraceRun& run) {
   pm::PartitionRequest r;
   r.program = run.program;
   r.microbatch_size = run.microbatch_size;
-  try {
-    r.optimizer = pm::parse_optimizer(run.optimizer);
-  } catch (const Error& e) {
-    throw Error(run.path + ": otherData.optimizer: " + e.what());
-  }
+  r.optimizer = run.optimizer;
   return r;
 }
 

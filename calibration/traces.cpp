@@ -142,6 +142,34 @@ ps::Program recorded_program(const ps::TraceMetadata& md, const std::string& pat
   return p;
 }
 
+// What a measured run recorded of each rank (otherData.measured.ranks):
+// threads, the host's usable cores, the host, the clock's uncertainty.
+void read_measured_ranks(const json& meta, const std::string& path, int K, TraceRun& run) {
+  if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("ranks")) {
+    run.clock_uncertainty_s.assign(K, 0.0);
+    return;
+  }
+  const json& ranks = meta["measured"]["ranks"];
+  if (!ranks.is_array() || static_cast<int>(ranks.size()) != K) {
+    throw Error(path + ": otherData.measured.ranks must list the " + std::to_string(K) + " ranks");
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const json& e = ranks[r];
+    const std::string where = path + ": otherData.measured.ranks[" + std::to_string(r) + "]";
+    if (!e.is_object() || !e.contains("threads") || !e["threads"].is_number_integer()) {
+      throw Error(where + " has no integer 'threads'");
+    }
+    run.threads.push_back(e["threads"].get<int>());
+    const bool has_cores = e.contains("host_cores") && e["host_cores"].is_number_integer();
+    const int cores = has_cores ? e["host_cores"].get<int>() : 0;
+    if (cores < 0) throw Error(where + ".host_cores must not be negative, got " + std::to_string(cores));
+    run.host_cores.push_back(cores);
+    run.hosts.push_back(e.contains("host") && e["host"].is_string() ? e["host"].get<std::string>() : "");
+    const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
+    run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
+  }
+}
+
 }  // namespace
 
 TraceRun load_trace_run(const std::string& path) {
@@ -179,31 +207,15 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   check_partition(md.partition, path, run.program.num_stages(), static_cast<int>(run.model.layers.size()), run.model.name);
   run.program.partition = md.partition;
   run.batch = md.batch;
-  if (md.optimizer) run.optimizer = *md.optimizer;
-  run.producer = md.producer;
-  if (meta.contains("measured") && meta["measured"].is_object() && meta["measured"].contains("ranks")) {
-    const json& ranks = meta["measured"]["ranks"];
-    if (!ranks.is_array() || static_cast<int>(ranks.size()) != K) {
-      throw Error(path + ": otherData.measured.ranks must list the " + std::to_string(K) + " ranks");
+  if (md.optimizer) {
+    try {
+      run.optimizer = models::parse_optimizer(*md.optimizer);
+    } catch (const Error& e) {
+      throw Error(path + ": otherData.optimizer: " + e.what());
     }
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      const json& e = ranks[r];
-      const std::string where = path + ": otherData.measured.ranks[" + std::to_string(r) + "]";
-      if (!e.is_object() || !e.contains("threads") || !e["threads"].is_number_integer()) {
-        throw Error(where + " has no integer 'threads'");
-      }
-      run.threads.push_back(e["threads"].get<int>());
-      const bool has_cores = e.contains("host_cores") && e["host_cores"].is_number_integer();
-      const int cores = has_cores ? e["host_cores"].get<int>() : 0;
-      if (cores < 0) throw Error(where + ".host_cores must not be negative, got " + std::to_string(cores));
-      run.host_cores.push_back(cores);
-      run.hosts.push_back(e.contains("host") && e["host"].is_string() ? e["host"].get<std::string>() : "");
-      const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
-      run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
-    }
-  } else {
-    run.clock_uncertainty_s.assign(K, 0.0);
   }
+  run.producer = md.producer;
+  read_measured_ranks(meta, path, K, run);
   check_actions(run);
   // The step starts with the first action of the rank holding stage 0: the
   // others wait for its activations (in a measured run, their receives are

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "models/partition.hpp"
 #include "schedule/program.hpp"
 #include "schedule/trace.hpp"
 
@@ -26,7 +27,7 @@ struct TraceRun {
   schedule::Program program; // regenerated from the configuration, with its partition
   int microbatch_size = 1;
   double batch = 0;
-  std::string optimizer = "adam";  // otherData.optimizer when recorded
+  models::Optimizer optimizer = models::Optimizer::Adam;  // otherData.optimizer when recorded
   std::string producer;            // "pipetwin run", "pipetwin simulate", ...
   std::vector<int> threads;        // per rank (measured.ranks[].threads), empty when not recorded
   std::vector<int> host_cores;     // per rank (measured.ranks[].host_cores), 0 when not recorded

@@ -61,7 +61,7 @@ void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models
                 const Options& o) {
   std::printf("%s\n", sc.headline().c_str());
   std::printf("measured     %zu steps on %s (%s), median step %d shown; step times:", r.step_times_s.size(),
-              o.device.c_str(), o.device == "cuda" ? "NCCL" : "Gloo", r.representative_step);
+              o.device.c_str(), std::string(exec::backend_name(exec::parse_device(o.device))).c_str(), r.representative_step);
   for (const double t : r.step_times_s) std::printf(" %.4g", t);
   std::printf(" s\n");
   std::printf("step time    %.6g s   throughput %.6g samples/s\n", s.step_time_s, s.throughput);
@@ -140,8 +140,8 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   c.program = sc->program;
   c.microbatch_size = sc->request.microbatch_size;
   c.steps = o.steps;
-  c.device = o.device;
-  c.optimizer = o.scenario.optimizer;
+  c.device = exec::parse_device(o.device);
+  c.optimizer = sc->request.optimizer;  // parsed once, with the scenario
   c.lr = o.lr;
   c.seed = o.seed;
   c.threads = o.threads;
@@ -211,7 +211,7 @@ Run add_run_command(CLI::App& app) {
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
     const int ranks = twin::build_scenario(o->scenario)->program.num_ranks;
     check_outputs(*o);
-    exec::check_device(o->device, ranks);
+    exec::check_device(exec::parse_device(o->device), ranks);
     exec::launch_local(command_line(), {ranks, o->master_port, o->timeout, 5.0});
     return 0;
   };

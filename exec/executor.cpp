@@ -79,9 +79,8 @@ int default_threads(int cores, const RankEnv& env) {
 }
 
 // Why `device` cannot serve `ranks_here` ranks on this host ("" when it can).
-std::string device_problem(const std::string& device, int ranks_here) {
-  if (device == "cpu") return "";
-  if (device != "cuda") return "--device must be cpu or cuda, got '" + device + "'";
+std::string device_problem(Device device, int ranks_here) {
+  if (device == Device::Cpu) return "";
   if (!torch::cuda::is_available()) return "--device cuda, but no CUDA device is usable here";
   const int gpus = static_cast<int>(torch::cuda::device_count());
   if (ranks_here > gpus) {
@@ -96,7 +95,7 @@ at::Device pick_device(const RunConfig& c, const RankEnv& env) {
   if (const auto why = device_problem(c.device, env.local_world_size); !why.empty()) {
     throw Error("rank " + std::to_string(env.rank) + ": " + why);
   }
-  if (c.device == "cpu") return at::kCPU;
+  if (c.device == Device::Cpu) return at::kCPU;
   const int index = env.local_rank % static_cast<int>(torch::cuda::device_count());
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
   // fp32 means IEEE fp32, as on the CPU: cuDNN's convolutions default to
@@ -259,7 +258,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& 
 
 }  // namespace
 
-void check_device(const std::string& device, int ranks_here) {
+void check_device(Device device, int ranks_here) {
   if (const auto why = device_problem(device, ranks_here); !why.empty()) throw Error(why);
 }
 

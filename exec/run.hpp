@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "models/partition.hpp"
 #include "schedule/program.hpp"
 #include "schedule/timeline.hpp"
 
@@ -34,13 +35,19 @@ struct RankEnv {
 // Throws pipetwin::Error naming the variable that is malformed.
 std::optional<RankEnv> rank_env_from_environment();
 
+// Where the stages run: the CPU (c10d Gloo) or CUDA GPUs (c10d NCCL).
+enum class Device { Cpu, Cuda };
+Device parse_device(std::string_view name);  // "cpu", "cuda"; throws pipetwin::Error
+std::string_view device_name(Device device);
+std::string_view backend_name(Device device);  // "Gloo", "NCCL"
+
 struct RunConfig {
   models::Model model;        // in topological order
   schedule::Program program;  // complete (lowered), validated, partitioned
   int microbatch_size = 1;
   int steps = 1;
-  std::string device = "cpu";      // cpu | cuda
-  std::string optimizer = "sgd";   // sgd | momentum | adam
+  Device device = Device::Cpu;
+  models::Optimizer optimizer = models::Optimizer::SGD;
   double lr = 0.01;
   std::uint64_t seed = 0;
   int threads = 0;                 // intra-op threads per rank; 0: cores / ranks on this host
@@ -82,7 +89,7 @@ struct RunResult {
 // starts: --device cuda needs a usable CUDA device and, since NCCL refuses
 // two ranks of one communicator on the same GPU, one GPU per rank on this
 // host. Throws pipetwin::Error saying which and why; nothing for cpu.
-void check_device(const std::string& device, int ranks_here);
+void check_device(Device device, int ranks_here);
 
 // Runs this process's rank to the end. Rank 0 returns what it gathered, the
 // other ranks nullopt. Throws pipetwin::Error naming the rank, step and action

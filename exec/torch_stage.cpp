@@ -32,7 +32,7 @@ std::vector<CutTensor> cut_tensors(const models::Model& model, int position) {
 }
 
 Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
-             std::uint64_t seed, at::Device device, const std::string& optimizer, double lr)
+             std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr)
     : model_(model),
       index_(index),
       layers_(layers),
@@ -56,14 +56,16 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
     }
   }
   if (all.empty()) return;
-  if (optimizer == "adam") {
-    optimizer_ = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(lr));
-  } else if (optimizer == "momentum") {
-    optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr).momentum(0.9));
-  } else if (optimizer == "sgd") {
-    optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr));
-  } else {
-    throw Error("unknown optimizer '" + optimizer + "' (valid: sgd, momentum, adam)");
+  switch (optimizer) {
+    case models::Optimizer::Adam:
+      optimizer_ = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(lr));
+      break;
+    case models::Optimizer::Momentum:
+      optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr).momentum(0.9));
+      break;
+    case models::Optimizer::SGD:
+      optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr));
+      break;
   }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "models/partition.hpp"
 #include "schedule/program.hpp"
 
 namespace pipetwin::exec {
@@ -35,7 +36,7 @@ using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
 class Stage {
  public:
   Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
-        std::uint64_t seed, at::Device device, const std::string& optimizer, double lr);
+        std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr);
 
   int index() const { return index_; }
   bool first() const { return layers_.begin == 0; }

@@ -22,6 +22,15 @@ Optimizer parse_optimizer(std::string_view name) {
   throw Error("unknown optimizer '" + std::string(name) + "' (valid: sgd, momentum, adam)");
 }
 
+std::string_view optimizer_name(Optimizer o) {
+  switch (o) {
+    case Optimizer::SGD: return "sgd";
+    case Optimizer::Momentum: return "momentum";
+    case Optimizer::Adam: return "adam";
+  }
+  return "?";
+}
+
 std::string_view method_name(Method m) {
   switch (m) {
     case Method::Optimal: return "optimal";

@@ -21,6 +21,7 @@ namespace pipetwin::models {
 
 enum class Optimizer { SGD, Momentum, Adam };  // 0, 1, 2 fp32 states per parameter
 Optimizer parse_optimizer(std::string_view name);
+std::string_view optimizer_name(Optimizer optimizer);
 
 enum class Method { Optimal, Uniform, Parameters };
 std::string_view method_name(Method m);

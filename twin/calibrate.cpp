@@ -8,8 +8,7 @@
 namespace pipetwin::twin {
 
 Prediction replay(const calibration::TraceRun& run, const models::Hardware& hardware, Engine engine) {
-  const auto sc = scenario_of(run.model, hardware, run.program, run.microbatch_size, run.batch,
-                              models::parse_optimizer(run.optimizer));
+  const auto sc = scenario_of(run.model, hardware, run.program, run.microbatch_size, run.batch, run.optimizer);
   return predict(*sc, engine);
 }
 

@@ -220,6 +220,7 @@ schedule::TraceMetadata trace_metadata(const Scenario& sc, const ScenarioSpec& o
         memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j), sc.costs->input_bytes(i)));
   }
   m.program = schedule::to_text(sc.program);  // what ran: calibrate and compare read it back
+  m.optimizer = std::string(models::optimizer_name(sc.request.optimizer));  // its state is in the step's traffic
   return m;
 }
 

@@ -429,6 +429,8 @@ std::vector<Bad> catalogue() {
             j["otherData"]["schedule"] = "chimera";
           }),
           "t.json: otherData does not name a schedule pipetwin can regenerate"),
+      cal("calibrate_unknown_optimizer", edited("p.json", [](json& j) { j["otherData"]["optimizer"] = "adagrad"; }),
+          "t.json: otherData.optimizer: unknown optimizer 'adagrad' (valid: sgd, momentum, adam)"),
       cal("calibrate_program_not_a_schedule", edited("p.json", [](json& j) { j["otherData"]["program"] = "rank 0: 0X9"; }),
           "t.json (otherData.program):"),
       cal("calibrate_partition_with_a_gap", edited("p.json", [](json& j) { j["otherData"]["partition"] = {{0, 4}, {5, 7}}; }),

@@ -406,6 +406,12 @@ TEST_F(Cli, AScheduleFileIsSimulatedAsTheGeneratorItCameFrom) {
   EXPECT_EQ(a["summary"]["busy_s_per_rank"], b["summary"]["busy_s_per_rank"]);
   EXPECT_EQ(a["ranks"], 2);
   EXPECT_EQ(a["microbatches"], 4);
+  // Its trace records the Program that ran and the optimizer whose state the step moves.
+  ASSERT_EQ(run("simulate --model " + model + " --hardware cpu -s " + path("s.csv") + " --optimizer sgd --trace " +
+                path("t.json")).code, 0);
+  const auto meta = pipetwin::schedule::read_chrome_trace(path("t.json")).metadata;
+  EXPECT_EQ(meta["optimizer"], "sgd");
+  EXPECT_EQ(pipetwin::schedule::parse_text(meta["program"].get<std::string>(), "program").ranks.size(), 2u);
   const auto k3 = run("simulate --model " + model + " --hardware cpu -s " + path("s.csv") + " -k 3");
   EXPECT_EQ(k3.code, 1);
   EXPECT_TRUE(has(k3.out, "--ranks 3 contradicts the schedule file " + path("s.csv") + ", which has 2 ranks")) << k3.out;

@@ -49,7 +49,7 @@ TEST_P(Families, EveryLayerHasTheModelsParametersAndOutputSize) {
 TEST_P(Families, WholeModelForwardGivesAFiniteLossAndGradientsEverywhere) {
   const auto m = tiny(GetParam());
   const int n = static_cast<int>(m.layers.size());
-  pe::Stage stage(m, 0, {0, n}, true, 1, 3, at::kCPU, "sgd", 0.1);
+  pe::Stage stage(m, 0, {0, n}, true, 1, 3, at::kCPU, pm::Optimizer::SGD, 0.1);
   const pe::SyntheticTask task(m, 3, 4);
   const auto batch = task.minibatch(0);
   const auto loss = stage.forward({batch.inputs}, stage.params(stage.acquire()), batch.targets);
@@ -116,7 +116,7 @@ TEST(Layers, SameSeedSameWeightsWhateverTheStage) {
 
 TEST(Layers, WeightVersionsLiveWhileAMicroBatchHoldsThem) {
   const auto m = tiny("mlp");
-  pe::Stage st(m, 0, {0, 3}, true, /*weight_versions=*/3, 1, at::kCPU, "sgd", 0.1);
+  pe::Stage st(m, 0, {0, 3}, true, /*weight_versions=*/3, 1, at::kCPU, pm::Optimizer::SGD, 0.1);
   const int v0 = st.acquire();
   const auto& p0 = st.params(v0);
   const auto before = p0[0][0].clone();
@@ -143,7 +143,7 @@ TEST_P(Chains, StashedBytesOfEveryLayerMatchTheModel) {
   const pe::SyntheticTask task(m, 5, 4);
   const auto batch = task.minibatch(0);
   for (int l = 0; l < n; ++l) {
-    const pe::Stage st(m, 0, {l, l + 1}, l + 1 == n, 1, 5, at::kCPU, "sgd", 0.1);
+    const pe::Stage st(m, 0, {l, l + 1}, l + 1 == n, 1, 5, at::kCPU, pm::Optimizer::SGD, 0.1);
     std::vector<at::Tensor> leaves;
     for (const auto& c : st.in_cut()) {
       std::vector<std::int64_t> shape{4};
@@ -175,7 +175,7 @@ TEST_P(Chains, StashedBytesOfAWholeStageMatchTheModel) {
   const int n = static_cast<int>(m.layers.size());
   const pe::SyntheticTask task(m, 5, 4);
   const auto batch = task.minibatch(0);
-  pe::Stage st(m, 0, {0, n}, true, 1, 5, at::kCPU, "sgd", 0.1);
+  pe::Stage st(m, 0, {0, n}, true, 1, 5, at::kCPU, pm::Optimizer::SGD, 0.1);
   const auto& params = st.params(st.acquire());
   const auto before = meter.stage_bytes(9);
   std::vector<at::Tensor> loss;
@@ -200,7 +200,7 @@ TEST_P(Chains, StashedBytesOfEveryLaterStageMatchTheStageCostModel) {
   request.microbatch_size = 4;
   const pm::StageCostModel costs(m, pm::preset("cpu"), request);
   for (int p = 1; p < n; ++p) {
-    pe::Stage st(m, 0, {p, n}, true, 1, 5, at::kCPU, "sgd", 0.1);
+    pe::Stage st(m, 0, {p, n}, true, 1, 5, at::kCPU, pm::Optimizer::SGD, 0.1);
     std::vector<at::Tensor> inputs;
     for (const auto& c : st.in_cut()) {
       std::vector<std::int64_t> shape{4};
