@@ -12,7 +12,7 @@ namespace pipetwin::schedule {
 struct GeneratorOptions {
   int ranks = 1;            // K
   int microbatches = 1;     // M
-  int stages_per_rank = 1;  // V (interleaved-1f1b only)
+  int stages_per_rank = 1;  // V (the generators with virtual_stages)
   RecomputePolicy recompute = RecomputePolicy::None;
 };
 
@@ -47,5 +47,7 @@ Program generate_1f1b(const GeneratorOptions& options);
 Program generate_interleaved_1f1b(const GeneratorOptions& options);
 Program generate_zb_h1(const GeneratorOptions& options);
 Program generate_pipedream(const GeneratorOptions& options);
+Program generate_interleaved_zb(const GeneratorOptions& options);
+Program generate_looped_bfs(const GeneratorOptions& options);
 
 }  // namespace pipetwin::schedule

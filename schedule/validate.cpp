@@ -97,6 +97,47 @@ class Checker {
     }
   }
 
+  // A stage whose forwards and backwards name different micro-batches (each
+  // holding one the other lacks) is the culprit, before any missing action is reported elsewhere: an imported list
+  // numbered one apart (PyTorch 2.13's Schedule1F1B order numbers its last
+  // rank's forwards 1..M) makes M one too large, and every other stage then
+  // looks incomplete.
+  void check_stage_microbatches() const {
+    for (int s = 0; s < p_.num_stages(); ++s) {
+      std::vector<int> forwards, backwards;
+      std::optional<Loc> first_unmatched;
+      bool backward_without_forward = false;
+      for (int m = 0; m < p_.num_microbatches; ++m) {
+        const bool back = find(key(Op::B, s, m)) || find(key(Op::I, s, m));
+        const auto f = find(key(Op::F, s, m));
+        if (back) backwards.push_back(m);
+        backward_without_forward = backward_without_forward || (back && !f);
+        if (f) {
+          forwards.push_back(m);
+          if (!back && (!first_unmatched || f->step < first_unmatched->step)) first_unmatched = f;
+        }
+      }
+      // Only a mismatch both ways: a forward alone, or a backward alone, is a missing action.
+      if (!first_unmatched || !backward_without_forward) continue;
+      const auto& a = p_.ranks[first_unmatched->rank.value][first_unmatched->step];
+      fail(*first_unmatched, to_string(a) + ": stage " + std::to_string(s) + " runs forwards of micro-batches " +
+                                 ranges(forwards) + " but backwards of " + ranges(backwards) +
+                                 (forwards.size() == backwards.size() ? " (numbered apart?)" : ""));
+    }
+  }
+
+  // "0..7", "0..3, 5, 7..8"
+  static std::string ranges(const std::vector<int>& v) {
+    std::string out;
+    for (std::size_t i = 0; i < v.size();) {
+      std::size_t j = i;
+      while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+      out += (out.empty() ? "" : ", ") + std::to_string(v[i]) + (j > i ? ".." + std::to_string(v[j]) : "");
+      i = j + 1;
+    }
+    return out;
+  }
+
   // Every (stage, micro-batch): one F; one B, or one I and one W; R as the policy says.
   void check_completeness() const {
     for (int s = 0; s < p_.num_stages(); ++s) {
@@ -295,6 +336,7 @@ ValidationReport validate(const Program& input) {
   report.lowered = !(report.program == input);
   Checker checker(report.program);
   checker.index_actions();
+  checker.check_stage_microbatches();
   checker.check_completeness();
   checker.check_order();
   checker.check_transfers();

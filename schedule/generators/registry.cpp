@@ -15,8 +15,15 @@ const std::vector<GeneratorInfo>& generators() {
        "(K-1)/(M+K-1) of the step", "stage s stashes M micro-batches"},
       {"1f1b", "PipeDream-Flush: warm-up, one forward one backward, cool-down", false, generate_1f1b,
        "any K, M; V = 1", "(K-1)/(M+K-1) of the step", "stage s stashes min(K-s, M) micro-batches"},
-      {"interleaved-1f1b", "Megatron's interleaved 1F1B over V chunks per rank", true, generate_interleaved_1f1b,
-       "V >= 2; M a multiple of K", "(K-1)/(V*M+K-1) of the step", "none given here (see the dry run's peaks)"},
+      {"interleaved-1f1b", "Megatron's interleaved 1F1B over V chunks per rank, in PyTorch's flexible form", true,
+       generate_interleaved_1f1b, "V >= 2; M a multiple of its rounds max(1, M/K) (any M <= K, any multiple of K)",
+       "(K-1)/(V*M+K-1) of the step where M is a multiple of K", "none given here (see the dry run's peaks)"},
+      {"interleaved-zb", "PyTorch's interleaved zero bubble: interleaved 1F1B with I and W split, W deferred", true,
+       generate_interleaved_zb, "V >= 2; M a multiple of its rounds max(1, M/K)", "none given here (see the dry run)",
+       "none given here (see the dry run's peaks)"},
+      {"looped-bfs", "breadth-first: every micro-batch through a chunk before the next chunk (PyTorch's looped BFS)",
+       true, generate_looped_bfs, "V >= 2; any M", "none given here (see the dry run)",
+       "chunk c of a rank stashes M micro-batches"},
       {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false, generate_zb_h1,
        "any K, M; V = 1", "(K-1)/(3M+K-1) of the step with F = I = W",
        "every stage stashes min(K, M) micro-batches (its deferred W keeps them)"},
@@ -58,15 +65,17 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
   }
   if (!g.virtual_stages && o.stages_per_rank != 1) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
-                " needs interleaved-1f1b");
+                " needs interleaved-1f1b, interleaved-zb or looped-bfs");
   }
   if (g.virtual_stages && o.stages_per_rank < 2) {
     throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +
                 std::to_string(o.stages_per_rank));
   }
-  if (g.virtual_stages && o.microbatches % o.ranks != 0) {
-    throw Error(who + "Megatron's order needs M to be a multiple of K; got K=" +
-                std::to_string(o.ranks) + ", M=" + std::to_string(o.microbatches));
+  // PyTorch's flexible interleaving: M in rounds of M / max(1, M / K) micro-batches.
+  const int rounds = std::max(1, o.microbatches / o.ranks);
+  if (g.virtual_stages && g.name != "looped-bfs" && o.microbatches % rounds != 0) {
+    throw Error(who + "needs M to be a multiple of its rounds max(1, M / K) = " + std::to_string(rounds) + "; got K=" +
+                std::to_string(o.ranks) + ", M=" + std::to_string(o.microbatches) + " (any M <= K, or a multiple of K)");
   }
 }
 

@@ -97,9 +97,9 @@ TEST_F(Cli, BadInputIsOneClearErrorAndNonZeroExit) {
   EXPECT_NE(unknown.code, 0);
   EXPECT_TRUE(has(unknown.out, "gpipe") && has(unknown.out, "zb-h1")) << unknown.out;
 
-  const auto shape = run("schedule -s interleaved-1f1b -k 3 -m 4 -v 2");
+  const auto shape = run("schedule -s interleaved-1f1b -k 3 -m 7 -v 2");
   EXPECT_EQ(shape.code, 1);
-  EXPECT_TRUE(has(shape.out, "multiple of K")) << shape.out;
+  EXPECT_TRUE(has(shape.out, "needs M to be a multiple of its rounds max(1, M / K) = 2")) << shape.out;
 
   const auto zero = run("schedule -s gpipe -k 0 -m 4");
   EXPECT_NE(zero.code, 0);
@@ -432,13 +432,13 @@ TEST_F(Cli, AScheduleFileIsSimulatedAsTheGeneratorItCameFrom) {
 TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
   const auto r = run("schedule --list");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "pipedream"}) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "zb-h1", "pipedream"}) {
     EXPECT_TRUE(has(r.out, std::string("\n") + name + "\n") || r.out.rfind(std::string(name) + "\n", 0) == 0) << name;
   }
   EXPECT_TRUE(has(r.out, "(K-1)/(M+K-1) of the step")) << r.out;
   EXPECT_TRUE(has(r.out, "(K-1)/(3M+K-1) of the step with F = I = W")) << r.out;
   const auto j = run("schedule --list --json");
   ASSERT_EQ(j.code, 0) << j.out;
-  EXPECT_EQ(nlohmann::json::parse(j.out).size(), 5u);
+  EXPECT_EQ(nlohmann::json::parse(j.out).size(), 7u);
   EXPECT_EQ(run("schedule -k 2 -m 2").code, 2);  // without --list, a generator is needed
 }

@@ -89,6 +89,12 @@ std::vector<Broken> catalogue() {
            "rank 0: 0F0 0F1 0B0 0B1\n"
            "rank 1: 1F0 1B0 1F1 1B7\n",
        1, 3, "micro-batch 7 does not exist"},
+      // PyTorch 2.13's Schedule1F1B._get_pipeline_order at K=2, M=2: its last rank's
+      // forwards numbered 1..2. Without a header M is read as 3: the culprit is named.
+      {"forwards_numbered_apart_from_backwards",
+       "rank 0: 0F0 0F1 0B0 0B1\n"
+       "rank 1: 1F1 1B0 1F2 1B1\n",
+       1, 5, "1F2: stage 1 runs forwards of micro-batches 1..2 but backwards of 0..1 (numbered apart?)"},
   };
 }
 
