@@ -18,6 +18,7 @@
 #include "schedule/io.hpp"
 #include "schedule/trace.hpp"
 #include "sim/simulator.hpp"
+#include "tests/calibration/synthetic.hpp"
 
 namespace pc = pipetwin::calibration;
 namespace pm = pipetwin::models;
@@ -25,33 +26,8 @@ namespace ps = pipetwin::schedule;
 
 namespace {
 
-const std::string kModel =
-    "family: transformer\nname: transformer-small\nlayers: 4\nd_model: 128\nd_ff: 512\nheads: 4\nseq_len: 64\n"
-    "vocab: 1000\nprecision: fp32\n";
-
-// A device whose every calibrated field differs from its default.
-pm::Hardware known_hardware() {
-  pm::Hardware h = pm::preset("cpu");
-  h.name = "known";
-  h.topology.host_cores = 8;  // nothing shared: the traces are exact critical paths
-  h.topology.intra = {42e-6, 2.5e9};
-  pm::Device& d = h.device;
-  d.op_overhead_s = 0;
-  d.transfer_overhead_s = 17e-6;
-  d.recv_overhead_s = 23e-6;
-  d.send_bandwidth = 0.8e9;
-  d.recv_bandwidth = 1.5e9;
-  d.memory_bandwidth = 7.5e9;
-  d.step_overhead_s = 230e-6;
-  d.cold_weights_bandwidth = 9e9;
-  d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
-  // A recompute is the forward with autograd again: the forward's curves
-  // (recompute unset), with a cost per action of its own.
-  d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, pm::Efficiency{0.52, 2e6, {}}, std::nullopt};
-  d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, pm::Efficiency{0.66, 9e5, {}}, std::nullopt};
-  d.kinds["embedding"] = {{0.02, 4e4, {}}, {0.01, 9e4, {}}, pm::Efficiency{0.03, 3e4, {}}, std::nullopt};
-  return h;
-}
+using pipetwin::test::known_hardware;
+using pipetwin::test::kModel;
 
 struct Config {
   std::string schedule;
@@ -79,23 +55,9 @@ std::vector<Config> grid() {
 // The timed evaluator's timeline of `c` on `hw` (SimGrid's with `simgrid`),
 // as a trace that stands alone.
 ps::Trace synthetic_trace(const Config& c, const pm::Hardware& hw, double* step = nullptr, bool simgrid = false) {
-  const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
-  ps::Program p = ps::build_schedule(c.schedule, {c.ranks, c.microbatches, 1, ps::parse_recompute(c.recompute)});
-  p.partition = c.partition;
-  pm::PartitionRequest r;
-  r.program = p;
-  r.microbatch_size = c.batch / c.microbatches;
-  const pm::StageCostModel costs(model, hw, r);
-  const auto table = pm::stage_table(costs, hw, p);
-  const ps::Timeline timeline = simgrid ? pipetwin::sim::simulate({p, table, hw.topology}).timeline : ps::evaluate(p, table).timeline;
-  if (step != nullptr) *step = timeline.makespan();
-  nlohmann::json partition = nlohmann::json::array();
-  for (const auto& range : c.partition) partition.push_back({range.begin, range.end});
-  nlohmann::json meta{{"producer", "test"},       {"model", model.name},     {"model_spec", kModel},
-                      {"schedule", c.schedule},   {"ranks", c.ranks},        {"stages_per_rank", 1},
-                      {"microbatches", c.microbatches}, {"microbatch_size", r.microbatch_size},
-                      {"batch", c.batch},         {"recompute", c.recompute}, {"partition", partition}};
-  return {timeline, meta, {}};
+  auto trace = pipetwin::test::synthetic_trace(c.schedule, c.microbatches, c.batch, c.recompute, c.partition, hw, simgrid);
+  if (step != nullptr) *step = trace.timeline.makespan();
+  return trace;
 }
 
 class Calibration : public ::testing::Test {

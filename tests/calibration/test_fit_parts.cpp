@@ -15,6 +15,7 @@
 #include "schedule/dry_run.hpp"
 #include "schedule/generators.hpp"
 #include "sim/simulator.hpp"
+#include "tests/calibration/synthetic.hpp"
 
 namespace pc = pipetwin::calibration;
 namespace pf = pipetwin::calibration::fitting;
@@ -23,30 +24,8 @@ namespace ps = pipetwin::schedule;
 
 namespace {
 
-const std::string kModel =
-    "family: transformer\nname: transformer-small\nlayers: 4\nd_model: 128\nd_ff: 512\nheads: 4\nseq_len: 64\n"
-    "vocab: 1000\nprecision: fp32\n";
-
-// A device whose calibrated fields all differ from the cpu preset's.
-pm::Hardware known_hardware() {
-  pm::Hardware h = pm::preset("cpu");
-  h.topology.host_cores = 8;
-  h.topology.intra = {42e-6, 2.5e9};
-  pm::Device& d = h.device;
-  d.op_overhead_s = 0;
-  d.transfer_overhead_s = 17e-6;
-  d.recv_overhead_s = 23e-6;
-  d.send_bandwidth = 0.8e9;
-  d.recv_bandwidth = 1.5e9;
-  d.memory_bandwidth = 7.5e9;
-  d.step_overhead_s = 230e-6;
-  d.cold_weights_bandwidth = 9e9;
-  d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
-  d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, pm::Efficiency{0.52, 2e6, {}}, std::nullopt};
-  d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, pm::Efficiency{0.66, 9e5, {}}, std::nullopt};
-  d.kinds["embedding"] = {{0.02, 4e4, {}}, {0.01, 9e4, {}}, pm::Efficiency{0.03, 3e4, {}}, std::nullopt};
-  return h;
-}
+using pipetwin::test::known_hardware;
+using pipetwin::test::kModel;
 
 pm::Hardware cpu_base(int cores) {
   pm::Hardware b = pm::preset("cpu");
@@ -78,23 +57,8 @@ std::vector<Config> grid() {
 // The evaluator's timeline of `c` on `hw` (SimGrid's with `simgrid`), read
 // back as a trace run.
 pc::TraceRun synthetic_run(const Config& c, const pm::Hardware& hw, int index, bool simgrid = false) {
-  const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
-  const int ranks = static_cast<int>(c.partition.size());
-  ps::Program p = ps::build_schedule(c.schedule, {ranks, c.microbatches, 1, ps::parse_recompute(c.recompute)});
-  p.partition = c.partition;
-  pm::PartitionRequest r;
-  r.program = p;
-  r.microbatch_size = c.batch / c.microbatches;
-  const pm::StageCostModel costs(model, hw, r);
-  const auto table = pm::stage_table(costs, hw, p);
-  const ps::Timeline timeline = simgrid ? pipetwin::sim::simulate({p, table, hw.topology}).timeline : ps::evaluate(p, table).timeline;
-  nlohmann::json partition = nlohmann::json::array();
-  for (const auto& range : c.partition) partition.push_back({range.begin, range.end});
-  const nlohmann::json meta{{"producer", "test"},         {"model", model.name},   {"model_spec", kModel},
-                            {"schedule", c.schedule},     {"ranks", ranks},        {"stages_per_rank", 1},
-                            {"microbatches", c.microbatches}, {"microbatch_size", r.microbatch_size},
-                            {"batch", c.batch},           {"recompute", c.recompute}, {"partition", partition}};
-  return pc::trace_run_from({timeline, meta, {}}, "synthetic" + std::to_string(index) + ".json");
+  return pc::trace_run_from(pipetwin::test::synthetic_trace(c.schedule, c.microbatches, c.batch, c.recompute, c.partition, hw, simgrid),
+                            "synthetic" + std::to_string(index) + ".json");
 }
 
 std::vector<pc::TraceRun> runs_of(const std::vector<Config>& configs, const pm::Hardware& hw, bool simgrid = false) {
