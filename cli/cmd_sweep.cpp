@@ -64,7 +64,7 @@ Run add_sweep_command(CLI::App& app) {
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");
-  cmd->add_option("--virtual,-v", spec.virtual_stages, "V for interleaved-1f1b")->check(kPositive)->capture_default_str();
+  cmd->add_option("--virtual,-v", spec.virtual_stages, "V for the generators with several stages per rank (interleaved-1f1b, interleaved-zb, looped-bfs)")->check(kPositive)->capture_default_str();
   cmd->add_option("--partition", spec.partition, "auto, uniform or parameters")
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include "models/summary.hpp"
 #include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
+#include "schedule/generators.hpp"
 #include "schedule/io.hpp"
 #include "sim/simulator.hpp"
 
@@ -137,7 +138,7 @@ class Sweep {
     s.schedule = c.schedule;
     s.ranks = c.ranks;
     s.microbatches = c.microbatches;
-    s.virtual_stages = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
+    s.virtual_stages = virtual_of(c.schedule);
     s.batch = c.microbatches * c.microbatch_size;
     s.recompute = c.recompute;
     s.partition = o_.partition;
@@ -223,8 +224,16 @@ class Sweep {
     }
   }
 
+  // --virtual applies to the generators with several stages per rank.
+  int virtual_of(const std::string& name) const {
+    for (const auto& g : schedule::generators()) {
+      if (g.name == name) return g.virtual_stages ? o_.virtual_stages : 1;
+    }
+    return 1;
+  }
+
   std::string key(const Config& c) const {
-    const int v = c.schedule == "interleaved-1f1b" ? o_.virtual_stages : 1;
+    const int v = virtual_of(c.schedule);
     return c.schedule + "," + c.recompute + "," + std::to_string(c.ranks) + "," + std::to_string(v) + "," +
            std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
   }

@@ -22,7 +22,7 @@ struct SweepSpec {
   Engine engine = Engine::Auto;
   std::vector<int> ranks, microbatches, microbatch_sizes{1};
   std::vector<std::string> schedules, recompute{"none"};
-  int virtual_stages = 2, jobs = 0;  // V applies to interleaved-1f1b only; jobs 0: the cores
+  int virtual_stages = 2, jobs = 0;  // V applies to the generators with stages per rank; jobs 0: the cores
   int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / M
   std::string partition = "auto", optimizer = "adam";
 };
