@@ -71,7 +71,8 @@ int list_generators(bool json) {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& g : ps::generators()) {
       all.push_back({{"name", g.name}, {"summary", g.summary}, {"virtual_stages", g.virtual_stages},
-                     {"constraints", g.constraints}, {"bubble", g.bubble}, {"memory", g.memory}});
+                     {"fixed_stages_per_rank", g.fixed_stages_per_rank}, {"constraints", g.constraints},
+                     {"bubble", g.bubble}, {"memory", g.memory}});
     }
     std::printf("%s\n", all.dump(1).c_str());
     return 0;
@@ -129,7 +130,7 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->check(kPositive);
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")->check(kPositive);
   cmd->add_flag("--list", o->list, "List the generators: what each is, its constraints, its bubble and stash in closed form");
-  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b)")
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b; zb-v's is 2 whether given or not)")
       ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")

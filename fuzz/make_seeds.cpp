@@ -2,6 +2,7 @@
 // directory: every generator's program in the three formats (compute-only and
 // lowered), and the dry-run timelines of some of them as Chrome traces. The
 // YAML harnesses are seeded straight from examples/. Used by scripts/sanitize.sh.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
     int written = 0;
     for (const auto& g : ps::generators()) {
       for (const auto& s : shapes) {
-        const int v = g.virtual_stages ? s.v : 1;
+        const int v = g.virtual_stages ? s.v : std::max(1, g.fixed_stages_per_rank);  // zb-v: its own 2
         const ps::GeneratorOptions options{s.k, s.m, v, s.recompute};
         const std::string base = std::string(g.name) + "_k" + std::to_string(s.k) + "_m" + std::to_string(s.m) + "_v" +
                                  std::to_string(v) + "_" + std::string(ps::recompute_name(s.recompute));

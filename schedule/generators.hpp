@@ -12,7 +12,7 @@ namespace pipetwin::schedule {
 struct GeneratorOptions {
   int ranks = 1;            // K
   int microbatches = 1;     // M
-  int stages_per_rank = 1;  // V (the generators with virtual_stages)
+  int stages_per_rank = 1;  // V (the generators with virtual_stages; zb-v takes 1, meaning not given, or its own 2)
   RecomputePolicy recompute = RecomputePolicy::None;
 };
 
@@ -21,7 +21,7 @@ using GeneratorFn = Program (*)(const GeneratorOptions&);
 struct GeneratorInfo {
   std::string_view name;
   std::string_view summary;
-  bool virtual_stages;  // accepts V >= 2
+  bool virtual_stages;  // accepts any V >= 2 (--virtual)
   GeneratorFn fn;
   // What `pipetwin schedule --list` says of it: its shape constraints, and its
   // bubble and stash in closed form on uniform stages with free transfers
@@ -29,6 +29,9 @@ struct GeneratorInfo {
   std::string_view constraints;
   std::string_view bubble;
   std::string_view memory;
+  // > 0: the generator always makes this many stages per rank, whatever V it
+  // is given; V may be left at 1 (not given) or name this number.
+  int fixed_stages_per_rank = 0;
 };
 
 const std::vector<GeneratorInfo>& generators();
@@ -46,6 +49,7 @@ Program generate_gpipe(const GeneratorOptions& options);
 Program generate_1f1b(const GeneratorOptions& options);
 Program generate_interleaved_1f1b(const GeneratorOptions& options);
 Program generate_zb_h1(const GeneratorOptions& options);
+Program generate_zb_v(const GeneratorOptions& options);
 Program generate_pipedream(const GeneratorOptions& options);
 Program generate_interleaved_zb(const GeneratorOptions& options);
 Program generate_looped_bfs(const GeneratorOptions& options);

@@ -27,6 +27,13 @@ const std::vector<GeneratorInfo>& generators() {
       {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false, generate_zb_h1,
        "any K, M; V = 1", "(K-1)/(3M+K-1) of the step with F = I = W",
        "every stage stashes min(K, M) micro-batches (its deferred W keeps them)"},
+      {"zb-v", "zero bubble V (PyTorch's ScheduleZBVZeroBubble): 2 stages per rank placed V-shaped, I and W split",
+       false, generate_zb_v,
+       "any K, M (PyTorch pads M to 2K-1, then drops the padded micro-batches); V = 2, implied (--virtual left out "
+       "or 2)",
+       "(K-1)/(6M+K-1) of the step with F = I = W once 2M >= 3K-1 (the dry run's count, not derived: "
+       "max(6M+K-1, 4M+4K-2) unit steps)",
+       "stage s stashes min(2K-s, M) micro-batches (a stage is half a rank's layers)", 2},
       {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false, generate_pipedream,
        "any K, M (M: mini-batches in the window); V = 1", "none in the steady state (no flush)",
        "stage s stashes min(K-s, M) micro-batches and up to K-s weight versions (K-s once M >= 2K-2)"},
@@ -51,21 +58,29 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
   if (o.stages_per_rank < 1) {
     throw Error(who + "--virtual must be at least 1, got " + std::to_string(o.stages_per_rank));
   }
+  // A fixed-V generator (zb-v) takes V = 1 as "not given" and makes its own V.
+  const int fixed = g.fixed_stages_per_rank;
+  if (fixed > 0 && o.stages_per_rank != 1 && o.stages_per_rank != fixed) {
+    throw Error(who + "places exactly " + std::to_string(fixed) + " stages per rank; --virtual " +
+                std::to_string(o.stages_per_rank) + " is not possible (leave --virtual out, or give " +
+                std::to_string(fixed) + ")");
+  }
+  const int V = fixed > 0 ? fixed : o.stages_per_rank;
   // Sized by K x V x M before anything else: a mistyped M of 10^9 is an
   // error, not minutes of building and gigabytes of actions.
-  const std::int64_t stages = static_cast<std::int64_t>(o.ranks) * o.stages_per_rank;
+  const std::int64_t stages = static_cast<std::int64_t>(o.ranks) * V;
   if (stages > kMaxStages) {
-    throw Error(who + std::to_string(o.ranks) + " ranks x " + std::to_string(o.stages_per_rank) +
-                " stages per rank is more than " + std::to_string(kMaxStages) + " stages");
+    throw Error(who + std::to_string(o.ranks) + " ranks x " + std::to_string(V) + " stages per rank is more than " +
+                std::to_string(kMaxStages) + " stages");
   }
   if (stages * o.microbatches > kMaxStageMicrobatches) {
     throw Error(who + std::to_string(stages) + " stages x " + std::to_string(o.microbatches) +
                 " micro-batches is more than the " + std::to_string(kMaxStageMicrobatches) +
                 " (stage, micro-batch) pairs a schedule may hold");
   }
-  if (!g.virtual_stages && o.stages_per_rank != 1) {
+  if (fixed == 0 && !g.virtual_stages && o.stages_per_rank != 1) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
-                " needs interleaved-1f1b, interleaved-zb or looped-bfs");
+                " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v, whose V is 2)");
   }
   if (g.virtual_stages && o.stages_per_rank < 2) {
     throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +

@@ -294,6 +294,8 @@ std::vector<Bad> catalogue() {
       {"cli_standard_output_full", {}, "schedule -s 1f1b -k 2 -m 4 >/dev/full", "cannot write to standard output"},
       {"model_is_a_folder", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --model {}", "{}: is a folder, not a file"},
       {"cli_virtual_for_gpipe", {}, "schedule -s gpipe -k 2 -m 4 -v 2", "--virtual 2 needs interleaved-1f1b"},
+      {"cli_virtual_3_for_zb_v", {}, "schedule -s zb-v -k 2 -m 4 -v 3",
+       "schedule zb-v: places exactly 2 stages per rank; --virtual 3 is not possible (leave --virtual out, or give 2)"},
       // A schedule file in place of a generator: what it fixes cannot be said otherwise.
       {"simulate_schedule_file_other_ranks", {{"s.txt", kSched2}}, "simulate --hardware cpu -s {}/s.txt -k 4 --model " + kMlpSmall,
        "--ranks 4 contradicts the schedule file {}/s.txt, which has 2 ranks"},
@@ -317,7 +319,7 @@ std::vector<Bad> catalogue() {
       {"cli_generator_without_microbatches", {}, "simulate --hardware cpu -s 1f1b -k 2 --model " + kMlpSmall,
        "--microbatches (with a schedule generator) is required", 2},
       {"cli_schedule_neither_generator_nor_file", {}, "simulate --hardware cpu -s nosuch.csv -k 2 -m 2 --model " + kMlpSmall,
-       "'nosuch.csv' is neither a schedule generator (gpipe, 1f1b, interleaved-1f1b, interleaved-zb, looped-bfs, zb-h1, pipedream) nor a schedule file", 2},
+       "'nosuch.csv' is neither a schedule generator (gpipe, 1f1b, interleaved-1f1b, interleaved-zb, looped-bfs, zb-h1, zb-v, pipedream) nor a schedule file", 2},
       {"cli_batch_not_divisible", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 2 -m 4 --batch 6 --model {}/m.yaml",
        "--batch 6 does not split"},
       {"cli_more_stages_than_layers", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 9 -m 4 --model {}/m.yaml",

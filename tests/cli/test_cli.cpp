@@ -432,14 +432,17 @@ TEST_F(Cli, AScheduleFileIsSimulatedAsTheGeneratorItCameFrom) {
 TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
   const auto r = run("schedule --list");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "zb-h1", "pipedream"}) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "zb-h1", "zb-v", "pipedream"}) {
     EXPECT_TRUE(has(r.out, std::string("\n") + name + "\n") || r.out.rfind(std::string(name) + "\n", 0) == 0) << name;
   }
   EXPECT_TRUE(has(r.out, "(K-1)/(M+K-1) of the step")) << r.out;
   EXPECT_TRUE(has(r.out, "(K-1)/(3M+K-1) of the step with F = I = W")) << r.out;
   const auto j = run("schedule --list --json");
   ASSERT_EQ(j.code, 0) << j.out;
-  EXPECT_EQ(nlohmann::json::parse(j.out).size(), 7u);
+  const auto list = nlohmann::json::parse(j.out);
+  ASSERT_EQ(list.size(), 8u);
+  EXPECT_EQ(list[6]["name"], "zb-v");
+  EXPECT_EQ(list[6]["fixed_stages_per_rank"], 2);
   EXPECT_EQ(run("schedule -k 2 -m 2").code, 2);  // without --list, a generator is needed
 }
 

@@ -75,7 +75,8 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 // and recompute, the weights after 3 steps equal those of one process.
 TEST_P(Equivalence, WeightsEqualThoseOfOneRank) {
   const auto& c = GetParam();
-  const bool chunks = c.schedule == "interleaved-1f1b" || c.schedule == "interleaved-zb" || c.schedule == "looped-bfs";
+  const bool chunks = c.schedule == "interleaved-1f1b" || c.schedule == "interleaved-zb" || c.schedule == "looped-bfs" ||
+                      c.schedule == "zb-v";
   const int v = chunks ? 2 : 1;
   const auto dir = scratch("eq");
   const auto r = run(common(kTransformer, 4) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " -v " +
@@ -103,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(Exec, Equivalence,
                                            Case{2, "interleaved-zb", "none"}, Case{2, "interleaved-zb", "full"},
                                            Case{4, "interleaved-zb", "none"}, Case{4, "interleaved-zb", "full"},
                                            Case{2, "looped-bfs", "none"}, Case{2, "looped-bfs", "full"},
-                                           Case{4, "looped-bfs", "none"}, Case{4, "looped-bfs", "except-last"}),
+                                           Case{4, "looped-bfs", "none"}, Case{4, "looped-bfs", "except-last"},
+                                           Case{2, "zb-v", "none"}, Case{2, "zb-v", "full"}, Case{4, "zb-v", "none"},
+                                           Case{4, "zb-v", "full"}),
                          [](const auto& info) {
                            std::string name = info.param.schedule + "_k" + std::to_string(info.param.k) + "_" +
                                               info.param.recompute;

@@ -1,9 +1,11 @@
-// Every generator x K in 1..8 x M in 1..16 (x V in {2,3} for interleaved):
-// valid, the dry run takes the analytic number of steps, the stash peaks are
-// the analytic ones, and every file format round-trips.
+// Every generator x K in 1..8 x M in 1..16 (x V in {2,3} for interleaved,
+// V = 2 for zb-v): valid, the dry run takes the analytic number of steps, the
+// stash peaks are the analytic ones, and every file format round-trips. Then
+// literal schedules (zb-v's as PyTorch prints it) and refused shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "schedule/dry_run.hpp"
@@ -31,7 +33,7 @@ std::vector<Shape> all_shapes() {
     for (int K = 1; K <= 8; ++K) {
       for (int M = 1; M <= 16; ++M) {
         if (!g.virtual_stages) {
-          shapes.push_back({std::string(g.name), K, M, 1});
+          shapes.push_back({std::string(g.name), K, M, std::max(1, g.fixed_stages_per_rank)});
           continue;
         }
         // PyTorch's flexible interleaving: M a multiple of its rounds max(1, M / K).
@@ -95,6 +97,13 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
     } else {
       EXPECT_GE(steps, 2.0 * (V * M + K - 1));
     }
+  } else if (s.name == "zb-v") {
+    // F = I = W = 1 on each of the 2 stages of a rank (6M busy steps): K-1
+    // idle steps once 2M >= 3K-1, as `schedule --list` states it (measured
+    // here, not derived).
+    const double expected = std::max(6.0 * M + K - 1, 4.0 * M + 4.0 * K - 2);
+    EXPECT_DOUBLE_EQ(steps, expected);
+    for (int r = 0; r < K; ++r) EXPECT_NEAR(run.timeline.idle_fraction(ps::RankId{r}), 1 - 6.0 * M / expected, 1e-12);
   }
 }
 
@@ -114,6 +123,9 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     }
     if (s.name == "zb-h1") {  // as `schedule --list` states it
       EXPECT_EQ(m.peak_activations, std::min(s.K, s.M)) << "stage " << stage;
+    }
+    if (s.name == "zb-v") {  // as `schedule --list` states it: 2K down to 1 along the V
+      EXPECT_EQ(m.peak_activations, std::min(2 * s.K - stage, s.M)) << "stage " << stage;
     }
     if (s.name == "pipedream") {
       // One version per in-flight mini-batch once the window is in steady state.
@@ -184,6 +196,7 @@ TEST(Generators, ImpossibleShapesAreRefused) {
   EXPECT_THROW(ps::generate("interleaved-1f1b", {2, 4, 1}), pipetwin::Error);  // needs V >= 2
   EXPECT_THROW(ps::generate("interleaved-1f1b", {3, 7, 2}), pipetwin::Error);  // 7 not a multiple of its 2 rounds
   EXPECT_NO_THROW(ps::generate("interleaved-1f1b", {3, 4, 2}));                // 1 round of 4: PyTorch's relaxed rule
+  EXPECT_THROW(ps::generate("zb-v", {2, 4, 3}), pipetwin::Error);              // zb-v's V is 2
 }
 
 TEST(Generators, InterleavedPlacesChunksRoundRobin) {
@@ -193,4 +206,80 @@ TEST(Generators, InterleavedPlacesChunksRoundRobin) {
   EXPECT_EQ(p.rank_of(ps::StageId{1}), ps::RankId{1});
   EXPECT_EQ(p.rank_of(ps::StageId{2}), ps::RankId{0});
   EXPECT_EQ(p.rank_of(ps::StageId{3}), ps::RankId{1});
+}
+
+namespace {
+
+std::vector<std::string> rows(const ps::Program& p) {
+  std::vector<std::string> out;
+  for (const auto& actions : p.ranks) {
+    std::string row;
+    for (const auto& a : actions) row += (row.empty() ? "" : " ") + ps::to_string(a);
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace
+
+// PyTorch 2.13's own order, Nones dropped: get_schedule_ops(ScheduleZBVZeroBubble, K, M, 2).
+TEST(ZbV, LiteralScheduleIsPyTorchs) {
+  EXPECT_EQ(rows(ps::generate("zb-v", {2, 4})),
+            (std::vector<std::string>{
+                "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 0I2 0W2 0I3 0W3",
+                "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 1I3 1W2 2W3 1W3"}));
+  // M < 2K-1: PyTorch pads M to 2K-1 = 5 and drops the padded micro-batches.
+  EXPECT_EQ(rows(ps::generate("zb-v", {3, 2})),
+            (std::vector<std::string>{"0F0 0F1 5F0 5I0 5W0 5F1 5I1 5W1 0I0 0W0 0I1 0W1",
+                                      "1F0 1F1 4F0 4F1 4I0 4W0 4I1 4W1 1I0 1W0 1I1 1W1",
+                                      "2F0 3F0 2F1 3F1 3I0 3W0 2I0 2W0 3I1 3W1 2I1 2W1"}));
+}
+
+TEST(ZbV, PlacesTwoStagesPerRankVShaped) {
+  const auto p = ps::generate("zb-v", {4, 8});
+  ASSERT_EQ(p.stages_per_rank, 2);
+  ASSERT_EQ(p.num_stages(), 8);
+  const std::vector<int> expected{0, 1, 2, 3, 3, 2, 1, 0};  // rank r holds stages r and 2K-1-r
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(p.rank_of(ps::StageId{s}), ps::RankId{expected[s]}) << "stage " << s;
+  for (int r = 0; r < 4; ++r) {
+    for (const auto& a : p.ranks[r]) EXPECT_EQ(p.rank_of(a.stage), ps::RankId{r}) << ps::to_string(a);
+  }
+}
+
+TEST(ZbV, EveryStageAndMicrobatchHasOneFOneIOneW) {
+  for (int K : {2, 4, 8}) {
+    for (int M = 1; M <= 16; ++M) {
+      const auto p = ps::generate("zb-v", {K, M});
+      std::map<std::tuple<int, int, ps::Op>, int> seen;
+      for (const auto& actions : p.ranks) {
+        for (const auto& a : actions) ++seen[{a.stage.value, a.microbatch->value, a.op}];
+      }
+      EXPECT_EQ(seen.size(), 3u * 2 * K * M) << "K=" << K << " M=" << M;
+      for (int s = 0; s < 2 * K; ++s) {
+        for (int mb = 0; mb < M; ++mb) {
+          for (const auto op : {ps::Op::F, ps::Op::I, ps::Op::W}) {
+            EXPECT_EQ((seen[{s, mb, op}]), 1) << "K=" << K << " M=" << M << " " << s << ps::op_name(op) << mb;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ZbV, VirtualIsImpliedTwo) {
+  // --virtual left out (1) or given as 2: the same Program; anything else is refused, saying why.
+  EXPECT_EQ(ps::generate("zb-v", {3, 5, 1}), ps::generate("zb-v", {3, 5, 2}));
+  try {
+    ps::generate("zb-v", {3, 5, 4});
+    FAIL() << "accepted --virtual 4";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("places exactly 2 stages per rank; --virtual 4 is not possible"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ZbV, PaddingWorkIsBounded) {
+  // Every rank walks max(2K-1, M) micro-batches: a large K with M = 1 is refused, not minutes of work.
+  EXPECT_THROW(ps::generate("zb-v", {400'000, 1}), pipetwin::Error);
 }

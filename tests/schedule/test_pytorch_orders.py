@@ -98,6 +98,10 @@ class Orders(unittest.TestCase):
         for V in (2, 3):
             self.compare("interleaved-zb", S.ScheduleInterleavedZeroBubble, V)
 
+    def test_zb_v(self):
+        # Two stages per rank, placed V-shaped; PyTorch pads M to 2K-1 and drops the padding.
+        self.compare("zb-v", S.ScheduleZBVZeroBubble, 2)
+
     def test_looped_bfs(self):
         for V in (2, 3):
             self.compare("looped-bfs", S.ScheduleLoopedBFS, V)

@@ -1,5 +1,5 @@
 // The SimGrid replay against closed forms: bubbles of gpipe, 1f1b,
-// interleaved-1f1b and zb-h1, exact transfer times over routes, core
+// interleaved-1f1b, zb-h1 and zb-v, exact transfer times over routes, core
 // contention on a shared host, deadlocks reported.
 #include <gtest/gtest.h>
 
@@ -82,6 +82,17 @@ TEST(Simulator, ZeroBubbleH1HasAThirdOf1F1BsBubble) {
       const auto ofob = pipetwin::sim::simulate(uniform_input("1f1b", K, M, 1, t));
       EXPECT_NEAR(bubble_over_ideal(zb.timeline), (K - 1.0) / (3 * M), 1e-9) << "K=" << K << " M=" << M;
       EXPECT_NEAR(bubble_over_ideal(ofob.timeline), (K - 1.0) / M, 1e-9) << "K=" << K << " M=" << M;
+    }
+  }
+}
+
+TEST(Simulator, ZeroBubbleVHasHalfOfZbH1sBubbleTime) {
+  for (int K : {2, 4, 8}) {
+    for (int M : {12, 16}) {  // 2M >= 3K-1: the regime `schedule --list` states
+      // A rank's layers cost F = I = W = 1 in all, split over its two stages.
+      const auto zbv = pipetwin::sim::simulate(uniform_input("zb-v", K, M, 2, unit(0.5, 0.5, 0.5)));
+      EXPECT_NEAR(zbv.timeline.makespan(), 3.0 * M + (K - 1) / 2.0, 1e-9) << "K=" << K << " M=" << M;
+      EXPECT_NEAR(bubble_over_ideal(zbv.timeline), (K - 1.0) / (6 * M), 1e-9) << "K=" << K << " M=" << M;
     }
   }
 }
