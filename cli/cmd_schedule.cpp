@@ -108,8 +108,11 @@ int run(const Options& o) {
   if (!o.compute_only) program = ps::lower(std::move(program));
   const auto report = ps::validate(program);
   const std::string format = o.json ? "json" : o.format;
-  const std::string text =
-      format == "grid" ? grid_report(report) : ps::format_program(program, ps::parse_format(format));
+  std::vector<std::string> left_out;
+  const std::string text = format == "grid"          ? grid_report(report)
+                           : format == "pytorch-csv" ? ps::to_pytorch_csv(program, &left_out)
+                                                     : ps::format_program(program, ps::parse_format(format));
+  for (const auto& what : left_out) std::fprintf(stderr, "pytorch-csv: left out %s\n", what.c_str());
   if (o.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   } else {
@@ -136,8 +139,9 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
       ->check(CLI::IsMember({"none", "full", "except-last"}))
       ->capture_default_str();
-  cmd->add_option("--format,-f", o->format, "Output: grid (dry-run table), text, csv (PyTorch), json")
-      ->check(CLI::IsMember({"grid", "text", "csv", "json"}))
+  cmd->add_option("--format,-f", o->format,
+                  "Output: grid (dry-run table), text, csv (every action), json, pytorch-csv (what PyTorch's _load_csv reads)")
+      ->check(CLI::IsMember({"grid", "text", "csv", "json", "pytorch-csv"}))
       ->capture_default_str();
   cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
   cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");

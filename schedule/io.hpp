@@ -6,16 +6,23 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "schedule/program.hpp"
 
 namespace pipetwin::schedule {
 
-enum class Format { Text, Csv, Json };
-Format parse_format(std::string_view name);  // "text", "csv", "json"
+// PytorchCsv: the CSV that torch.distributed.pipelining's _load_csv reads
+// (compute-only or with communication): what PyTorch has no action for is
+// left out (STEP: the optimizer runs after the schedule; R: recompute is
+// activation checkpointing inside a stage's forward).
+enum class Format { Text, Csv, Json, PytorchCsv };
+Format parse_format(std::string_view name);  // "text", "csv", "json", "pytorch-csv"
 
 std::string to_text(const Program& program);
 std::string to_csv(const Program& program);
+// `left_out`, when given, gets one line per kind of action left out ("2 STEP (...)").
+std::string to_pytorch_csv(const Program& program, std::vector<std::string>* left_out = nullptr);
 std::string to_json(const Program& program, int indent = 1);
 
 Program parse_text(std::string_view text, const std::string& source);

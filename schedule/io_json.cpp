@@ -135,7 +135,8 @@ Format parse_format(std::string_view name) {
   if (name == "text") return Format::Text;
   if (name == "csv") return Format::Csv;
   if (name == "json") return Format::Json;
-  throw Error("unknown format '" + std::string(name) + "' (valid: text, csv, json)");
+  if (name == "pytorch-csv") return Format::PytorchCsv;
+  throw Error("unknown format '" + std::string(name) + "' (valid: text, csv, json, pytorch-csv)");
 }
 
 std::string format_program(const Program& p, Format format) {
@@ -143,6 +144,7 @@ std::string format_program(const Program& p, Format format) {
     case Format::Text: return to_text(p);
     case Format::Csv: return to_csv(p);
     case Format::Json: return to_json(p);
+    case Format::PytorchCsv: return to_pytorch_csv(p);
   }
   return "";
 }

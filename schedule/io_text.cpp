@@ -253,6 +253,30 @@ std::string to_csv(const Program& p) {
   return out;
 }
 
+std::string to_pytorch_csv(const Program& p, std::vector<std::string>* left_out) {
+  std::size_t steps = 0, recomputes = 0;
+  std::string out;
+  for (const auto& actions : p.ranks) {
+    bool first = true;
+    for (const auto& a : actions) {
+      if (a.op == Op::STEP || a.op == Op::R) {
+        ++(a.op == Op::STEP ? steps : recomputes);
+        continue;
+      }
+      out += (first ? "" : ",") + to_string(a);
+      first = false;
+    }
+    out += "\n";
+  }
+  if (left_out != nullptr) {
+    if (steps > 0) left_out->push_back(std::to_string(steps) + " STEP (the optimizer step, which runs after PyTorch's schedule)");
+    if (recomputes > 0) {
+      left_out->push_back(std::to_string(recomputes) + " R (recompute: activation checkpointing inside a stage's forward in PyTorch)");
+    }
+  }
+  return out;
+}
+
 Program parse_csv(std::string_view text, const std::string& source) {
   check_utf8(text, source);
   std::vector<std::vector<Action>> ranks;
