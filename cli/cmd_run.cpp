@@ -45,12 +45,10 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});
   }
   nlohmann::json stages = nlohmann::json::array();
-  const auto memory = schedule::account_memory(sc.program);
   for (int s = 0; s < sc.program.num_stages(); ++s) {
-    const auto [i, j] = sc.program.partition.at(s);
-    const double predicted = memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j), sc.costs->input_bytes(i));
     stages.push_back({{"stage", s}, {"peak_stash_bytes", r.stage_peak_stash_bytes.at(s)},
-                      {"predicted_peak_stash_bytes", predicted}, {"weight_versions", r.stage_weight_versions.at(s)}});
+                      {"predicted_peak_stash_bytes", sc.predicted_stash_bytes(s)},
+                      {"weight_versions", r.stage_weight_versions.at(s)}});
   }
   return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s},
           {"bubble_fractions", r.bubble_fractions}, {"losses", r.losses},

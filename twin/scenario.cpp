@@ -14,7 +14,6 @@
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
-#include "schedule/memory.hpp"
 #include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
 
@@ -154,7 +153,6 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (!o.recompute.empty()) schedule::parse_recompute(o.recompute);  // a bad word is refused first
   r.optimizer = models::parse_optimizer(o.optimizer);
   // A generator's shape is known before its Program is built; a file's from the file.
-  const int M = from_file ? 0 : o.microbatches;
   const auto check_batch = [&](int microbatches) {
     const int batch = o.batch > 0 ? o.batch : microbatches;
     if (microbatches > 0 && batch % microbatches != 0) {
@@ -164,13 +162,12 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
     r.microbatch_size = batch / microbatches;
     sc->samples = batch;
   };
-  if (!from_file) check_batch(M);
+  if (!from_file) check_batch(o.microbatches);
   sc->program = scenario_program(sc->model, o);
   if (from_file) check_batch(sc->program.num_microbatches);
-  r.program = sc->program;
+  r.program = sc->program;  // the costs need no partition: placement and stash counts
   sc->program.partition = choose_partition(*sc, o.partition);
   if (validate && !from_file) schedule::validate(sc->program);  // throws with the grid if anything is wrong
-  r.program = sc->program;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
 }
@@ -189,6 +186,11 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
   r.optimizer = optimizer;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
+}
+
+double Scenario::predicted_stash_bytes(int s) const {
+  const auto [i, j] = program.partition.at(s);
+  return costs->stash(s).peak_bytes(costs->activation_bytes(i, j), costs->input_bytes(i));
 }
 
 schedule::TraceMetadata Scenario::configuration() const {
@@ -213,12 +215,7 @@ schedule::TraceMetadata trace_metadata(const Scenario& sc, const ScenarioSpec& o
   m.producer = std::move(producer);
   m.model_spec = schedule::read_file(o.model);
   m.hardware_spec = std::filesystem::exists(o.hardware) ? schedule::read_file(o.hardware) : o.hardware;
-  const auto memory = schedule::account_memory(sc.program);
-  for (int s = 0; s < sc.program.num_stages(); ++s) {
-    const auto [i, j] = sc.program.partition.at(s);
-    m.predicted_stash_bytes_per_stage.push_back(
-        memory.at(s).peak_bytes(sc.costs->activation_bytes(i, j), sc.costs->input_bytes(i)));
-  }
+  for (int s = 0; s < sc.program.num_stages(); ++s) m.predicted_stash_bytes_per_stage.push_back(sc.predicted_stash_bytes(s));
   m.program = schedule::to_text(sc.program);  // what ran: calibrate and compare read it back
   m.optimizer = std::string(models::optimizer_name(sc.request.optimizer));  // its state is in the step's traffic
   return m;

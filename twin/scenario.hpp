@@ -42,6 +42,9 @@ struct Scenario {
   schedule::Program program;         // complete, validated, partitioned
   std::unique_ptr<models::StageCostModel> costs;
   double samples = 0;                // per step: batch
+  // Stage s's peak of stashed activations in bytes: the IR's count of
+  // micro-batches (the stage costs' own) times their sizes.
+  double predicted_stash_bytes(int s) const;
   schedule::TraceMetadata configuration() const;  // the configuration fields of its traces
   nlohmann::json describe() const;                 // configuration().configuration_json()
   std::string headline() const;
