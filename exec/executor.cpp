@@ -304,7 +304,11 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
 
   if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
   try {
-    for (int step = 0; step < c.steps; ++step) run_step(step, p, env, backend, task, watch, report);
+    report.host_samples.push_back(sample_host());
+    for (int step = 0; step < c.steps; ++step) {
+      run_step(step, p, env, backend, task, watch, report);
+      report.host_samples.push_back(sample_host());
+    }
   } catch (const std::exception& e) {
     if (watch) watch->leaving(e.what());
     throw;

@@ -67,6 +67,8 @@ std::optional<RankEnv> rank_env_from_environment() {
 }
 
 nlohmann::json RankReport::to_json() const {
+  nlohmann::json samples = nlohmann::json::array();
+  for (const auto& s : host_samples) samples.push_back(s.to_json());
   nlohmann::json steps_json = nlohmann::json::array();
   for (const auto& t : steps) steps_json.push_back(timeline_to_json(t));
   return {{"rank", rank},
@@ -81,7 +83,8 @@ nlohmann::json RankReport::to_json() const {
           {"stage_peak_versions", stage_peak_versions},
           {"peak_allocated_bytes", peak_allocated_bytes},
           {"baseline_bytes", baseline_bytes},
-          {"peak_rss_bytes", peak_rss_bytes}};
+          {"peak_rss_bytes", peak_rss_bytes},
+          {"host_samples", samples}};
 }
 
 RankReport RankReport::from_json(const nlohmann::json& j) {
@@ -99,6 +102,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();
   r.baseline_bytes = j.at("baseline_bytes").get<double>();
   r.peak_rss_bytes = j.at("peak_rss_bytes").get<double>();
+  for (const auto& s : j.value("host_samples", nlohmann::json::array())) r.host_samples.push_back(HostSample::from_json(s));
   return r;
 }
 
@@ -150,6 +154,13 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
     for (const auto& [stage, versions] : r.stage_peak_versions) out.stage_weight_versions.at(stage) = versions;
     if (!r.losses.empty()) out.losses = r.losses;
   }
+  std::vector<std::vector<HostSample>> samples;
+  std::vector<std::string> hosts;
+  for (const auto& r : reports) {
+    samples.push_back(r.host_samples);
+    hosts.push_back(r.host);
+  }
+  out.noise = measure_noise(samples, hosts, out.step_times_s);
   out.ranks = std::move(reports);
   return out;
 }

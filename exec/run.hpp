@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/host_load.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
@@ -68,6 +69,7 @@ struct RankReport {
   std::vector<std::pair<int, double>> stage_peak_stash_bytes;  // (stage, bytes)
   std::vector<std::pair<int, int>> stage_peak_versions;        // (stage, weight versions)
   double peak_allocated_bytes = 0, baseline_bytes = 0, peak_rss_bytes = 0;
+  std::vector<HostSample> host_samples;  // when the steps began, then at the end of each
   nlohmann::json to_json() const;
   static RankReport from_json(const nlohmann::json& j);
 };
@@ -83,6 +85,7 @@ struct RunResult {
   int representative_step = 0;            // the median step (warm-up excluded)
   std::vector<double> stage_peak_stash_bytes;
   std::vector<int> stage_weight_versions;
+  RunNoise noise;  // what else used the hosts' CPUs, and the steps' spread
 };
 
 // Refuses a device this host cannot give `ranks_here` ranks, before any rank

@@ -3,6 +3,9 @@
 // picked past the warm-up, and the stages' measured memory is gathered.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "exec/host_load.hpp"
 #include "exec/report.hpp"
 #include "schedule/action.hpp"
 #include "schedule/error.hpp"
@@ -74,4 +77,117 @@ TEST(Report, ReportsRoundTripThroughJson) {
   const auto back = pe::RankReport::from_json(r.to_json());
   EXPECT_EQ(back.to_json(), r.to_json());
   EXPECT_EQ(back.steps[0].ranks[1][1].action, ps::parse_action("1F0"));
+}
+
+// /proc/stat, /proc/loadavg and /proc/cpuinfo as Linux writes them.
+TEST(HostLoad, AReadingParsesTheKernelsCounters) {
+  const char* stat =
+      "cpu  1000 200 300 4000 50 6 7 80 0 0\n"
+      "cpu0 500 100 150 2000 25 3 4 40 0 0\n"
+      "cpu1 500 100 150 2000 25 3 3 40 0 0\n"
+      "intr 12345\nctxt 678\n";
+  const auto s = pe::parse_host_sample(stat, "0.41 1.38 1.80 3/88 17822\n",
+                                       "processor\t: 0\ncpu MHz\t\t: 2000.0\nprocessor\t: 1\ncpu MHz\t\t: 3000.0\n", 1.5, 100);
+  EXPECT_EQ(s.cpus, 2);
+  EXPECT_DOUBLE_EQ(s.busy_s, (1000 + 200 + 300 + 6 + 7) / 100.0);
+  EXPECT_DOUBLE_EQ(s.steal_s, 0.8);
+  EXPECT_DOUBLE_EQ(s.total_s, (1000 + 200 + 300 + 4000 + 50 + 6 + 7 + 80) / 100.0);
+  EXPECT_DOUBLE_EQ(s.own_cpu_s, 1.5);
+  EXPECT_DOUBLE_EQ(s.load1, 0.41);
+  EXPECT_DOUBLE_EQ(s.mhz, 2500.0);
+  const auto round_trip = pe::HostSample::from_json(s.to_json());
+  EXPECT_DOUBLE_EQ(round_trip.total_s, s.total_s);
+  EXPECT_THROW(pe::parse_host_sample("intr 1\n", "", "", 0, 100), pipetwin::Error);
+  EXPECT_THROW(pe::parse_host_sample("cpu 1 2\n", "", "", 0, 100), pipetwin::Error);
+  // This machine's own counters read, and move forward.
+  const auto a = pe::sample_host();
+  ASSERT_GT(a.cpus, 0);
+  volatile double x = 0;
+  for (int i = 0; i < 20'000'000; ++i) x = x + 1e-9 * i;
+  const auto b = pe::sample_host();
+  EXPECT_GT(b.own_cpu_s, a.own_cpu_s);
+  EXPECT_GE(b.total_s, a.total_s);
+}
+
+namespace {
+
+// A host of 2 CPUs read by two ranks at the start and after each of 4 steps
+// of 1 s: each step the host is busy `busy[s]` CPU-seconds, each rank uses
+// `own` of them, the hypervisor steals `steal[s]`.
+std::vector<std::vector<pe::HostSample>> host_readings(const std::vector<double>& busy, const std::vector<double>& steal,
+                                                       double own) {
+  std::vector<std::vector<pe::HostSample>> out(2);
+  for (int r = 0; r < 2; ++r) {
+    pe::HostSample s;
+    s.cpus = 2;
+    s.load1 = 1.0;
+    s.mhz = 2000;
+    out[r].push_back(s);
+    for (std::size_t i = 0; i < busy.size(); ++i) {
+      s.busy_s += busy[i];
+      s.steal_s += steal[i];
+      s.total_s += 2.0;
+      s.own_cpu_s += own;
+      s.load1 += 0.5;
+      out[r].push_back(s);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
+  // Step 0 (warm-up) is left out of the run's shares: steps 1-3 have
+  // 1.8 + 1.2 + 1.6 busy, the ranks 3 x 2 x 0.6 of it, 0.3 s stolen.
+  const auto readings = host_readings({2.0, 1.8, 1.2, 1.6}, {0.0, 0.1, 0.2, 0.0}, 0.6);
+  const auto n = pe::measure_noise(readings, {"a", "a"}, {1.5, 1.0, 1.2, 1.1});
+  ASSERT_EQ(n.hosts.size(), 1u);
+  const auto& h = n.hosts[0];
+  EXPECT_EQ(h.ranks, 2);
+  EXPECT_EQ(h.cpus, 2);
+  EXPECT_NEAR(h.capacity_s, 6.0, 1e-12);
+  EXPECT_NEAR(h.ranks_share, 3.6 / 6.0, 1e-12);
+  EXPECT_NEAR(h.other_share, (4.6 - 3.6) / 6.0, 1e-12);
+  EXPECT_NEAR(h.steal_share, 0.3 / 6.0, 1e-12);
+  ASSERT_EQ(h.step_other_share.size(), 4u);
+  EXPECT_NEAR(h.step_other_share[0], 0.8 / 2.0, 1e-12);
+  EXPECT_NEAR(h.step_other_share[2], 0.0, 1e-12);  // busy 1.2 = the ranks' own: nothing else ran
+  EXPECT_DOUBLE_EQ(h.load1_start, 1.5);            // at the first counted step
+  EXPECT_DOUBLE_EQ(h.load1_end, 3.0);
+  EXPECT_EQ(n.first_counted_step, 1);
+  EXPECT_EQ(n.counted_steps, 3);
+  EXPECT_NEAR(n.other_share, h.other_share, 1e-12);
+  // Counted steps 1.0, 1.2, 1.1: median 1.1, deviations 0.1, 0.1, 0 -> MAD 0.1.
+  EXPECT_NEAR(n.step_median_s, 1.1, 1e-12);
+  EXPECT_NEAR(n.step_mad_s, 0.1, 1e-12);
+  EXPECT_NEAR(n.median_uncertainty_rel, 1.96 * 1.2533 * 1.4826 * 0.1 / std::sqrt(3.0) / 1.1, 1e-12);
+}
+
+TEST(HostLoad, RanksOnTwoHostsAreCountedPerHostAndTheWorstIsTheRuns) {
+  // Host a is busy 1.2 a step of which its one rank (0) uses 0.6; host b
+  // 2.0, its rank (1) 0.6.
+  auto readings = host_readings({1.2, 1.2, 1.2}, {0, 0, 0}, 0.6);
+  auto other = host_readings({2.0, 2.0, 2.0}, {0, 0, 0}, 0.6);
+  readings[1] = other[1];
+  const auto n = pe::measure_noise(readings, {"a", "b"}, {1.0, 1.0, 1.0});
+  ASSERT_EQ(n.hosts.size(), 2u);
+  EXPECT_NEAR(n.hosts[0].other_share, (1.2 - 0.6) / 2.0, 1e-12);
+  EXPECT_NEAR(n.hosts[1].other_share, (2.0 - 0.6) / 2.0, 1e-12);
+  EXPECT_NEAR(n.other_share, 0.7, 1e-12);
+  EXPECT_EQ(n.median_uncertainty_rel, 0.0);  // 2 counted steps: unknown
+}
+
+TEST(HostLoad, ReadingsThatDoNotCoverTheStepsAreRefusedNamingTheRank) {
+  auto readings = host_readings({1.0, 1.0}, {0, 0}, 0.5);
+  readings[1].pop_back();
+  try {
+    pe::measure_noise(readings, {"a", "a"}, {1.0, 1.0});
+    FAIL() << "accepted";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 reported 2 host readings for 2 steps"), std::string::npos) << e.what();
+  }
+  readings[1].clear();  // no readings (no /proc here): the host is left out, not refused
+  const auto n = pe::measure_noise(readings, {"a", "b"}, {1.0, 1.0});
+  EXPECT_EQ(n.hosts.size(), 1u);
 }

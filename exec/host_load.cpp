@@ -1,0 +1,213 @@
+// Readings of a host's CPU counters, and what rank 0 makes of them.
+#include "exec/host_load.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "schedule/error.hpp"
+
+namespace pipetwin::exec {
+namespace {
+
+std::string slurp(const char* path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double own_cpu_seconds() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Shares of one host's capacity between two readings of its first rank, the
+// ranks' own CPU time between their own two readings.
+struct Window {
+  double capacity_s = 0, busy_s = 0, steal_s = 0, own_s = 0;
+  double other() const { return capacity_s > 0 ? std::max(0.0, busy_s - own_s) / capacity_s : 0; }
+  double steal() const { return capacity_s > 0 ? steal_s / capacity_s : 0; }
+};
+
+}  // namespace
+
+nlohmann::json HostSample::to_json() const {
+  return {{"cpus", cpus}, {"busy_s", busy_s}, {"steal_s", steal_s}, {"total_s", total_s},
+          {"own_cpu_s", own_cpu_s}, {"load1", load1}, {"mhz", mhz}};
+}
+
+HostSample HostSample::from_json(const nlohmann::json& j) {
+  HostSample s;
+  s.cpus = j.at("cpus").get<int>();
+  s.busy_s = j.at("busy_s").get<double>();
+  s.steal_s = j.at("steal_s").get<double>();
+  s.total_s = j.at("total_s").get<double>();
+  s.own_cpu_s = j.at("own_cpu_s").get<double>();
+  s.load1 = j.at("load1").get<double>();
+  s.mhz = j.at("mhz").get<double>();
+  return s;
+}
+
+HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadavg, std::string_view cpuinfo,
+                             double own_cpu_s, double ticks_per_s) {
+  HostSample s;
+  s.own_cpu_s = own_cpu_s;
+  std::istringstream lines{std::string(proc_stat)};
+  std::string line;
+  bool aggregate = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("cpu", 0) != 0) continue;
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    if (name != "cpu") {
+      ++s.cpus;
+      continue;
+    }
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    double v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int read = 0;
+    while (read < 8 && fields >> v[read]) ++read;
+    if (read < 4) throw Error("/proc/stat: its 'cpu' line has " + std::to_string(read) + " counters, expected at least 4");
+    s.busy_s = (v[0] + v[1] + v[2] + v[5] + v[6]) / ticks_per_s;
+    s.steal_s = v[7] / ticks_per_s;
+    s.total_s = (v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / ticks_per_s;
+    aggregate = true;
+  }
+  if (!aggregate) throw Error("/proc/stat: no 'cpu' line");
+  std::istringstream load{std::string(loadavg)};
+  load >> s.load1;
+  if (!load) s.load1 = 0;
+  std::istringstream info{std::string(cpuinfo)};
+  double sum = 0;
+  int n = 0;
+  while (std::getline(info, line)) {
+    if (line.rfind("cpu MHz", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    try {
+      sum += std::stod(line.substr(colon + 1));
+      ++n;
+    } catch (const std::exception&) {
+    }
+  }
+  s.mhz = n > 0 ? sum / n : 0;
+  return s;
+}
+
+HostSample sample_host() {
+  const std::string stat = slurp("/proc/stat");
+  if (stat.empty()) return {};
+  try {
+    return parse_host_sample(stat, slurp("/proc/loadavg"), slurp("/proc/cpuinfo"), own_cpu_seconds(),
+                             static_cast<double>(sysconf(_SC_CLK_TCK)));
+  } catch (const Error&) {
+    return {};  // a kernel that writes /proc/stat otherwise: the run goes on unmeasured
+  }
+}
+
+nlohmann::json RunNoise::to_json() const {
+  nlohmann::json hs = nlohmann::json::array();
+  for (const auto& h : hosts) {
+    hs.push_back({{"host", h.host}, {"ranks", h.ranks}, {"cpus", h.cpus}, {"capacity_s", h.capacity_s},
+                  {"ranks_share", h.ranks_share}, {"other_share", h.other_share}, {"steal_share", h.steal_share},
+                  {"load1_start", h.load1_start}, {"load1_end", h.load1_end}, {"mhz_min", h.mhz_min},
+                  {"mhz_max", h.mhz_max}, {"step_other_share", h.step_other_share},
+                  {"step_steal_share", h.step_steal_share}});
+  }
+  return {{"hosts", hs},
+          {"first_counted_step", first_counted_step},
+          {"counted_steps", counted_steps},
+          {"other_share", other_share},
+          {"steal_share", steal_share},
+          {"step_median_s", step_median_s},
+          {"step_min_s", step_min_s},
+          {"step_max_s", step_max_s},
+          {"step_mad_s", step_mad_s},
+          {"median_uncertainty_rel", median_uncertainty_rel}};
+}
+
+RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, const std::vector<std::string>& hosts,
+                       const std::vector<double>& step_times_s) {
+  RunNoise out;
+  const int steps = static_cast<int>(step_times_s.size());
+  out.first_counted_step = steps > 1 ? 1 : 0;
+  out.counted_steps = steps - out.first_counted_step;
+  std::vector<double> counted(step_times_s.begin() + out.first_counted_step, step_times_s.end());
+  if (!counted.empty()) {
+    out.step_median_s = median_of(counted);
+    out.step_min_s = *std::min_element(counted.begin(), counted.end());
+    out.step_max_s = *std::max_element(counted.begin(), counted.end());
+    std::vector<double> dev;
+    for (const double t : counted) dev.push_back(std::abs(t - out.step_median_s));
+    out.step_mad_s = median_of(dev);
+    const double n = static_cast<double>(counted.size());
+    if (counted.size() >= 3 && out.step_median_s > 0) {
+      out.median_uncertainty_rel = 1.96 * 1.2533 * 1.4826 * out.step_mad_s / std::sqrt(n) / out.step_median_s;
+    }
+  }
+  std::map<std::string, std::vector<int>> ranks_of;  // host -> ranks with readings, in rank order
+  for (std::size_t r = 0; r < samples.size(); ++r) {
+    if (samples[r].empty() || samples[r].front().cpus == 0) continue;
+    if (static_cast<int>(samples[r].size()) != steps + 1) {
+      throw Error("rank " + std::to_string(r) + " reported " + std::to_string(samples[r].size()) +
+                  " host readings for " + std::to_string(steps) + " steps (expected " + std::to_string(steps + 1) + ")");
+    }
+    ranks_of[hosts.at(r)].push_back(static_cast<int>(r));
+  }
+  const auto window = [&](const std::vector<int>& ranks, int from, int to) {
+    const auto& first = samples[ranks.front()];
+    Window w;
+    w.capacity_s = first[to].total_s - first[from].total_s;
+    w.busy_s = first[to].busy_s - first[from].busy_s;
+    w.steal_s = first[to].steal_s - first[from].steal_s;
+    for (const int r : ranks) w.own_s += samples[r][to].own_cpu_s - samples[r][from].own_cpu_s;
+    return w;
+  };
+  for (const auto& [host, ranks] : ranks_of) {
+    HostLoad h;
+    h.host = host;
+    h.ranks = static_cast<int>(ranks.size());
+    const auto& first = samples[ranks.front()];
+    h.cpus = first.front().cpus;
+    const Window run = window(ranks, out.first_counted_step, steps);
+    h.capacity_s = run.capacity_s;
+    h.ranks_share = run.capacity_s > 0 ? run.own_s / run.capacity_s : 0;
+    h.other_share = run.other();
+    h.steal_share = run.steal();
+    h.load1_start = first[out.first_counted_step].load1;
+    h.load1_end = first.back().load1;
+    h.mhz_min = h.mhz_max = first.front().mhz;
+    for (const auto& s : first) {
+      h.mhz_min = std::min(h.mhz_min, s.mhz);
+      h.mhz_max = std::max(h.mhz_max, s.mhz);
+    }
+    for (int s = 0; s < steps; ++s) {
+      const Window w = window(ranks, s, s + 1);
+      h.step_other_share.push_back(w.other());
+      h.step_steal_share.push_back(w.steal());
+    }
+    out.other_share = std::max(out.other_share, h.other_share);
+    out.steal_share = std::max(out.steal_share, h.steal_share);
+    out.hosts.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace pipetwin::exec

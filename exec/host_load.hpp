@@ -1,0 +1,76 @@
+// What else used a host's CPUs while a run measured its steps. Each rank
+// reads /proc/stat (every CPU of its host), /proc/loadavg, /proc/cpuinfo and
+// its own CPU time (all its threads) when its steps begin and at the end of
+// each step; rank 0 turns the readings into, per host, the share of the
+// host's CPU time that neither its ranks nor idleness account for (other
+// processes, the launcher, the kernel's work for them), the share the
+// hypervisor took (steal), the load and the clock, for the run and for each
+// step. Torch-free: exec/report.cpp and the tests use it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipetwin::exec {
+
+// One reading. Host times are summed over the host's CPUs, since boot.
+struct HostSample {
+  int cpus = 0;             // cpuN lines of /proc/stat
+  double busy_s = 0;        // user + nice + system + irq + softirq (guest time is inside user)
+  double steal_s = 0;       // a virtual CPU ready to run while the hypervisor ran something else
+  double total_s = 0;       // busy + idle + iowait + steal: the host's CPU capacity so far
+  double own_cpu_s = 0;     // this process, user + system, every thread (getrusage)
+  double load1 = 0;         // 1-minute load average
+  double mhz = 0;           // mean "cpu MHz" of /proc/cpuinfo; 0 where it says none
+  nlohmann::json to_json() const;
+  static HostSample from_json(const nlohmann::json& j);
+};
+
+// Parses the three files' texts (/proc/stat, /proc/loadavg, /proc/cpuinfo;
+// the last two may be empty) with `ticks_per_s` (sysconf(_SC_CLK_TCK)).
+// Throws pipetwin::Error naming what is malformed.
+HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadavg, std::string_view cpuinfo,
+                             double own_cpu_s, double ticks_per_s);
+// This host and process now; a host without /proc/stat gives cpus = 0.
+HostSample sample_host();
+
+// One host over the counted steps (all but the first, warm-up, when there are others).
+struct HostLoad {
+  std::string host;
+  int ranks = 0, cpus = 0;
+  double capacity_s = 0;    // CPU time the host had: wall time x CPUs
+  double ranks_share = 0;   // of capacity_s: the ranks' own CPU time
+  double other_share = 0;   // busy time that is not the ranks' (0 where the counters disagree below it)
+  double steal_share = 0;
+  double load1_start = 0, load1_end = 0;
+  double mhz_min = 0, mhz_max = 0;  // 0: not shown
+  std::vector<double> step_other_share;  // every step, the warm-up included
+  std::vector<double> step_steal_share;
+};
+
+// What disturbed the run, and how well its steps pin the median step.
+struct RunNoise {
+  std::vector<HostLoad> hosts;
+  int first_counted_step = 0;
+  int counted_steps = 0;
+  double other_share = 0, steal_share = 0;  // the worst host
+  double step_median_s = 0, step_min_s = 0, step_max_s = 0;
+  double step_mad_s = 0;  // median absolute deviation of the counted steps
+  // Half-width of a 95% interval of the median step, relative to it: the
+  // median of n normal samples has standard error 1.2533 sigma / sqrt(n),
+  // sigma estimated as 1.4826 MAD; 0 with fewer than 3 counted steps
+  // (unknown, said as such).
+  double median_uncertainty_rel = 0;
+  nlohmann::json to_json() const;
+};
+
+// Per host from the ranks' readings (`samples[r]`: rank r's steps + 1
+// readings; `hosts[r]`: its host), with the run's step times. Ranks without
+// readings (cpus = 0) leave their host out. Throws pipetwin::Error naming a
+// rank whose readings do not cover the steps.
+RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, const std::vector<std::string>& hosts,
+                       const std::vector<double>& step_times_s);
+
+}  // namespace pipetwin::exec
