@@ -313,6 +313,8 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   }
   compare_actions(pt, m_index, c);
   compare_stash(predicted.metadata, pf, measured.metadata, mf, c);
+  c.noise = Noise::of_trace(measured.metadata);
+  c.step_judgement = judge(c.step_time_s.relative(), c.noise);
   return c;
 }
 
@@ -361,6 +363,15 @@ json Comparison::to_json() const {
   }
   if (!stash_note.empty()) stash["missing"] = stash_note;
   j["stash_bytes_per_stage"] = stash;
+  j["noise"] = noise ? json{{"other_share", noise->other_share},
+                            {"steal_share", noise->steal_share},
+                            {"median_uncertainty_rel", noise->median_uncertainty_rel},
+                            {"band_rel", noise->band()},
+                            {"step_spread_rel", noise->step_median_s > 0 ? noise->step_mad_s / noise->step_median_s : 0},
+                            {"counted_steps", noise->counted_steps},
+                            {"busy", noise->busy()}}
+                     : json(nullptr);
+  j["verdict"] = {{"step_time", verdict_name(step_judgement.verdict)}, {"why", step_judgement.why}};
   return j;
 }
 
@@ -418,6 +429,8 @@ std::string Comparison::to_text() const {
         << pct(d.relative()) << ")\n";
     }
   }
+  o << "noise        " << (noise ? noise->describe() : "not recorded by the measured trace") << "\n";
+  o << "verdict      " << verdict_name(step_judgement.verdict) << ": " << step_judgement.why << "\n";
   return o.str();
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/noise.hpp"
 #include "schedule/trace.hpp"
 #include "schedule/trace_metadata.hpp"
 
@@ -68,6 +69,10 @@ struct Comparison {
   // file lacks them, when either records neither.
   std::vector<Delta> stash_bytes_per_stage;
   std::string stash_predicted_source, stash_measured_source, stash_note;
+  // What the measured run recorded of its noise (none: an older trace, or
+  // not a run's), and the step time's error judged against it.
+  std::optional<Noise> noise;
+  Judgement step_judgement;
 
   nlohmann::json to_json() const;
   std::string to_text() const;

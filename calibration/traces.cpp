@@ -181,6 +181,7 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   run.path = path;
   run.trace = std::move(trace);
   const json& meta = run.trace.metadata;
+  run.noise = Noise::of_trace(meta);
   const ps::TraceMetadata md = ps::read_trace_metadata(meta, path);
   run.model_spec = md.model_spec;
   try {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/noise.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
@@ -33,6 +34,7 @@ struct TraceRun {
   std::vector<int> host_cores;     // per rank (measured.ranks[].host_cores), 0 when not recorded
   std::vector<std::string> hosts;  // per rank (measured.ranks[].host), "" when not recorded
   std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
+  std::optional<Noise> noise;               // otherData.measured.noise, when recorded
   // From the first action of the rank that holds stage 0 to the last end:
   // one step as the simulator replays it. A measured timeline's makespan is
   // longer by the time the other ranks wait, at its start, for the previous

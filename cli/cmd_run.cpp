@@ -15,6 +15,7 @@
 #include "cli/scenario_options.hpp"
 #include "exec/launcher.hpp"
 #include "exec/run.hpp"
+#include "calibration/noise.hpp"
 #include "models/summary.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
@@ -35,6 +36,16 @@ struct Options {
   bool json = false;
 };
 
+// The run's noise with what calibration/noise.hpp makes of it: busy, and the
+// relative error the measurement alone may carry.
+nlohmann::json noise_json(const exec::RunNoise& noise) {
+  auto j = noise.to_json();
+  const auto n = calibration::Noise::of_trace({{"measured", {{"noise", j}}}});
+  j["busy"] = n->busy();
+  j["band_rel"] = n->band();
+  return j;
+}
+
 nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& rank : r.ranks) {
@@ -52,7 +63,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
   }
   return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s},
           {"bubble_fractions", r.bubble_fractions}, {"losses", r.losses},
-          {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages}};
+          {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages},
+          {"noise", noise_json(r.noise)}};
 }
 
 void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,
@@ -82,6 +94,10 @@ void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models
     std::printf("  rank %d on %s: %.1f / %.1f, %d, %+.1f us (+-%.1f us)\n", rank.rank, rank.host.c_str(),
                 rank.peak_allocated_bytes / 1e6, rank.peak_rss_bytes / 1e6, rank.threads, rank.clock_offset_s * 1e6,
                 rank.clock_uncertainty_s * 1e6);
+  }
+  if (const auto noise = calibration::Noise::of_trace({{"measured", m}})) {
+    std::printf("noise        %s\n", noise->describe().c_str());
+    if (noise->busy()) std::printf("             %s\n", calibration::judge(std::nullopt, noise).why.c_str());
   }
   if (!o.trace.empty()) std::printf("trace        %s (Chrome trace of step %d: open in Perfetto)\n", o.trace.c_str(), r.representative_step);
 }

@@ -296,6 +296,30 @@ TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
   EXPECT_LT(fit.residuals.at("forward").max_rel, 1e-6);
 }
 
+// A run measured on a busy machine (its noise record says so) is fitted
+// still, and named in the notes with the share others took.
+TEST_F(Calibration, ARunMeasuredOnABusyMachineIsNamedInTheNotes) {
+  const pm::Hardware truth = known_hardware();
+  std::vector<pc::TraceRun> runs;
+  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  ASSERT_GE(runs.size(), 2u);
+  runs[1].noise = pc::Noise{};
+  runs[1].noise->other_share = 0.25;
+  runs[1].noise->counted_steps = 8;
+  runs[0].noise = pc::Noise{};  // quiet
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pc::FitResult fit = pc::fit(runs, base);
+  int busy = 0;
+  for (const auto& n : fit.notes) {
+    if (n.find("measured on a busy machine") == std::string::npos) continue;
+    ++busy;
+    EXPECT_EQ(n.rfind(runs[1].path + ": ", 0), 0u) << n;
+    EXPECT_NE(n.find("other processes took 25.0% of the host's CPU"), std::string::npos) << n;
+  }
+  EXPECT_EQ(busy, 1);
+}
+
 TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
   const pm::Hardware hw = known_hardware();
   const Config c = grid()[8];  // 1f1b, K=2, partition 0:3 3:6

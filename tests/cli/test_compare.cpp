@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -187,6 +188,45 @@ TEST(Compare, TheBubbleOverTheMeasuredRunsStepsWhereItRecordedThem) {
   } catch (const pipetwin::Error& e) {
     EXPECT_EQ(std::string(e.what()), "m.json: otherData.measured.bubble_fractions[1] must be a fraction between 0 and 1, got -0.25");
   }
+}
+
+// The measured run's noise decides what its error means: predicted 6.5 s
+// against measured 9.2 s is -29.3%.
+TEST(Compare, TheStepErrorIsJudgedAgainstTheNoiseTheRunRecorded) {
+  using pipetwin::calibration::Verdict;
+  auto m = measured();
+  const auto judged = [&](double other, double mad, int steps) {
+    m.metadata["measured"]["noise"] = {{"other_share", other},   {"steal_share", 0.0},
+                                       {"step_median_s", 9.2},   {"step_mad_s", mad},
+                                       {"counted_steps", steps},
+                                       {"median_uncertainty_rel", steps >= 3 ? 1.96 * 1.2533 * 1.4826 * mad / std::sqrt(steps) / 9.2 : 0.0},
+                                       {"hosts", json::array({{{"other_share", other}, {"load1_start", 0.5}, {"load1_end", 0.7}}})}};
+    return compare(predicted(), "p.json", m, "m.json");
+  };
+  // Quiet, tight steps: a model error.
+  auto c = judged(0.0, 0.05, 8);
+  ASSERT_TRUE(c.noise.has_value());
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError) << c.step_judgement.why;
+  EXPECT_EQ(c.to_json()["verdict"]["step_time"], "model error");
+  EXPECT_NE(c.to_text().find("verdict      model error: |error| 29.3%"), std::string::npos) << c.to_text();
+  // Steps so spread that the median itself is uncertain by more than 29.3%: within noise.
+  c = judged(0.0, 3.0, 8);
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::WithinNoise) << c.step_judgement.why;
+  // Another process took 3% of the CPU: not meaningful, saying how much it took.
+  c = judged(0.03, 0.05, 8);
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::NotMeaningful);
+  EXPECT_NE(c.step_judgement.why.find("other processes took 3.0% of its CPU"), std::string::npos) << c.step_judgement.why;
+  EXPECT_EQ(c.to_json()["noise"]["busy"], true);
+  // Just under it, the load widens the band by kLoadSensitivity times its share.
+  c = judged(0.029, 0.0, 8);
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError);
+  EXPECT_NEAR(c.noise->band(), pipetwin::calibration::kLoadSensitivity * 0.029, 1e-12);
+  // A trace that recorded no noise: unknown, said so.
+  const auto none = compare(predicted(), "p.json", measured(), "m.json");
+  EXPECT_FALSE(none.noise.has_value());
+  EXPECT_EQ(none.step_judgement.verdict, Verdict::Unknown);
+  EXPECT_TRUE(none.to_json()["noise"].is_null());
+  EXPECT_NE(none.to_text().find("noise        not recorded"), std::string::npos);
 }
 
 TEST(Compare, ADifferentConfigurationIsRefusedNamingTheFileAndField) {

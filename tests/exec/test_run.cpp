@@ -154,9 +154,44 @@ TEST(Run, TraceHoldsEveryActionAndTheSummaryAgrees) {
   EXPECT_NEAR(t.timeline.makespan(), j["summary"]["step_time_s"].get<double>(), 1e-9);
   EXPECT_NEAR(t.timeline.bubble_fraction(), j["summary"]["bubble_fraction"].get<double>(), 1e-9);
   EXPECT_EQ(t.metadata["producer"], "pipetwin run");
+  // The noise the run recorded: this host, both ranks, every step read.
+  const auto& noise = t.metadata["measured"]["noise"];
+  EXPECT_EQ(noise["counted_steps"], 2);  // 3 steps, the warm-up left out
+  ASSERT_EQ(noise["hosts"].size(), 1u);
+  EXPECT_EQ(noise["hosts"][0]["ranks"], 2);
+  EXPECT_GT(noise["hosts"][0]["cpus"].get<int>(), 0);
+  EXPECT_GT(noise["hosts"][0]["ranks_share"].get<double>(), 0.0);
+  EXPECT_EQ(noise["hosts"][0]["step_other_share"].size(), 3u);
+  EXPECT_NEAR(noise["step_median_s"].get<double>(),
+              0.5 * (j["measured"]["step_times_s"][1].get<double>() + j["measured"]["step_times_s"][2].get<double>()), 1e-12);
   for (const auto& rank : t.timeline.ranks) {
     for (const auto& a : rank) EXPECT_GE(a.start, -1e-9);
   }
+}
+
+// Two busy loops beside a run: the run measures what they took of the host's
+// CPU, and `compare` calls its comparison not meaningful, naming the share,
+// rather than printing the slowed step's error as the model's.
+TEST(Run, ABusyMachineIsMeasuredAndItsComparisonCalledNotMeaningful) {
+  const auto dir = scratch("busy");
+  const std::string trace = (dir / "measured.json").string(), predicted = (dir / "predicted.json").string();
+  // The loops' output away from the pipe the test reads, so that it ends with
+  // the run; each ends by itself in 2 minutes should the test be stopped.
+  const std::string loop = "timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 & ";
+  const std::string loops = loop + "a=$!; " + loop + "b=$!; ";
+  const auto r = run_shell(loops + PIPETWIN_BINARY + " " + common(kTransformer, 4) + " -s 1f1b -k 2 --trace " + trace +
+                           " 2>&1; code=$?; kill $a $b; exit $code");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "the machine was busy: other processes took")) << r.out;
+  const auto t = pipetwin::schedule::read_chrome_trace(trace);
+  EXPECT_GE(t.metadata["measured"]["noise"]["other_share"].get<double>(), 0.1) << t.metadata["measured"]["noise"].dump();
+  const auto s = run("simulate --model " + kTransformer + " -s 1f1b -k 2 -m 4 --batch 8 --hardware cpu --trace " + predicted);
+  ASSERT_EQ(s.code, 0) << s.out;
+  const auto c = run("compare " + predicted + " " + trace + " --json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  const auto j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j["verdict"]["step_time"], "not meaningful") << c.out;
+  EXPECT_EQ(j["noise"]["busy"], true);
 }
 
 // Recompute keeps only each stage's input: the measured stash falls by what

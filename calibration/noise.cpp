@@ -1,0 +1,94 @@
+#include "calibration/noise.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace pipetwin::calibration {
+
+std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
+  if (!meta.is_object() || !meta.contains("measured") || !meta["measured"].is_object()) return std::nullopt;
+  const auto& m = meta["measured"];
+  if (!m.contains("noise") || !m["noise"].is_object()) return std::nullopt;
+  const auto& j = m["noise"];
+  const auto num = [&](const nlohmann::json& o, const char* key) {
+    return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
+  };
+  Noise n;
+  n.other_share = num(j, "other_share");
+  n.steal_share = num(j, "steal_share");
+  n.median_uncertainty_rel = num(j, "median_uncertainty_rel");
+  n.step_median_s = num(j, "step_median_s");
+  n.step_mad_s = num(j, "step_mad_s");
+  n.counted_steps = static_cast<int>(num(j, "counted_steps"));
+  double worst = -1;
+  for (const auto& h : j.value("hosts", nlohmann::json::array())) {
+    const double share = num(h, "other_share") + num(h, "steal_share");
+    if (share <= worst) continue;
+    worst = share;
+    n.load1_start = num(h, "load1_start");
+    n.load1_end = num(h, "load1_end");
+    n.mhz_min = num(h, "mhz_min");
+    n.mhz_max = num(h, "mhz_max");
+  }
+  return n;
+}
+
+std::string Noise::describe() const {
+  char line[512];
+  const double spread = step_median_s > 0 ? step_mad_s / step_median_s : 0;
+  std::string known = median_uncertainty_rel > 0 ? "" : " (fewer than 3 steps: unknown)";
+  if (median_uncertainty_rel > 0) {
+    std::snprintf(line, sizeof line, ", the median known to +-%.1f%% (95%%)", 100 * median_uncertainty_rel);
+    known = line;
+  }
+  std::snprintf(line, sizeof line,
+                "%d steps counted, spread %.1f%% (median absolute deviation)%s; other processes took %.1f%% of the "
+                "host's CPU, the hypervisor %.1f%%; load %.2f -> %.2f",
+                counted_steps, 100 * spread, known.c_str(), 100 * other_share, 100 * steal_share, load1_start, load1_end);
+  std::string out = line;
+  if (mhz_max > 0 && mhz_max - mhz_min > 1) {
+    std::snprintf(line, sizeof line, "; clock %.0f-%.0f MHz", mhz_min, mhz_max);
+    out += line;
+  }
+  return out;
+}
+
+std::string verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::NotMeaningful: return "not meaningful";
+    case Verdict::WithinNoise: return "within noise";
+    case Verdict::ModelError: return "model error";
+    case Verdict::Unknown: break;
+  }
+  return "unknown";
+}
+
+Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise) {
+  char line[512];
+  if (!noise) return {Verdict::Unknown, "the measured trace recorded no noise (pipetwin run writes it)"};
+  if (noise->busy()) {
+    std::snprintf(line, sizeof line,
+                  "the machine was busy: other processes took %.1f%% of its CPU and the hypervisor %.1f%% during the "
+                  "measured steps (at least %.0f%% makes a comparison say as much about the load as about the model); "
+                  "measure again on a quiet machine",
+                  100 * noise->other_share, 100 * noise->steal_share, 100 * kBusyShare);
+    return {Verdict::NotMeaningful, line};
+  }
+  if (!relative_error) return {Verdict::Unknown, "the measured step time is 0"};
+  const double e = std::abs(*relative_error), band = noise->band();
+  if (noise->median_uncertainty_rel > 0 && e <= band) {
+    std::snprintf(line, sizeof line, "|error| %.1f%% is within what the measurement itself may carry (+-%.1f%%)", 100 * e,
+                  100 * band);
+    return {Verdict::WithinNoise, line};
+  }
+  if (noise->median_uncertainty_rel > 0) {
+    std::snprintf(line, sizeof line, "|error| %.1f%% is beyond what the measurement itself may carry (+-%.1f%%) on a quiet machine",
+                  100 * e, 100 * band);
+  } else {
+    std::snprintf(line, sizeof line, "|error| %.1f%% on a quiet machine (too few steps to bound the measurement's own noise)",
+                  100 * e);
+  }
+  return {Verdict::ModelError, line};
+}
+
+}  // namespace pipetwin::calibration

@@ -1,0 +1,60 @@
+// How much a measured run can say about the model: the noise `pipetwin run`
+// recorded with it (otherData.measured.noise: the steps' spread and what else
+// used the host's CPUs, exec/host_load.hpp), and the judgement of an error
+// against it. An error is one of
+//   not meaningful  other processes or the hypervisor took at least
+//                   kBusyShare of the host's CPU time during the counted
+//                   steps: the measurement is of the machine's load as much
+//                   as of the configuration,
+//   within noise    |error| no larger than the uncertainty of the measured
+//                   median step (its 95% interval from the steps' spread)
+//                   and what the load measured beside it may have added,
+//   model error     larger than that on a quiet machine,
+//   unknown         the trace recorded no noise (an older trace, or one from
+//                   elsewhere).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace pipetwin::calibration {
+
+// Measured on a 2-core machine (docs/calibration.md, "Noise"; 1f1b K=2 M=8
+// on transformer-small beside a process busy a set share of each 20 ms):
+// quiet runs record 0.0-0.2% of the CPU as taken by others; others at 4-12%
+// slowed the median step by 6-43%, a median of 2.6 times their share (they
+// preempt ranks on the pipeline's critical path). So a run is busy from 3%
+// on, and below that an error is judged within noise up to the median's own
+// uncertainty plus kLoadSensitivity times the share taken.
+inline constexpr double kBusyShare = 0.03;
+inline constexpr double kLoadSensitivity = 2.6;
+
+struct Noise {
+  double other_share = 0, steal_share = 0;  // of the busiest host's CPU time
+  double median_uncertainty_rel = 0;        // 0: fewer than 3 counted steps
+  double step_median_s = 0, step_mad_s = 0;
+  int counted_steps = 0;
+  double load1_start = 0, load1_end = 0;    // of the busiest host
+  double mhz_min = 0, mhz_max = 0;
+  // From a run's otherData (the measured trace's metadata); nullopt when it has no noise record.
+  static std::optional<Noise> of_trace(const nlohmann::json& meta);
+  bool busy() const { return other_share + steal_share >= kBusyShare; }
+  // The relative error the measurement alone may carry: the median's
+  // uncertainty and what the others' share may have slowed.
+  double band() const { return median_uncertainty_rel + kLoadSensitivity * (other_share + steal_share); }
+  std::string describe() const;  // one line
+};
+
+enum class Verdict { Unknown, NotMeaningful, WithinNoise, ModelError };
+std::string verdict_name(Verdict v);  // "unknown", "not meaningful", "within noise", "model error"
+
+struct Judgement {
+  Verdict verdict = Verdict::Unknown;
+  std::string why;
+};
+
+// The step time's relative error (predicted - measured) / measured against the measured run's noise.
+Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise);
+
+}  // namespace pipetwin::calibration
