@@ -1,7 +1,9 @@
 """The report of a predict -> run -> calibrate -> compare loop, in Markdown:
 the configurations compared (held out from the calibration), their
 predicted and measured step times, bubbles and peak stashes with the errors,
-the median and worst errors, and the pictures, from files the CLI wrote
+the noise each run recorded and what it makes of each error (within noise,
+model error, or not meaningful on a busy machine: left out of the median and
+worst errors, said so), and the pictures, from files the CLI wrote
 (`pipetwin compare --json` outputs, plots made by `pipetwin plot`).
 
   python plots/report.py --compare C1.json C2.json ... --image "Gantt=gantt.png" ... \
@@ -35,8 +37,12 @@ def row(path: str) -> dict:
     batch = c["microbatches"] * c["microbatch_size"] if "microbatch_size" in c and "microbatches" in c else "?"
     name = (f"{c.get('schedule')} K={c.get('ranks')} M={c.get('microbatches')} "
             f"batch={batch} recompute={c.get('recompute')}")
+    noise = doc.get("noise") if isinstance(doc.get("noise"), dict) else None
+    verdict = doc.get("verdict", {}).get("step_time", "unknown") if isinstance(doc.get("verdict"), dict) else "unknown"
     return {
         "name": name,
+        "noise": noise,
+        "verdict": verdict,
         "predicted": step["predicted"],
         "measured": step["measured"],
         "error": step["relative_error"],
@@ -52,21 +58,38 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
     lines = [f"# {title}", ""]
     if calibrated_on:
         lines += [f"Calibrated on: {calibrated_on}. The configurations below were held out of the fit.", ""]
-    lines += ["| configuration | predicted step | measured step | error | bubble predicted / measured | bubble error "
-              "| worst stash error |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    busy = [r for r in rows if r["verdict"] == "not meaningful"]
+    if busy:
+        shares = ", ".join(f"{r['name']}: {100 * (r['noise']['other_share'] + r['noise']['steal_share']):.0f}%"
+                           for r in busy)
+        lines += [f"**{len(busy)} of {len(rows)} comparisons are not meaningful: the machine was busy while they ran** "
+                  f"(share of its CPU taken by other processes and the hypervisor: {shares}). Their errors say as much "
+                  "about that load as about the model: they are left out of the figures below. Measure again on a "
+                  "quiet machine.", ""]
+    lines += ["| configuration | predicted step | measured step (95%) | error | verdict | others' CPU "
+              "| bubble predicted / measured | bubble error | worst stash error |",
+              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         stash = "n/a" if r["stash_worst"] is None else f"{100 * r['stash_worst']:.1f}%"
-        lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms | "
-                     f"{100 * r['error']:+.1f}% | {100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}% | "
+        n = r["noise"]
+        known = f" ±{100 * n['median_uncertainty_rel']:.1f}%" if n and n.get("median_uncertainty_rel") else ""
+        others = f"{100 * (n['other_share'] + n['steal_share']):.1f}%" if n else "not recorded"
+        lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms{known} | "
+                     f"{100 * r['error']:+.1f}% | {r['verdict']} | {others} | "
+                     f"{100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}% | "
                      f"{r['bubble_points']:+.1f} pt | {stash} |")
-    errors = [abs(r["error"]) for r in rows]
-    bubbles = [abs(r["bubble_points"]) for r in rows]
-    stashes = [r["stash_worst"] for r in rows if r["stash_worst"] is not None]
-    lines += ["", f"Step time: median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}% "
-                  f"over {len(rows)} held-out configurations. Bubble: median |error| {statistics.median(bubbles):.1f} "
-                  f"points, worst {max(bubbles):.1f}."
-              + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
+    kept = [r for r in rows if r["verdict"] != "not meaningful"]
+    if not kept:
+        lines += ["", "No comparison is meaningful: every run was measured on a busy machine.", ""]
+    else:
+        errors = [abs(r["error"]) for r in kept]
+        bubbles = [abs(r["bubble_points"]) for r in kept]
+        stashes = [r["stash_worst"] for r in kept if r["stash_worst"] is not None]
+        within = sum(r["verdict"] == "within noise" for r in kept)
+        lines += ["", f"Step time: median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}% "
+                      f"over {len(kept)} held-out configurations ({within} within their measurement's noise). Bubble: "
+                      f"median |error| {statistics.median(bubbles):.1f} points, worst {max(bubbles):.1f}."
+                  + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
     for caption, path in images:
         rel = os.path.relpath(path, out_dir)
         lines += [f"## {caption}", "", f"![{caption}]({rel})", ""]

@@ -60,19 +60,27 @@ for rep in $(seq 1 "$REPEATS"); do
     # shellcheck disable=SC2046
     "$PIPETWIN" run $(args_of "$c") --steps "$STEPS" --threads 1 --trace "$OUT/runs/${n}_r$rep.json" \
       --summary "$OUT/runs/${n}_r$rep.summary.json" >"$OUT/runs/${n}_r$rep.txt"
-    printf '  run %2d/%d %-22s %s\n' "$i" $((${#all[@]} * REPEATS)) "$n" "$(grep '^step time' "$OUT/runs/${n}_r$rep.txt")"
+    printf '  run %2d/%d %-22s %s%s\n' "$i" $((${#all[@]} * REPEATS)) "$n" "$(grep '^step time' "$OUT/runs/${n}_r$rep.txt")" \
+      "$(grep -q 'the machine was busy' "$OUT/runs/${n}_r$rep.txt" && echo '   (busy machine)')"
   done
 done
 names=()
 for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
 python3 - "$OUT/runs" "$REPEATS" "${names[@]}" <<'EOF_PY'
-import shutil, sys
+import json, shutil, sys
 sys.path.insert(0, "scripts")
 from trace_step import step_of
 runs, repeats, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def busy(path):  # what `pipetwin run` judged of the machine while it ran
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["otherData"]["measured"]["noise"]["busy"]
 for name in names:
     steps = [(step_of(f"{runs}/{name}_r{r}.json"), r) for r in range(1, repeats + 1)]
-    r = sorted(steps)[(repeats - 1) // 2][1]
+    # The median of the repeats measured on a quiet machine, if any was.
+    quiet = [s for s in steps if not busy(f"{runs}/{name}_r{s[1]}.json")] or steps
+    if len(quiet) < len(steps):
+        print(f"  {name}: {len(steps) - len(quiet)} of {len(steps)} repeats ran on a busy machine, left out")
+    r = sorted(quiet)[(len(quiet) - 1) // 2][1]
     for ext in (".json", ".summary.json", ".txt"):
         shutil.copyfile(f"{runs}/{name}_r{r}{ext}", f"{runs}/{name}{ext}")
 EOF_PY

@@ -268,10 +268,6 @@ class Memory(Files):
             memory.stage_memory({"summary": {}}, "x.json")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class Report(Files):
     def compare_doc(self, predicted, measured, bubble_p, bubble_m, stash):
         return {"configuration": {"schedule": "1f1b", "ranks": 2, "microbatches": 8, "microbatch_size": 2,
@@ -305,3 +301,29 @@ class Report(Files):
         with self.assertRaises(common.PlotError) as e:
             report.row(path)
         self.assertIn("x.json: not a 'pipetwin compare --json' report", str(e.exception))
+
+    def test_noise_columns_and_busy_runs_left_out_of_the_figures(self):
+        quiet = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        quiet["noise"] = {"other_share": 0.002, "steal_share": 0.0, "median_uncertainty_rel": 0.012}
+        quiet["verdict"] = {"step_time": "model error", "why": "..."}
+        busy = self.compare_doc(0.100, 0.160, 0.30, 0.20, [0.0])
+        busy["noise"] = {"other_share": 0.38, "steal_share": 0.01, "median_uncertainty_rel": 0.06}
+        busy["verdict"] = {"step_time": "not meaningful", "why": "..."}
+        rows = [report.row(self.write("q.json", quiet)), report.row(self.write("b.json", busy))]
+        text = report.markdown(rows, [], None, "T", self.dir.name)
+        self.assertIn("**1 of 2 comparisons are not meaningful: the machine was busy while they ran**", text)
+        self.assertIn("1f1b K=2 M=8 batch=16 recompute=none: 39%", text)
+        self.assertIn("| 105.0 ms | 100.0 ms ±1.2% | +5.0% | model error | 0.2% |", text)
+        self.assertIn("| 160.0 ms ±6.0% | -37.5% | not meaningful | 39.0% |", text)
+        # The busy run's -37.5% is not in the figures: only the quiet one's 5.0%.
+        self.assertIn("median |error| 5.0%, worst 5.0% over 1 held-out configurations (0 within", text)
+        only_busy = report.markdown(rows[1:], [], None, "T", self.dir.name)
+        self.assertIn("No comparison is meaningful", only_busy)
+        self.assertNotIn("median |error|", only_busy)
+        # A report without noise (an older compare): said, and counted.
+        old = report.row(self.write("o.json", self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])))
+        self.assertIn("| unknown | not recorded |", report.markdown([old], [], None, "T", self.dir.name))
+
+
+if __name__ == "__main__":
+    unittest.main()
