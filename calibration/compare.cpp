@@ -365,6 +365,7 @@ json Comparison::to_json() const {
   j["stash_bytes_per_stage"] = stash;
   j["noise"] = noise ? json{{"other_share", noise->other_share},
                             {"steal_share", noise->steal_share},
+                            {"share_resolution", noise->share_resolution},
                             {"median_uncertainty_rel", noise->median_uncertainty_rel},
                             {"band_rel", noise->band()},
                             {"step_spread_rel", noise->step_median_s > 0 ? noise->step_mad_s / noise->step_median_s : 0},

@@ -16,6 +16,7 @@ std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
   Noise n;
   n.other_share = num(j, "other_share");
   n.steal_share = num(j, "steal_share");
+  n.share_resolution = num(j, "share_resolution");
   n.median_uncertainty_rel = num(j, "median_uncertainty_rel");
   n.step_median_s = num(j, "step_median_s");
   n.step_mad_s = num(j, "step_mad_s");
@@ -43,8 +44,9 @@ std::string Noise::describe() const {
   }
   std::snprintf(line, sizeof line,
                 "%d steps counted, spread %.1f%% (median absolute deviation)%s; other processes took %.1f%% of the "
-                "host's CPU, the hypervisor %.1f%%; load %.2f -> %.2f",
-                counted_steps, 100 * spread, known.c_str(), 100 * other_share, 100 * steal_share, load1_start, load1_end);
+                "host's CPU, the hypervisor %.1f%% (+-%.1f%%: the kernel counts in ticks); load %.2f -> %.2f",
+                counted_steps, 100 * spread, known.c_str(), 100 * other_share, 100 * steal_share, 100 * share_resolution,
+                load1_start, load1_end);
   std::string out = line;
   if (mhz_max > 0 && mhz_max - mhz_min > 1) {
     std::snprintf(line, sizeof line, "; clock %.0f-%.0f MHz", mhz_min, mhz_max);
@@ -68,10 +70,10 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
   if (!noise) return {Verdict::Unknown, "the measured trace recorded no noise (pipetwin run writes it)"};
   if (noise->busy()) {
     std::snprintf(line, sizeof line,
-                  "the machine was busy: other processes took %.1f%% of its CPU and the hypervisor %.1f%% during the "
-                  "measured steps (at least %.0f%% makes a comparison say as much about the load as about the model); "
-                  "measure again on a quiet machine",
-                  100 * noise->other_share, 100 * noise->steal_share, 100 * kBusyShare);
+                  "the machine was busy: other processes took %.1f%% of its CPU and the hypervisor %.1f%% (+-%.1f%%) "
+                  "during the measured steps (%.0f%% or more makes a comparison say as much about the load as about "
+                  "the model); measure again on a quiet machine",
+                  100 * noise->other_share, 100 * noise->steal_share, 100 * noise->share_resolution, 100 * kBusyShare);
     return {Verdict::NotMeaningful, line};
   }
   if (!relative_error) return {Verdict::Unknown, "the measured step time is 0"};

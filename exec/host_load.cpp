@@ -49,7 +49,7 @@ struct Window {
 
 nlohmann::json HostSample::to_json() const {
   return {{"cpus", cpus}, {"busy_s", busy_s}, {"steal_s", steal_s}, {"total_s", total_s},
-          {"own_cpu_s", own_cpu_s}, {"load1", load1}, {"mhz", mhz}};
+          {"own_cpu_s", own_cpu_s}, {"load1", load1}, {"mhz", mhz}, {"tick_s", tick_s}};
 }
 
 HostSample HostSample::from_json(const nlohmann::json& j) {
@@ -61,6 +61,7 @@ HostSample HostSample::from_json(const nlohmann::json& j) {
   s.own_cpu_s = j.at("own_cpu_s").get<double>();
   s.load1 = j.at("load1").get<double>();
   s.mhz = j.at("mhz").get<double>();
+  s.tick_s = j.at("tick_s").get<double>();
   return s;
 }
 
@@ -68,6 +69,7 @@ HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadav
                              double own_cpu_s, double ticks_per_s) {
   HostSample s;
   s.own_cpu_s = own_cpu_s;
+  s.tick_s = 1 / ticks_per_s;
   std::istringstream lines{std::string(proc_stat)};
   std::string line;
   bool aggregate = false;
@@ -127,6 +129,7 @@ nlohmann::json RunNoise::to_json() const {
   for (const auto& h : hosts) {
     hs.push_back({{"host", h.host}, {"ranks", h.ranks}, {"cpus", h.cpus}, {"capacity_s", h.capacity_s},
                   {"ranks_share", h.ranks_share}, {"other_share", h.other_share}, {"steal_share", h.steal_share},
+                  {"share_resolution", h.share_resolution},
                   {"load1_start", h.load1_start}, {"load1_end", h.load1_end}, {"mhz_min", h.mhz_min},
                   {"mhz_max", h.mhz_max}, {"step_other_share", h.step_other_share},
                   {"step_steal_share", h.step_steal_share}});
@@ -136,6 +139,7 @@ nlohmann::json RunNoise::to_json() const {
           {"counted_steps", counted_steps},
           {"other_share", other_share},
           {"steal_share", steal_share},
+          {"share_resolution", share_resolution},
           {"step_median_s", step_median_s},
           {"step_min_s", step_min_s},
           {"step_max_s", step_max_s},
@@ -191,6 +195,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     h.ranks_share = run.capacity_s > 0 ? run.own_s / run.capacity_s : 0;
     h.other_share = run.other();
     h.steal_share = run.steal();
+    h.share_resolution = run.capacity_s > 0 ? 2.0 * h.cpus * first.front().tick_s / run.capacity_s : 1.0;
     h.load1_start = first[out.first_counted_step].load1;
     h.load1_end = first.back().load1;
     h.mhz_min = h.mhz_max = first.front().mhz;
@@ -205,6 +210,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     }
     out.other_share = std::max(out.other_share, h.other_share);
     out.steal_share = std::max(out.steal_share, h.steal_share);
+    out.share_resolution = std::max(out.share_resolution, h.share_resolution);
     out.hosts.push_back(std::move(h));
   }
   return out;

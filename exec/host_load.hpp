@@ -24,6 +24,7 @@ struct HostSample {
   double own_cpu_s = 0;     // this process, user + system, every thread (getrusage)
   double load1 = 0;         // 1-minute load average
   double mhz = 0;           // mean "cpu MHz" of /proc/cpuinfo; 0 where it says none
+  double tick_s = 0.01;     // the unit of /proc/stat's counters (1 / sysconf(_SC_CLK_TCK))
   nlohmann::json to_json() const;
   static HostSample from_json(const nlohmann::json& j);
 };
@@ -44,6 +45,9 @@ struct HostLoad {
   double ranks_share = 0;   // of capacity_s: the ranks' own CPU time
   double other_share = 0;   // busy time that is not the ranks' (0 where the counters disagree below it)
   double steal_share = 0;
+  // How finely the shares are known: the kernel counts each CPU's time in
+  // ticks, one tick per CPU at each end of the window, over the capacity.
+  double share_resolution = 0;
   double load1_start = 0, load1_end = 0;
   double mhz_min = 0, mhz_max = 0;  // 0: not shown
   std::vector<double> step_other_share;  // every step, the warm-up included
@@ -56,6 +60,7 @@ struct RunNoise {
   int first_counted_step = 0;
   int counted_steps = 0;
   double other_share = 0, steal_share = 0;  // the worst host
+  double share_resolution = 0;              // the coarsest host's
   double step_median_s = 0, step_min_s = 0, step_max_s = 0;
   double step_mad_s = 0;  // median absolute deviation of the counted steps
   // Half-width of a 95% interval of the median step, relative to it: the

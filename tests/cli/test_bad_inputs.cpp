@@ -43,7 +43,7 @@ struct Bad {
   int code = 1;
   std::vector<std::pair<std::string, Make>> made = {};  // name -> contents made from the fixtures
   // The message is deliberately followed by more lines: validate's step x rank
-  // grid of a schedule that does not validate (README, "The schedule IR").
+  // grid of a schedule that does not validate (docs/schedule-ir.md).
   bool grid = false;
 };
 

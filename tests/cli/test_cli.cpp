@@ -72,7 +72,7 @@ TEST_F(Cli, BrokenScheduleGivesTheGridAndExitCode1) {
   EXPECT_TRUE(has(r.out, "pipetwin: error: invalid schedule: rank 0, step 2: deadlock")) << r.out;
   EXPECT_TRUE(has(r.out, "<-- ERROR HERE")) << r.out;
 
-  // The same schedule as the README shows it, from examples/.
+  // The same schedule as docs/schedule-ir.md shows it, from examples/.
   const auto example = run("validate " + std::string(PIPETWIN_EXAMPLES_DIR) + "/deadlock.txt");
   EXPECT_EQ(example.code, 1) << example.out;
   const auto from = [](const std::string& out) {

@@ -217,6 +217,10 @@ TEST(Compare, TheStepErrorIsJudgedAgainstTheNoiseTheRunRecorded) {
   EXPECT_EQ(c.step_judgement.verdict, Verdict::NotMeaningful);
   EXPECT_NE(c.step_judgement.why.find("other processes took 3.0% of its CPU"), std::string::npos) << c.step_judgement.why;
   EXPECT_EQ(c.to_json()["noise"]["busy"], true);
+  // The same share known only to +-2% (a short run): it may have been less than 3%.
+  m.metadata["measured"]["noise"]["share_resolution"] = 0.02;
+  c = compare(predicted(), "p.json", m, "m.json");
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError) << c.step_judgement.why;
   // Just under it, the load widens the band by kLoadSensitivity times its share.
   c = judged(0.029, 0.0, 8);
   EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError);

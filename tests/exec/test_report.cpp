@@ -150,6 +150,7 @@ TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   EXPECT_NEAR(h.ranks_share, 3.6 / 6.0, 1e-12);
   EXPECT_NEAR(h.other_share, (4.6 - 3.6) / 6.0, 1e-12);
   EXPECT_NEAR(h.steal_share, 0.3 / 6.0, 1e-12);
+  EXPECT_NEAR(h.share_resolution, 2 * 2 * 0.01 / 6.0, 1e-12);  // a tick per CPU at each end
   ASSERT_EQ(h.step_other_share.size(), 4u);
   EXPECT_NEAR(h.step_other_share[0], 0.8 / 2.0, 1e-12);
   EXPECT_NEAR(h.step_other_share[2], 0.0, 1e-12);  // busy 1.2 = the ranks' own: nothing else ran
