@@ -149,6 +149,9 @@ void check_outputs(const Options& o) {
 
 int run_rank(const Options& o, const exec::RankEnv& env) {
   const auto sc = twin::build_scenario(o.scenario);
+  if (env.rank == 0) {
+    for (const auto& n : sc->notes) std::fprintf(stderr, "note: %s: %s\n", o.scenario.schedule.c_str(), n.c_str());
+  }
   exec::RunConfig c;
   c.model = sc->model;
   c.program = sc->program;

@@ -20,6 +20,7 @@ struct Options {
 
 int run(const Options& o) {
   const auto sc = twin::build_scenario(o.scenario);
+  for (const auto& n : sc->notes) std::fprintf(stderr, "note: %s: %s\n", o.scenario.schedule.c_str(), n.c_str());
   const auto t0 = std::chrono::steady_clock::now();
   const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

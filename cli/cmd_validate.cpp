@@ -17,7 +17,9 @@ struct Options {
 };
 
 int run(const Options& o) {
-  const auto program = ps::read_program(o.file);
+  std::vector<std::string> notes;
+  const auto program = ps::read_program(o.file, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "note: %s: %s\n", o.file.c_str(), n.c_str());
   const auto report = [&] {
     try {
       return ps::validate(program);
@@ -37,6 +39,7 @@ int run(const Options& o) {
     j["microbatches"] = report.program.num_microbatches;
     j["actions"] = report.program.num_actions();
     j["transfers_inserted"] = report.lowered;
+    j["notes"] = notes;
     j["dry_run_steps"] = report.dry_run.timeline.makespan();
     j["bubble_fraction"] = report.dry_run.timeline.bubble_fraction();
     for (const auto& m : report.memory) {

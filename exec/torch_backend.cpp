@@ -218,6 +218,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     case ps::Op::I: backward(s, mb, true); break;
     case ps::Op::W: weight_grad(s, mb); break;
     case ps::Op::STEP: stage(s).step(); break;
+    case ps::Op::REDUCE_GRAD: break;  // a data group of this one replica: nothing to reduce
     default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run (no data parallelism)");
   }
   clock_->stop(token);

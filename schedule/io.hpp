@@ -26,13 +26,18 @@ std::string to_pytorch_csv(const Program& program, std::vector<std::string>* lef
 std::string to_json(const Program& program, int indent = 1);
 
 Program parse_text(std::string_view text, const std::string& source);
-Program parse_csv(std::string_view text, const std::string& source);
+// PyTorch's CSV as its runtime reads it: empty cells are bubbles; UNSHARD and
+// RESHARD (FSDP) are left out; (a;b)OVERLAP_F_B becomes its sub-actions in
+// order; receives of a file with communication are waited for where their
+// data is used (receive_at_use). `notes`, when given, gets a line for each of
+// these the file held.
+Program parse_csv(std::string_view text, const std::string& source, std::vector<std::string>* notes = nullptr);
 Program parse_json(std::string_view text, const std::string& source);
 
 std::string format_program(const Program& program, Format format);
 // Reads a file in any of the three formats (JSON if it starts with '{', text
 // if it holds a "rank N:" line, CSV otherwise).
-Program read_program(const std::string& path);
+Program read_program(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 std::string read_file(const std::string& path);
 // Throws "<source>:<line>: not UTF-8 text (byte \xNN at column C)" at the first

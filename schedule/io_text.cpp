@@ -16,6 +16,7 @@
 
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
+#include "schedule/passes.hpp"
 
 namespace pipetwin::schedule {
 namespace {
@@ -277,10 +278,32 @@ std::string to_pytorch_csv(const Program& p, std::vector<std::string>* left_out)
   return out;
 }
 
-Program parse_csv(std::string_view text, const std::string& source) {
+namespace {
+
+// "(0F3;3B1)OVERLAP_F_B": PyTorch's compound action, its sub-actions in order.
+std::vector<Action> parse_overlap(const std::string& cell, const std::string& where) {
+  const auto close = cell.find(')');
+  if (close == std::string::npos || cell.substr(close + 1) != "OVERLAP_F_B") {
+    throw Error(where + ": invalid action '" + cell.substr(0, 60) + "': expected (<action>;<action>)OVERLAP_F_B");
+  }
+  std::vector<Action> subs;
+  for (const auto& sub : split(cell.substr(1, close - 1), ';')) {
+    const Action a = parse_at(trim(sub), where);
+    if (!is_compute(a.op) || a.op == Op::R) {
+      throw Error(where + ": OVERLAP_F_B holds " + to_string(a) + ": its sub-actions are forwards and backwards (F, B, I, W)");
+    }
+    subs.push_back(a);
+  }
+  if (subs.size() < 2) throw Error(where + ": OVERLAP_F_B holds " + std::to_string(subs.size()) + " action(s), expected two or more");
+  return subs;
+}
+
+}  // namespace
+
+Program parse_csv(std::string_view text, const std::string& source, std::vector<std::string>* notes) {
   check_utf8(text, source);
   std::vector<std::vector<Action>> ranks;
-  int line_no = 0;
+  int line_no = 0, fsdp = 0, overlaps = 0, reduces = 0;
   auto lines = split(text, '\n');
   while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
   for (const auto& raw : lines) {
@@ -290,13 +313,41 @@ Program parse_csv(std::string_view text, const std::string& source) {
     for (const auto& cell : split(raw, ',')) {
       ++column;
       const std::string c = trim(cell);
+      const std::string where = source + ":" + std::to_string(line_no) + ": column " + std::to_string(column);
       // Empty cells are bubbles in torch's compute-only CSVs; UNSHARD/RESHARD
       // (FSDP) do not change the pipeline's data flow.
-      if (c.empty() || c.find("UNSHARD") != std::string::npos || c.find("RESHARD") != std::string::npos) continue;
-      ranks.back().push_back(parse_at(c, source + ":" + std::to_string(line_no) + ": column " + std::to_string(column)));
+      if (c.empty()) continue;
+      if (c.find("UNSHARD") != std::string::npos || c.find("RESHARD") != std::string::npos) {
+        ++fsdp;
+        continue;
+      }
+      if (c.front() == '(') {
+        for (const auto& a : parse_overlap(c, where)) ranks.back().push_back(a);
+        ++overlaps;
+        continue;
+      }
+      ranks.back().push_back(parse_at(c, where));
+      reduces += ranks.back().back().op == Op::REDUCE_GRAD;
     }
   }
-  return assemble(Header{}, std::move(ranks), source);
+  Program p = assemble(Header{}, std::move(ranks), source);
+  int moved = 0;
+  if (p.has_transfers()) p = receive_at_use(std::move(p), &moved);
+  if (notes != nullptr) {
+    if (overlaps > 0) {
+      notes->push_back(std::to_string(overlaps) + " OVERLAP_F_B: each runs its sub-actions one after the other, as "
+                       "PyTorch's runtime does unless a custom overlap is registered (timed as their sum)");
+    }
+    if (fsdp > 0) notes->push_back(std::to_string(fsdp) + " UNSHARD/RESHARD (FSDP) left out: no-ops in time here");
+    if (reduces > 0) {
+      notes->push_back(std::to_string(reduces) + " REDUCE_GRAD kept as no-ops in time (no data-parallel replicas here)");
+    }
+    if (moved > 0) {
+      notes->push_back(std::to_string(moved) + " receives waited for where their data is used, not where they stand: "
+                       "a RECV in PyTorch's CSV posts the receive, its runtime waits just before the compute that needs it");
+    }
+  }
+  return p;
 }
 
 }  // namespace pipetwin::schedule

@@ -2,6 +2,9 @@
 #include "schedule/passes.hpp"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
+#include <vector>
 
 namespace pipetwin::schedule {
 namespace {
@@ -70,6 +73,47 @@ Program insert_optimizer_step(Program p) {
 
 Program lower(Program p) {
   return insert_optimizer_step(insert_transfers(insert_recomputes(std::move(p))));
+}
+
+Program receive_at_use(Program p, int* moved) {
+  int count = 0;
+  for (auto& actions : p.ranks) {
+    // Where each (kind, stage, micro-batch) is consumed: kind 0 forwards, 1 backwards (B, I).
+    std::map<std::tuple<int, int, int>, std::vector<std::size_t>> consumers;
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const auto& a = actions[i];
+      if (!a.microbatch) continue;
+      const int kind = a.op == Op::F ? 0 : (a.op == Op::B || a.op == Op::I) ? 1 : -1;
+      if (kind >= 0) consumers[{kind, a.stage.value, a.microbatch->value}].push_back(i);
+    }
+    std::vector<std::vector<Action>> before(actions.size());
+    std::vector<bool> leaves(actions.size(), false);
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const auto& a = actions[i];
+      if (!is_recv(a.op) || !a.microbatch) continue;
+      const auto it = consumers.find({a.op == Op::RECV_F ? 0 : 1, a.stage.value, a.microbatch->value});
+      if (it == consumers.end()) continue;
+      const auto next = std::upper_bound(it->second.begin(), it->second.end(), i);
+      if (next == it->second.end()) continue;
+      before[*next].push_back(a);
+      leaves[i] = true;
+      for (std::size_t k = i + 1; k < *next; ++k) {
+        if (!is_recv(actions[k].op)) {
+          ++count;
+          break;
+        }
+      }
+    }
+    std::vector<Action> out;
+    out.reserve(actions.size());
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      for (const auto& r : before[i]) out.push_back(r);
+      if (!leaves[i]) out.push_back(actions[i]);
+    }
+    actions = std::move(out);
+  }
+  if (moved != nullptr) *moved = count;
+  return p;
 }
 
 }  // namespace pipetwin::schedule

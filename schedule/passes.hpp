@@ -27,4 +27,13 @@ Program insert_optimizer_step(Program program);
 // All three, in order.
 Program lower(Program program);
 
+// Receives as PyTorch's runtime means them: a RECV_F or RECV_B in its CSV
+// posts the receive, and the rank waits for the data right before the
+// compute that uses it (F of the same stage and micro-batch for RECV_F; its
+// B or I for RECV_B). Each receive that stands before its consumer on its
+// rank moves to just before it (in the order they stood); one with no
+// consumer after it stays where it is, for validate to name. `moved`, when
+// given, gets how many moved past another action.
+Program receive_at_use(Program program, int* moved = nullptr);
+
 }  // namespace pipetwin::schedule

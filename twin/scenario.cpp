@@ -59,8 +59,8 @@ namespace {
 // The Program of a schedule file: K, V, M, the placement and the recompute
 // policy are the file's (an option that says otherwise is refused, naming
 // both); a compute-only file is lowered by the project's passes.
-schedule::Program program_from_file(const models::Model& model, const ScenarioSpec& o) {
-  schedule::Program p = schedule::read_program(o.schedule);
+schedule::Program program_from_file(const models::Model& model, const ScenarioSpec& o, std::vector<std::string>* notes) {
+  schedule::Program p = schedule::read_program(o.schedule, notes);
   const auto contradicts = [&](const std::string& option, long long given, long long in_file, const char* what) {
     if (given > 0 && given != in_file) {
       throw Error(option + " " + std::to_string(given) + " contradicts the schedule file " + o.schedule + ", which has " +
@@ -131,8 +131,8 @@ std::vector<schedule::LayerRange> choose_partition(const Scenario& sc, const std
 
 }  // namespace
 
-schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec) {
-  return is_schedule_file(spec.schedule) ? program_from_file(model, spec) : program_from_generator(model, spec);
+schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec, std::vector<std::string>* notes) {
+  return is_schedule_file(spec.schedule) ? program_from_file(model, spec, notes) : program_from_generator(model, spec);
 }
 
 bool is_schedule_file(const std::string& schedule) {
@@ -163,7 +163,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
     sc->samples = batch;
   };
   if (!from_file) check_batch(o.microbatches);
-  sc->program = scenario_program(sc->model, o);
+  sc->program = scenario_program(sc->model, o, &sc->notes);
   if (from_file) check_batch(sc->program.num_microbatches);
   r.program = sc->program;  // the costs need no partition: placement and stash counts
   sc->program.partition = choose_partition(*sc, o.partition);

@@ -33,7 +33,9 @@ bool is_schedule_file(const std::string& schedule);
 // The complete (lowered) Program the spec names, not yet partitioned unless
 // its file holds a partition; `model` in topological order (its layer count
 // bounds the stages). Throws pipetwin::Error naming the option or the file.
-schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec);
+// `notes`, when given, gets what reading a schedule file said (schedule::read_program).
+schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec,
+                                   std::vector<std::string>* notes = nullptr);
 
 struct Scenario {
   models::Model model;
@@ -42,6 +44,7 @@ struct Scenario {
   schedule::Program program;         // complete, validated, partitioned
   std::unique_ptr<models::StageCostModel> costs;
   double samples = 0;                // per step: batch
+  std::vector<std::string> notes;    // what reading its schedule file said, for the user
   // Stage s's peak of stashed activations in bytes: the IR's count of
   // micro-batches (the stage costs' own) times their sizes.
   double predicted_stash_bytes(int s) const;

@@ -300,6 +300,28 @@ TEST(Run, AVShapedScheduleFileEqualsOneRank) {
   }
 }
 
+// PyTorch 2.13's ScheduleDualPipeV at K = 2, M = 4 as its own CSVs (compute-only
+// and with communication, its OVERLAP_F_B, UNSHARD/RESHARD and REDUCE_GRAD
+// included; test_pytorch_orders.py holds them equal to what PyTorch writes),
+// run as they are: the weights after 3 Adam steps equal one rank's bit for
+// bit (each stage's backwards run in micro-batch order, so its gradient sums
+// add in GPipe's order), recompute off and on.
+TEST(Run, PyTorchsDualPipeVFilesTrainAsOneRank) {
+  for (const std::string name : {"pytorch_dualpipev_k2_m4.csv", "pytorch_dualpipev_k2_m4_comms.csv"}) {
+    for (const std::string recompute : {"none", "full"}) {
+      const auto dir = scratch("dualpipev_" + recompute + "_" + std::to_string(name.size()));
+      const auto r = run(common(kTransformer, 4) + " -s " + kModels + "/" + name + (recompute == "full" ? " --recompute full" : "") +
+                         " --save-weights " + (dir / "w").string());
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_TRUE(has(r.out, "OVERLAP_F_B: each runs its sub-actions one after the other")) << r.out;
+      const double diff = max_difference(load_weights(dir / "w"), reference(kTransformer, 4));
+      EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
+      EXPECT_EQ(diff, 0.0) << name << ", recompute " << recompute;
+      std::printf("%s, recompute %s: max |w - w(K=1)| = %.3g\n", name.c_str(), recompute.c_str(), diff);
+    }
+  }
+}
+
 // Looped BFS against GPipe's one rank: with SGD (linear in the gradients) the
 // weights differ only by the rounding of the reordered sums; Adam's first
 // steps (m / sqrt(v), the sign where a gradient is near 0) amplify that.

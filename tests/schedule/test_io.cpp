@@ -47,6 +47,29 @@ TEST(Csv, ImportsAScheduleWithCommunicationAndSkipsFsdpActions) {
   EXPECT_FALSE(ps::validate(q).lowered);
 }
 
+// PyTorch's compound action runs its halves one after the other (its
+// runtime's default); UNSHARD/RESHARD and REDUCE_GRAD are said, and a
+// malformed compound names the cell.
+TEST(Csv, OverlapFBBecomesItsHalvesInOrderAndEveryNoOpIsSaid) {
+  std::vector<std::string> notes;
+  const auto p = ps::parse_csv("0UNSHARD,0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD,0RESHARD\n", "ov.csv",
+                               &notes);
+  ASSERT_EQ(p.num_ranks, 1);
+  std::string row;
+  for (const auto& a : p.ranks[0]) row += ps::to_string(a) + " ";
+  EXPECT_EQ(row, "0F0 0F1 0F2 1B0 0B1 0B2 1F0 1B1 1F1 1F2 1B2 0REDUCE_GRAD ");
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_NE(notes[0].find("1 OVERLAP_F_B: each runs its sub-actions one after the other"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("2 UNSHARD/RESHARD (FSDP) left out"), std::string::npos) << notes[1];
+  EXPECT_NE(notes[2].find("1 REDUCE_GRAD kept as no-ops in time"), std::string::npos) << notes[2];
+  EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0B0\n", "a.csv"); }),
+            "a.csv:1: column 2: invalid action '(0F1;0B0': expected (<action>;<action>)OVERLAP_F_B");
+  EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0SEND_F1)OVERLAP_F_B\n", "b.csv"); }),
+            "b.csv:1: column 2: OVERLAP_F_B holds 0SEND_F1: its sub-actions are forwards and backwards (F, B, I, W)");
+  EXPECT_EQ(error_of([] { ps::parse_csv("(0F1)OVERLAP_F_B\n", "c.csv"); }),
+            "c.csv:1: column 1: OVERLAP_F_B holds 1 action(s), expected two or more");
+}
+
 TEST(Csv, InfersTheInterleavedStageMap) {
   const auto p = ps::build_schedule("interleaved-1f1b", {2, 4, 2});
   const auto q = ps::parse_csv(ps::to_csv(p), "il.csv");

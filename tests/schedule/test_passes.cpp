@@ -70,3 +70,25 @@ TEST(Passes, AreIdempotent) {
     EXPECT_EQ(ps::lower(once), once) << g.name;
   }
 }
+
+// PyTorch's meaning of a RECV: posted where it stands, waited for right
+// before the compute that uses its data; one without a later consumer stays.
+TEST(Passes, ReceivesMoveToJustBeforeTheComputeThatUsesThem) {
+  auto p = ps::make_program("imported", 2, 1, 2, ps::RecomputePolicy::None);
+  const auto parse = [](std::initializer_list<const char*> cells) {
+    std::vector<ps::Action> out;
+    for (const char* c : cells) out.push_back(ps::parse_action(c));
+    return out;
+  };
+  p.ranks[0] = parse({"0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0RECV_B1", "0B0", "0B1"});
+  p.ranks[1] = parse({"1RECV_F0", "1RECV_F1", "1F0", "1B0", "1SEND_B0", "1F1", "1B1", "1SEND_B1", "1RECV_F9"});
+  int moved = -1;
+  const auto q = ps::receive_at_use(p, &moved);
+  EXPECT_EQ(row(q, 0), "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1");
+  EXPECT_EQ(row(q, 1), "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1RECV_F9");
+  EXPECT_EQ(moved, 2);  // 0RECV_B1 past 0B0; 1RECV_F1 past 1F0 (0RECV_B0 and 1RECV_F0 passed only receives)
+  // Our own lowering already waits where the data is used: nothing moves.
+  const auto lowered = ps::lower(ps::generate("1f1b", {4, 8}));
+  EXPECT_EQ(ps::receive_at_use(lowered, &moved), lowered);
+  EXPECT_EQ(moved, 0);
+}

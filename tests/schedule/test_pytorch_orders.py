@@ -8,6 +8,7 @@ PyTorch refuses is refused by pipetwin too, unless said otherwise.
     test_pytorch_orders.py PIPETWIN_BINARY
 """
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,7 @@ from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops  
 from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
 
 PIPETWIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/cli/pipetwin"
+MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "transformer-24.yaml")
 SHAPES = [(K, M) for K in (2, 4, 8) for M in range(1, 17)]
 
 
@@ -152,6 +154,141 @@ class RoundTrip(unittest.TestCase):
         self.assertEqual(checked, len(self.SHAPES) * 4)
         print(f"round trip through PyTorch's _load_csv and _dump_csv: {checked} files, every cell equal")
 
+
+def schedule_object(cls, K, M, V=None):
+    """PyTorch's schedule class on mock stages (V per rank, or one), as get_schedule_ops builds them."""
+    n = V or 1
+    stages = []
+    for _ in range(n):
+        st = mock.create_autospec(PipelineStage, instance=True)
+        st.group_rank, st.group_size, st.submod, st.num_stages = 0, K, None, K * n
+        stages.append(st)
+    return cls(stages[0], M) if V is None else cls(stages, M), stages
+
+
+def write_rows(path, rows):
+    with open(path, "w") as f:
+        f.write("".join(",".join("" if a is None else str(a) for a in row) + "\n" for row in rows))
+
+
+class PyTorchFiles(unittest.TestCase):
+    """Every CSV PyTorch 2.13 writes of its seven classes, compute-only (its pipeline_order,
+    bubbles as empty cells) and with communication (its runtime's own lowering,
+    _prepare_schedule_with_comms, dumped by _dump_csv), is read by `validate` and `simulate`
+    without edits. With PyTorch's meaning of a RECV (it posts the receive; the runtime waits
+    just before the compute that uses the data), the unit-time step count of the file with
+    communication equals the compute-only one's (free transfers), but for DualPipeV, where
+    PyTorch's lowering sends both halves' outputs after an OVERLAP_F_B, not after each half:
+    with each send moved back to right after its own half, they are equal again."""
+
+    CLASSES = [("ScheduleGPipe", None), ("Schedule1F1B", None), ("ScheduleLoopedBFS", 2),
+               ("ScheduleInterleaved1F1B", 2), ("ScheduleInterleaved1F1B", 3), ("ScheduleInterleavedZeroBubble", 2),
+               ("ScheduleZBVZeroBubble", 2), ("ScheduleDualPipeV", 2)]
+    SHAPES = [(2, 4), (4, 8), (4, 16)]
+
+    def validate(self, path):
+        r = pipetwin("validate", path, "--json")
+        return r, (json.loads(r.stdout) if r.returncode == 0 else None)
+
+    def test_every_class_both_formats(self):
+        checked = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, V in self.CLASSES:
+                for K, M in self.SHAPES:
+                    with self.subTest(schedule=name, K=K, M=M, V=V):
+                        try:
+                            sched, stages = schedule_object(getattr(S, name), K, M, V)
+                        except (ValueError, AssertionError, RuntimeError):
+                            continue  # a shape PyTorch refuses (the orders test holds pipetwin's refusals)
+                        compute = os.path.join(tmp, f"{name}_{V}_{K}_{M}_compute.csv")
+                        write_rows(compute, [sched.pipeline_order[r] for r in range(K)])
+                        r, c = self.validate(compute)
+                        if name == "Schedule1F1B":
+                            # PyTorch 2.13's own 1F1B order numbers the last rank's forwards from 1
+                            # (the orders test): refused, naming the rank and action, with the grid.
+                            self.assertEqual(r.returncode, 1, r.stdout)
+                            self.assertIn(f"rank {K - 1}, step", r.stderr)
+                            self.assertIn(f"{K - 1}F{M}", r.stderr)
+                            self.assertIn("<-- ERROR HERE", r.stderr)
+                            continue
+                        self.assertEqual(r.returncode, 0, r.stderr)
+                        rt = S._PipelineScheduleRuntime(stages, M)
+                        rt._prepare_schedule_with_comms({rank: [a for a in acts if a is None or "REDUCE_GRAD" not in str(a)]
+                                                         for rank, acts in sched.pipeline_order.items()})
+                        comms = os.path.join(tmp, f"{name}_{V}_{K}_{M}_comms.csv")
+                        rt._dump_csv(comms, "compute_comms")
+                        r, w = self.validate(comms)
+                        self.assertEqual(r.returncode, 0, r.stderr)
+                        self.assertIn("UNSHARD/RESHARD (FSDP) left out", r.stderr)
+                        if name == "ScheduleDualPipeV":
+                            self.assertIn("OVERLAP_F_B: each runs its sub-actions one after the other", r.stderr)
+                            self.assertGreaterEqual(w["dry_run_steps"], c["dry_run_steps"])
+                            own = os.path.join(tmp, "sends_after_own_half.csv")
+                            write_rows(own, sends_after_own_half(comms))
+                            r, w = self.validate(own)
+                            self.assertEqual(r.returncode, 0, r.stderr)
+                        self.assertEqual(w["dry_run_steps"], c["dry_run_steps"])
+                        for path in (compute, comms):
+                            s = pipetwin("simulate", "-s", path, "--model", MODEL, "--hardware", "a100", "--json")
+                            self.assertEqual(s.returncode, 0, s.stderr)
+                            self.assertGreater(json.loads(s.stdout)["summary"]["step_time_s"], 0)
+                        checked += 1
+        self.assertGreaterEqual(checked, 15)
+        print(f"PyTorch's own CSVs: {checked} (class, V, K, M) read compute-only and with communication, "
+              "equal unit-time step counts")
+
+    def test_the_dualpipev_files_the_executor_tests_run_are_pytorchs(self):
+        # tests/exec/models/pytorch_dualpipev_k2_m4*.csv, as PyTorch writes them today.
+        sched, stages = schedule_object(S.ScheduleDualPipeV, 2, 4, 2)
+        models = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "exec", "models")
+        with tempfile.TemporaryDirectory() as tmp:
+            compute = os.path.join(tmp, "c.csv")
+            write_rows(compute, [sched.pipeline_order[r] for r in range(2)])
+            rt = S._PipelineScheduleRuntime(stages, 4)
+            rt._prepare_schedule_with_comms(sched.pipeline_order)
+            comms = os.path.join(tmp, "w.csv")
+            rt._dump_csv(comms, "compute_comms")
+            for ours, theirs in (("pytorch_dualpipev_k2_m4.csv", compute), ("pytorch_dualpipev_k2_m4_comms.csv", comms)):
+                with open(os.path.join(models, ours)) as a, open(theirs) as b:
+                    self.assertEqual(a.read(), b.read().replace("\r", ""), ours)
+
+    def test_a_receive_waits_where_its_data_is_used(self):
+        # Interleaved1F1B K=4 V=3 M=16: its receives taken as blocking where they stand made
+        # the step 219 units long; PyTorch's meaning gives the 102 its compute order allows.
+        sched, stages = schedule_object(S.ScheduleInterleaved1F1B, 4, 16, 3)
+        rt = S._PipelineScheduleRuntime(stages, 16)
+        rt._prepare_schedule_with_comms(sched.pipeline_order)
+        with tempfile.TemporaryDirectory() as tmp:
+            comms = os.path.join(tmp, "i1f1b.csv")
+            rt._dump_csv(comms, "compute_comms")
+            r, w = self.validate(comms)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(w["dry_run_steps"], 102)
+            self.assertIn("receives waited for where their data is used", r.stderr)
+
+
+def sends_after_own_half(path):
+    """The rows of a CSV with communication, each OVERLAP_F_B written as its halves and
+    each SEND moved back to right after the half (or compute) that produced its tensor."""
+    rows = []
+    with open(path) as f:
+        for line in f.read().split("\n"):
+            if not line:
+                continue
+            cells = line.split(",")
+            sends = {c for c in cells if "SEND_" in c}
+            out = []
+            for c in cells:
+                if c in sends:
+                    continue
+                for h in c[1:c.index(")")].split(";") if c.startswith("(") else [c]:
+                    out.append(h)
+                    m = re.fullmatch(r"(\d+)([FBI])(\d+)", h)
+                    send = m and f"{m[1]}SEND_{'F' if m[2] == 'F' else 'B'}{m[3]}"
+                    if send in sends:
+                        out.append(send)
+            rows.append(out)
+    return rows
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)
