@@ -83,12 +83,22 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
                   100 * band);
     return {Verdict::WithinNoise, line};
   }
-  if (noise->median_uncertainty_rel > 0) {
-    std::snprintf(line, sizeof line, "|error| %.1f%% is beyond what the measurement itself may carry (+-%.1f%%) on a quiet machine",
-                  100 * e, 100 * band);
+  // Quiet as far as the counters tell, or too short a run for them to tell.
+  char where[256];
+  if (noise->other_share + noise->steal_share + noise->share_resolution < kBusyShare) {
+    std::snprintf(where, sizeof where, "on a quiet machine");
   } else {
-    std::snprintf(line, sizeof line, "|error| %.1f%% on a quiet machine (too few steps to bound the measurement's own noise)",
-                  100 * e);
+    std::snprintf(where, sizeof where,
+                  "(whether the machine was quiet the run was too short to tell: others took %.1f%% +-%.1f%%; run more "
+                  "steps)",
+                  100 * (noise->other_share + noise->steal_share), 100 * noise->share_resolution);
+  }
+  if (noise->median_uncertainty_rel > 0) {
+    std::snprintf(line, sizeof line, "|error| %.1f%% is beyond what the measurement itself may carry (+-%.1f%%) %s",
+                  100 * e, 100 * band, where);
+  } else {
+    std::snprintf(line, sizeof line, "|error| %.1f%% %s; too few steps to bound the measurement's own noise", 100 * e,
+                  where);
   }
   return {Verdict::ModelError, line};
 }

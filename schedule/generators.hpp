@@ -50,6 +50,7 @@ Program generate_1f1b(const GeneratorOptions& options);
 Program generate_interleaved_1f1b(const GeneratorOptions& options);
 Program generate_zb_h1(const GeneratorOptions& options);
 Program generate_zb_v(const GeneratorOptions& options);
+Program generate_dualpipe_v(const GeneratorOptions& options);
 Program generate_pipedream(const GeneratorOptions& options);
 Program generate_interleaved_zb(const GeneratorOptions& options);
 Program generate_looped_bfs(const GeneratorOptions& options);

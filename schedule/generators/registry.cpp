@@ -34,6 +34,12 @@ const std::vector<GeneratorInfo>& generators() {
        "(K-1)/(6M+K-1) of the step with F = I = W once 2M >= 3K-1 (the dry run's count, not derived: "
        "max(6M+K-1, 4M+4K-2) unit steps)",
        "stage s stashes min(2K-s, M) micro-batches (a stage is half a rank's layers)", 2},
+      {"dualpipe-v", "DualPipeV (PyTorch's ScheduleDualPipeV): 2 stages per rank placed V-shaped, a forward overlapped "
+       "with a full backward in the steady state (run one after the other, as PyTorch's runtime does), I and W split "
+       "in the cool-down",
+       false, generate_dualpipe_v, "M >= 2K; V = 2, implied (--virtual left out or 2)",
+       "4M+2K-1 unit steps with F = B = I = W = 1, an overlap its two halves (the dry run's count, not derived)",
+       "stage s stashes 2K-s micro-batches", 2},
       {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false, generate_pipedream,
        "any K, M (M: mini-batches in the window); V = 1", "none in the steady state (no flush)",
        "stage s stashes min(K-s, M) micro-batches and up to K-s weight versions (K-s once M >= 2K-2)"},
@@ -80,7 +86,7 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
   }
   if (fixed == 0 && !g.virtual_stages && o.stages_per_rank != 1) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
-                " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v, whose V is 2)");
+                " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v or dualpipe-v, whose V is 2)");
   }
   if (g.virtual_stages && o.stages_per_rank < 2) {
     throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +

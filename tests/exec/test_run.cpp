@@ -76,17 +76,18 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(Equivalence, WeightsEqualThoseOfOneRank) {
   const auto& c = GetParam();
   const bool chunks = c.schedule == "interleaved-1f1b" || c.schedule == "interleaved-zb" || c.schedule == "looped-bfs" ||
-                      c.schedule == "zb-v";
+                      c.schedule == "zb-v" || c.schedule == "dualpipe-v";
   const int v = chunks ? 2 : 1;
+  const int m = c.schedule == "dualpipe-v" ? std::max(4, 2 * c.k) : 4;  // dualpipe-v: M >= 2K
   const auto dir = scratch("eq");
-  const auto r = run(common(kTransformer, 4) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " -v " +
+  const auto r = run(common(kTransformer, m) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " -v " +
                      std::to_string(v) + " --recompute " + c.recompute + " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   // Looped BFS runs each stage's backwards in reverse micro-batch order: the
   // gradients' sums reorder, which Adam amplifies where a gradient is near 0
   // (LoopedBfsDiffersFromGPipeOnlyInTheOrderOfItsSums). Its reference is one
   // rank running the same order.
-  const auto& ref = c.schedule == "looped-bfs" ? reference(kTransformer, 4, "looped-bfs -v 2") : reference(kTransformer, 4);
+  const auto& ref = c.schedule == "looped-bfs" ? reference(kTransformer, 4, "looped-bfs -v 2") : reference(kTransformer, m);
   const double diff = max_difference(load_weights(dir), ref);
   EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
   EXPECT_LT(diff, 2e-6) << c.schedule << " K=" << c.k << " recompute " << c.recompute;
@@ -106,7 +107,9 @@ INSTANTIATE_TEST_SUITE_P(Exec, Equivalence,
                                            Case{2, "looped-bfs", "none"}, Case{2, "looped-bfs", "full"},
                                            Case{4, "looped-bfs", "none"}, Case{4, "looped-bfs", "except-last"},
                                            Case{2, "zb-v", "none"}, Case{2, "zb-v", "full"}, Case{4, "zb-v", "none"},
-                                           Case{4, "zb-v", "full"}),
+                                           Case{4, "zb-v", "full"}, Case{2, "dualpipe-v", "none"},
+                                           Case{2, "dualpipe-v", "full"}, Case{4, "dualpipe-v", "none"},
+                                           Case{4, "dualpipe-v", "full"}),
                          [](const auto& info) {
                            std::string name = info.param.schedule + "_k" + std::to_string(info.param.k) + "_" +
                                               info.param.recompute;
@@ -179,7 +182,10 @@ TEST(Run, ABusyMachineIsMeasuredAndItsComparisonCalledNotMeaningful) {
   // the run; each ends by itself in 2 minutes should the test be stopped.
   const std::string loop = "timeout 120 sh -c 'while :; do :; done' >/dev/null 2>&1 & ";
   const std::string loops = loop + "a=$!; " + loop + "b=$!; ";
-  const auto r = run_shell(loops + PIPETWIN_BINARY + " " + common(kTransformer, 4) + " -s 1f1b -k 2 --trace " + trace +
+  // 20 steps: enough time for the kernel's 10 ms ticks to tell the share.
+  std::string args = common(kTransformer, 4);
+  args.replace(args.find("--steps 3"), 9, "--steps 20");
+  const auto r = run_shell(loops + PIPETWIN_BINARY + " " + args + " -s 1f1b -k 2 --trace " + trace +
                            " 2>&1; code=$?; kill $a $b; exit $code");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "the machine was busy: other processes took")) << r.out;

@@ -32,6 +32,7 @@ std::vector<Shape> all_shapes() {
   for (const auto& g : ps::generators()) {
     for (int K = 1; K <= 8; ++K) {
       for (int M = 1; M <= 16; ++M) {
+        if (g.name == "dualpipe-v" && M < 2 * K) continue;  // refused, as PyTorch does (DualPipeV below)
         if (!g.virtual_stages) {
           shapes.push_back({std::string(g.name), K, M, std::max(1, g.fixed_stages_per_rank)});
           continue;
@@ -104,6 +105,10 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
     const double expected = std::max(6.0 * M + K - 1, 4.0 * M + 4.0 * K - 2);
     EXPECT_DOUBLE_EQ(steps, expected);
     for (int r = 0; r < K; ++r) EXPECT_NEAR(run.timeline.idle_fraction(ps::RankId{r}), 1 - 6.0 * M / expected, 1e-12);
+  } else if (s.name == "dualpipe-v") {
+    // Every compute action 1 step (an OVERLAP_F_B its two halves): 4M + 2K - 1
+    // for M >= 2K, as `schedule --list` states it (counted here, not derived).
+    EXPECT_DOUBLE_EQ(steps, 4.0 * M + 2 * K - 1);
   }
 }
 
@@ -123,6 +128,9 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     }
     if (s.name == "zb-h1") {  // as `schedule --list` states it
       EXPECT_EQ(m.peak_activations, std::min(s.K, s.M)) << "stage " << stage;
+    }
+    if (s.name == "dualpipe-v") {  // as `schedule --list` states it: 2K down to 1 along the V (M >= 2K)
+      EXPECT_EQ(m.peak_activations, 2 * s.K - stage) << "stage " << stage;
     }
     if (s.name == "zb-v") {  // as `schedule --list` states it: 2K down to 1 along the V
       EXPECT_EQ(m.peak_activations, std::min(2 * s.K - stage, s.M)) << "stage " << stage;
@@ -233,6 +241,27 @@ TEST(ZbV, LiteralScheduleIsPyTorchs) {
             (std::vector<std::string>{"0F0 0F1 5F0 5I0 5W0 5F1 5I1 5W1 0I0 0W0 0I1 0W1",
                                       "1F0 1F1 4F0 4F1 4I0 4W0 4I1 4W1 1I0 1W0 1I1 1W1",
                                       "2F0 3F0 2F1 3F1 3I0 3W0 2I0 2W0 3I1 3W1 2I1 2W1"}));
+}
+
+// PyTorch 2.13's own order, each OVERLAP_F_B written as its forward then its
+// backward: get_schedule_ops(ScheduleDualPipeV, 2, 4, 2).
+TEST(DualPipeV, LiteralScheduleIsPyTorchs) {
+  EXPECT_EQ(rows(ps::generate("dualpipe-v", {2, 4})),
+            (std::vector<std::string>{"0F0 0F1 0F2 3F0 3I0 3W0 3F1 0F3 3B1 3F2 0B0 3B2 3F3 0B1 3B3 0I2 0W2 0I3 0W3",
+                                      "1F0 2F0 1F1 2F1 1F2 2B0 2F2 1B0 1F3 2B1 2F3 1B1 2B2 1B2 2I3 1I3 2W3 1W3"}));
+  const auto p = ps::generate("dualpipe-v", {4, 8});
+  ASSERT_EQ(p.stages_per_rank, 2);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(p.stage_to_rank[r].value, r);
+    EXPECT_EQ(p.stage_to_rank[7 - r].value, r);
+  }
+  try {
+    ps::generate("dualpipe-v", {4, 7});
+    FAIL() << "M < 2K accepted";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least as many micro-batches as stages (M >= 2K = 8), got M=7"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(ZbV, PlacesTwoStagesPerRankVShaped) {

@@ -108,6 +108,14 @@ class Orders(unittest.TestCase):
         # Two stages per rank, placed V-shaped; PyTorch pads M to 2K-1 and drops the padding.
         self.compare("zb-v", S.ScheduleZBVZeroBubble, 2)
 
+    def test_dualpipe_v(self):
+        # Equal once each of PyTorch's OVERLAP_F_B is written as its sub-actions in order
+        # (its runtime runs them so unless a custom overlap is registered; so does the IR).
+        def halves(K, order):
+            return [[h for a in rank for h in (a[1:a.index(")")].split(";") if a.startswith("(") else [a])]
+                    for rank in order]
+        self.compare("dualpipe-v", S.ScheduleDualPipeV, 2, adjust=halves)
+
     def test_looped_bfs(self):
         for V in (2, 3):
             self.compare("looped-bfs", S.ScheduleLoopedBFS, V)
