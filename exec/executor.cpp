@@ -304,10 +304,10 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
 
   if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
   try {
-    report.host_samples.push_back(sample_host());
+    report.host_samples.push_back(sample_host(true));
     for (int step = 0; step < c.steps; ++step) {
       run_step(step, p, env, backend, task, watch, report);
-      report.host_samples.push_back(sample_host());
+      report.host_samples.push_back(sample_host(step + 1 == c.steps));
     }
   } catch (const std::exception& e) {
     if (watch) watch->leaving(e.what());

@@ -113,11 +113,11 @@ HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadav
   return s;
 }
 
-HostSample sample_host() {
+HostSample sample_host(bool with_clock) {
   const std::string stat = slurp("/proc/stat");
   if (stat.empty()) return {};
   try {
-    return parse_host_sample(stat, slurp("/proc/loadavg"), slurp("/proc/cpuinfo"), own_cpu_seconds(),
+    return parse_host_sample(stat, slurp("/proc/loadavg"), with_clock ? slurp("/proc/cpuinfo") : "", own_cpu_seconds(),
                              static_cast<double>(sysconf(_SC_CLK_TCK)));
   } catch (const Error&) {
     return {};  // a kernel that writes /proc/stat otherwise: the run goes on unmeasured
@@ -198,9 +198,9 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     h.share_resolution = run.capacity_s > 0 ? 2.0 * h.cpus * first.front().tick_s / run.capacity_s : 1.0;
     h.load1_start = first[out.first_counted_step].load1;
     h.load1_end = first.back().load1;
-    h.mhz_min = h.mhz_max = first.front().mhz;
     for (const auto& s : first) {
-      h.mhz_min = std::min(h.mhz_min, s.mhz);
+      if (s.mhz <= 0) continue;  // not read (between steps) or not shown
+      h.mhz_min = h.mhz_min > 0 ? std::min(h.mhz_min, s.mhz) : s.mhz;
       h.mhz_max = std::max(h.mhz_max, s.mhz);
     }
     for (int s = 0; s < steps; ++s) {

@@ -23,7 +23,7 @@ struct HostSample {
   double total_s = 0;       // busy + idle + iowait + steal: the host's CPU capacity so far
   double own_cpu_s = 0;     // this process, user + system, every thread (getrusage)
   double load1 = 0;         // 1-minute load average
-  double mhz = 0;           // mean "cpu MHz" of /proc/cpuinfo; 0 where it says none
+  double mhz = 0;           // mean "cpu MHz" of /proc/cpuinfo; 0 where it says none, or unread
   double tick_s = 0.01;     // the unit of /proc/stat's counters (1 / sysconf(_SC_CLK_TCK))
   nlohmann::json to_json() const;
   static HostSample from_json(const nlohmann::json& j);
@@ -35,7 +35,10 @@ struct HostSample {
 HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadavg, std::string_view cpuinfo,
                              double own_cpu_s, double ticks_per_s);
 // This host and process now; a host without /proc/stat gives cpus = 0.
-HostSample sample_host();
+// `with_clock` also reads /proc/cpuinfo (mhz; 0 without it): slow on hosts
+// of many CPUs, where the kernel samples each one's clock, so runs read it
+// when their steps begin and after the last, not between steps.
+HostSample sample_host(bool with_clock);
 
 // One host over the counted steps (all but the first, warm-up, when there are others).
 struct HostLoad {
@@ -49,7 +52,7 @@ struct HostLoad {
   // ticks, one tick per CPU at each end of the window, over the capacity.
   double share_resolution = 0;
   double load1_start = 0, load1_end = 0;
-  double mhz_min = 0, mhz_max = 0;  // 0: not shown
+  double mhz_min = 0, mhz_max = 0;  // over the readings that have it; 0: not shown
   std::vector<double> step_other_share;  // every step, the warm-up included
   std::vector<double> step_steal_share;
 };

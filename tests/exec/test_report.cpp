@@ -100,13 +100,14 @@ TEST(HostLoad, AReadingParsesTheKernelsCounters) {
   EXPECT_THROW(pe::parse_host_sample("intr 1\n", "", "", 0, 100), pipetwin::Error);
   EXPECT_THROW(pe::parse_host_sample("cpu 1 2\n", "", "", 0, 100), pipetwin::Error);
   // This machine's own counters read, and move forward.
-  const auto a = pe::sample_host();
+  const auto a = pe::sample_host(true);
   ASSERT_GT(a.cpus, 0);
   volatile double x = 0;
   for (int i = 0; i < 20'000'000; ++i) x = x + 1e-9 * i;
-  const auto b = pe::sample_host();
+  const auto b = pe::sample_host(false);
   EXPECT_GT(b.own_cpu_s, a.own_cpu_s);
   EXPECT_GE(b.total_s, a.total_s);
+  EXPECT_EQ(b.mhz, 0.0);  // the clock not read
 }
 
 namespace {
@@ -140,7 +141,9 @@ std::vector<std::vector<pe::HostSample>> host_readings(const std::vector<double>
 TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   // Step 0 (warm-up) is left out of the run's shares: steps 1-3 have
   // 1.8 + 1.2 + 1.6 busy, the ranks 3 x 2 x 0.6 of it, 0.3 s stolen.
-  const auto readings = host_readings({2.0, 1.8, 1.2, 1.6}, {0.0, 0.1, 0.2, 0.0}, 0.6);
+  auto readings = host_readings({2.0, 1.8, 1.2, 1.6}, {0.0, 0.1, 0.2, 0.0}, 0.6);
+  readings[0][1].mhz = 1800;  // the clock moved
+  readings[0][2].mhz = 0;     // and was not read here
   const auto n = pe::measure_noise(readings, {"a", "a"}, {1.5, 1.0, 1.2, 1.1});
   ASSERT_EQ(n.hosts.size(), 1u);
   const auto& h = n.hosts[0];
@@ -156,6 +159,8 @@ TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   EXPECT_NEAR(h.step_other_share[2], 0.0, 1e-12);  // busy 1.2 = the ranks' own: nothing else ran
   EXPECT_DOUBLE_EQ(h.load1_start, 1.5);            // at the first counted step
   EXPECT_DOUBLE_EQ(h.load1_end, 3.0);
+  EXPECT_DOUBLE_EQ(h.mhz_min, 1800.0);  // the unread 0 left out
+  EXPECT_DOUBLE_EQ(h.mhz_max, 2000.0);
   EXPECT_EQ(n.first_counted_step, 1);
   EXPECT_EQ(n.counted_steps, 3);
   EXPECT_NEAR(n.other_share, h.other_share, 1e-12);
