@@ -368,7 +368,7 @@ json Comparison::to_json() const {
                             {"share_resolution", noise->share_resolution},
                             {"median_uncertainty_rel", noise->median_uncertainty_rel},
                             {"band_rel", noise->band()},
-                            {"step_spread_rel", noise->step_median_s > 0 ? noise->step_mad_s / noise->step_median_s : 0},
+                            {"step_spread_rel", noise->spread()},
                             {"counted_steps", noise->counted_steps},
                             {"busy", noise->busy()}}
                      : json(nullptr);

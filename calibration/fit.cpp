@@ -52,8 +52,6 @@ Inputs inputs_of(const std::vector<TraceRun>& runs, const pm::Hardware& given, s
       notes.push_back(run.path + ": measured on a busy machine (" + run.noise->describe() +
                       "): its durations carry that load; measure it again on a quiet machine");
     }
-  }
-  for (const auto& run : runs) {
     if (!oversubscribed(run, base)) in.unshared.push_back(&run);
   }
   in.all_shared = in.unshared.empty();

@@ -9,7 +9,10 @@ std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
   if (!meta.is_object() || !meta.contains("measured") || !meta["measured"].is_object()) return std::nullopt;
   const auto& m = meta["measured"];
   if (!m.contains("noise") || !m["noise"].is_object()) return std::nullopt;
-  const auto& j = m["noise"];
+  return from_json(m["noise"]);
+}
+
+Noise Noise::from_json(const nlohmann::json& j) {
   const auto num = [&](const nlohmann::json& o, const char* key) {
     return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
   };
@@ -36,7 +39,6 @@ std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
 
 std::string Noise::describe() const {
   char line[512];
-  const double spread = step_median_s > 0 ? step_mad_s / step_median_s : 0;
   std::string known = median_uncertainty_rel > 0 ? "" : " (fewer than 3 steps: unknown)";
   if (median_uncertainty_rel > 0) {
     std::snprintf(line, sizeof line, ", the median known to +-%.1f%% (95%%)", 100 * median_uncertainty_rel);
@@ -45,7 +47,7 @@ std::string Noise::describe() const {
   std::snprintf(line, sizeof line,
                 "%d steps counted, spread %.1f%% (median absolute deviation)%s; other processes took %.1f%% of the "
                 "host's CPU, the hypervisor %.1f%% (+-%.1f%%: the kernel counts in ticks); load %.2f -> %.2f",
-                counted_steps, 100 * spread, known.c_str(), 100 * other_share, 100 * steal_share, 100 * share_resolution,
+                counted_steps, 100 * spread(), known.c_str(), 100 * other_share, 100 * steal_share, 100 * share_resolution,
                 load1_start, load1_end);
   std::string out = line;
   if (mhz_max > 0 && mhz_max - mhz_min > 1) {

@@ -42,11 +42,14 @@ struct Noise {
   double mhz_min = 0, mhz_max = 0;
   // From a run's otherData (the measured trace's metadata); nullopt when it has no noise record.
   static std::optional<Noise> of_trace(const nlohmann::json& meta);
+  // From the noise record itself (otherData.measured.noise, `pipetwin run`'s measured.noise).
+  static Noise from_json(const nlohmann::json& noise);
   // Busy when, even at the low end of what the ticks allow, others took kBusyShare.
   bool busy() const { return other_share + steal_share - share_resolution >= kBusyShare; }
   // The relative error the measurement alone may carry: the median's
   // uncertainty and what the others' share may have slowed.
   double band() const { return median_uncertainty_rel + kLoadSensitivity * (other_share + steal_share); }
+  double spread() const { return step_median_s > 0 ? step_mad_s / step_median_s : 0; }  // MAD / median
   std::string describe() const;  // one line
 };
 

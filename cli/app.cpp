@@ -71,6 +71,10 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+void print_notes(const std::string& source, const std::vector<std::string>& notes) {
+  for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", printable(source + ": " + n).c_str());
+}
+
 int run_app(int argc, char** argv, const std::string& description, const std::vector<AddCommand>& commands,
             const std::vector<std::pair<std::string, std::string>>& elsewhere) {
   set_command_line(argc, argv);

@@ -21,4 +21,8 @@ int run_app(int argc, char** argv, const std::string& description, const std::ve
 // newlines and tabs, written as \xNN (a message may quote its input).
 std::string printable(const std::string& s);
 
+// What reading `source` said (schedule::read_program's notes): one
+// "note: SOURCE: NOTE" line each on stderr.
+void print_notes(const std::string& source, const std::vector<std::string>& notes);
+
 }  // namespace pipetwin::cli

@@ -11,11 +11,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "calibration/noise.hpp"
+#include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/scenario_options.hpp"
 #include "exec/launcher.hpp"
 #include "exec/run.hpp"
-#include "calibration/noise.hpp"
 #include "models/summary.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
@@ -40,9 +41,9 @@ struct Options {
 // relative error the measurement alone may carry.
 nlohmann::json noise_json(const exec::RunNoise& noise) {
   auto j = noise.to_json();
-  const auto n = calibration::Noise::of_trace({{"measured", {{"noise", j}}}});
-  j["busy"] = n->busy();
-  j["band_rel"] = n->band();
+  const auto n = calibration::Noise::from_json(j);
+  j["busy"] = n.busy();
+  j["band_rel"] = n.band();
   return j;
 }
 
@@ -95,10 +96,9 @@ void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models
                 rank.peak_allocated_bytes / 1e6, rank.peak_rss_bytes / 1e6, rank.threads, rank.clock_offset_s * 1e6,
                 rank.clock_uncertainty_s * 1e6);
   }
-  if (const auto noise = calibration::Noise::of_trace({{"measured", m}})) {
-    std::printf("noise        %s\n", noise->describe().c_str());
-    if (noise->busy()) std::printf("             %s\n", calibration::judge(std::nullopt, noise).why.c_str());
-  }
+  const auto noise = calibration::Noise::from_json(m["noise"]);
+  std::printf("noise        %s\n", noise.describe().c_str());
+  if (noise.busy()) std::printf("             %s\n", calibration::judge(std::nullopt, noise).why.c_str());
   if (!o.trace.empty()) std::printf("trace        %s (Chrome trace of step %d: open in Perfetto)\n", o.trace.c_str(), r.representative_step);
 }
 
@@ -149,9 +149,7 @@ void check_outputs(const Options& o) {
 
 int run_rank(const Options& o, const exec::RankEnv& env) {
   const auto sc = twin::build_scenario(o.scenario);
-  if (env.rank == 0) {
-    for (const auto& n : sc->notes) std::fprintf(stderr, "note: %s: %s\n", o.scenario.schedule.c_str(), n.c_str());
-  }
+  if (env.rank == 0) print_notes(o.scenario.schedule, sc->notes);
   exec::RunConfig c;
   c.model = sc->model;
   c.program = sc->program;

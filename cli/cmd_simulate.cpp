@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "cli/scenario_options.hpp"
 #include "models/summary.hpp"
@@ -20,7 +21,7 @@ struct Options {
 
 int run(const Options& o) {
   const auto sc = twin::build_scenario(o.scenario);
-  for (const auto& n : sc->notes) std::fprintf(stderr, "note: %s: %s\n", o.scenario.schedule.c_str(), n.c_str());
+  print_notes(o.scenario.schedule, sc->notes);
   const auto t0 = std::chrono::steady_clock::now();
   const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli/app.hpp"
 #include "cli/commands.hpp"
 #include "schedule/io.hpp"
 #include "schedule/validate.hpp"
@@ -19,7 +20,7 @@ struct Options {
 int run(const Options& o) {
   std::vector<std::string> notes;
   const auto program = ps::read_program(o.file, &notes);
-  for (const auto& n : notes) std::fprintf(stderr, "note: %s: %s\n", o.file.c_str(), n.c_str());
+  print_notes(o.file, notes);
   const auto report = [&] {
     try {
       return ps::validate(program);
