@@ -64,7 +64,9 @@ PassProblem pass_parameters(const std::vector<std::string>& kinds, pm::Pass pass
 
 // A row per compute group of the pass (and of the recompute, with_recompute):
 // per kind its work and its layers, 1 for the action.
-void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::string>& kinds, pm::Pass pass) {
+// `pooled`: every layer's work and count under the one kind kinds[0].
+void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::string>& kinds, pm::Pass pass,
+              bool pooled) {
   const auto rows_of = [&](pm::Pass p) { return p == pass || (pp.with_recompute && p == pm::Pass::Recompute); };
   Problem& prob = pp.prob;
   for (const auto& g : obs.compute) {
@@ -76,7 +78,8 @@ void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::s
       const auto& layer = g.run->model.layers[l];
       const double w = pass_flops(layer, pass) * g.run->microbatch_size;
       if (w <= 0) continue;
-      const std::size_t k = std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
+      const std::size_t k =
+          pooled ? 0 : std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
       x[k] += w;
       x[pp.layer0 + k] += 1;
     }
@@ -197,7 +200,7 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak)
 
 }  // namespace
 
-ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak) {
+ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak, bool pooled) {
   ComputeFit out;
   out.fastest = base_peak;
   for (const pm::Pass pass : pm::kPasses) {
@@ -207,7 +210,7 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
     // the embedding, which only stage 0 holds, takes the forward's rows too).
     if (pass == pm::Pass::Recompute) continue;
     PassProblem pp = pass_parameters(kinds, pass, base_peak);
-    add_rows(pp, obs, kinds, pass);
+    add_rows(pp, obs, kinds, pass, pooled);
     if (pp.prob.y.empty()) continue;
     take_solution(out, pp, robust_solve(pp.prob), kinds, pass);
   }
@@ -257,6 +260,9 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
                                    "cores than the curves say"});
   }
   for (const auto& coefficient : c.fit.coefficients) result.coefficients.push_back(coefficient);
+  // Every kind at once, one curve per pass: what the simulator falls back on
+  // for a layer of a kind these traces do not hold (another model's).
+  c.pooled = fit_compute(c.observed, {std::string(pm::kDefaultKind)}, base_peak, true);
   return c;
 }
 
@@ -306,6 +312,14 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
       k.recompute = efficiency(curves[pm::Pass::Recompute][kind]);
     }
     device.kinds[kind] = k;
+  }
+  auto& pooled = c.pooled.curves;
+  if (pooled.count(pm::Pass::Forward) && pooled.count(pm::Pass::Backward)) {
+    const std::string d(pm::kDefaultKind);
+    pm::KindEfficiency k{efficiency(pooled[pm::Pass::Forward].at(d)), efficiency(pooled[pm::Pass::Backward].at(d)), {}, {}};
+    if (pooled.count(pm::Pass::ForwardNoGrad)) k.forward_nograd = efficiency(pooled[pm::Pass::ForwardNoGrad].at(d));
+    if (pooled.count(pm::Pass::Recompute)) k.recompute = efficiency(pooled[pm::Pass::Recompute].at(d));
+    device.kinds[d] = k;
   }
   device.op_overhead_s = 0;  // the fixed cost per layer is in each kind's curve
   device.action_overhead = {action[pm::Pass::Forward], action[pm::Pass::Backward], {}, {}};

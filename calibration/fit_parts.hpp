@@ -142,7 +142,9 @@ struct ComputeFit {
 // The curves on `obs`'s compute groups: one robust problem per pass (the
 // forward's with the recompute's rows), slopes tied to the largest kind's
 // where the traces cannot tell them apart, overheads kept >= 0.
-ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak);
+// `pooled`: every layer counted under kinds[0] (one curve for all kinds).
+ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak,
+                       bool pooled = false);
 
 // A compute group's time as a fit's curves give it (its row of fit_compute's
 // problem: the action's overhead, and per layer with work a w + b).
@@ -158,6 +160,7 @@ std::vector<std::string> kinds_by_work(const models::Model& model);
 struct Curves {
   std::vector<std::string> kinds;  // in the order of the model's total work
   ComputeFit fit;
+  ComputeFit pooled;  // every kind under kDefaultKind, for the kinds of other models
   Observations observed, as_measured;
   double cold_s_per_byte = 0;
   double slower = 0;

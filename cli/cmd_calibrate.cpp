@@ -7,9 +7,11 @@
 // the link (calibration/fit.hpp), writes a hardware file that every command
 // reads with --hardware, and replays each traced configuration on it to show
 // how well the calibrated simulator reproduces the measured step.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -59,10 +61,20 @@ void run_child(const std::vector<std::string>& args, const std::string& log) {
   }
 }
 
+// The CPUs this process may run on (its affinity), as pipetwin run records a host's cores.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
 // Short runs that separate what the given traces may not: the first and the
 // last layer alone on a rank (their kinds' fixed costs), several micro-batch
 // sizes on one rank (the curves' slopes), and recompute (the forward without
-// autograd, and the recompute itself).
+// autograd, and the recompute itself). On a host with few cores, also twice
+// as many ranks as the cores hold (gpipe and 1f1b): how its ranks share the
+// cores, which no run of one or two ranks shows.
 std::vector<std::string> microbench(const Options& o, const std::string& model_path, int layers, int threads,
                                     const std::string& dir) {
   fs::create_directories(dir);
@@ -87,6 +99,13 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
     configs.push_back({"k2_last_mb2", "gpipe", 2, 4, 8, "none", last});
     configs.push_back({"k2_last_mb16", "gpipe", 2, 4, 64, "none", last});
     configs.push_back({"k2_half_mb8_recompute", "gpipe", 2, 4, 32, "full", half});
+  }
+  const int cores = usable_cores() / std::max(1, threads);
+  const int shared = std::min(layers, 2 * cores);
+  if (cores >= 1 && shared > cores && shared >= 3) {
+    const std::string k = std::to_string(shared);
+    configs.push_back({"k" + k + "_shared_gpipe", "gpipe", shared, 2 * shared, 2 * shared, "none", ""});
+    configs.push_back({"k" + k + "_shared_1f1b", "1f1b", shared, 2 * shared, 2 * shared, "none", ""});
   }
   std::vector<std::string> traces;
   for (std::size_t i = 0; i < configs.size(); ++i) {

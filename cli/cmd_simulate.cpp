@@ -22,6 +22,7 @@ struct Options {
 int run(const Options& o) {
   const auto sc = twin::build_scenario(o.scenario);
   print_notes(o.scenario.schedule, sc->notes);
+  print_notes("hardware", sc->hardware_notes);
   const auto t0 = std::chrono::steady_clock::now();
   const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

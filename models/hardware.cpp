@@ -56,11 +56,17 @@ double ActionOverheads::of(Pass pass) const {
   return forward_s;
 }
 
+const KindEfficiency* Device::kind_curves(std::string_view kind) const {
+  auto it = kinds.find(std::string(kind));
+  if (it == kinds.end()) it = kinds.find(std::string(kDefaultKind));
+  return it == kinds.end() ? nullptr : &it->second;
+}
+
 double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const {
   if (flops <= 0) return 0;
-  const auto it = kinds.find(std::string(kind));
-  if (it == kinds.end()) return compute_seconds(flops, p);
-  return op_overhead_s + flops / (peak_flops(p) * it->second.of(pass).at(flops));
+  const KindEfficiency* curves = kind_curves(kind);
+  if (curves == nullptr) return compute_seconds(flops, p);
+  return op_overhead_s + flops / (peak_flops(p) * curves->of(pass).at(flops));
 }
 
 double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
@@ -172,7 +178,9 @@ void apply_kinds(Device& d, const YamlFields& y) {
   const YAML::Node list = y.node()["kinds"];
   if (!list.IsMap()) y.fail("kinds", "expected a mapping from layer kind to its curves");
   const YamlFields kinds = y.child("kinds");
-  kinds.reject_unknown(layer_kind_names());
+  std::vector<std::string> known = layer_kind_names();
+  known.emplace_back(kDefaultKind);
+  kinds.reject_unknown(known);
   for (const auto& entry : list) {
     const std::string kind = entry.first.Scalar();
     const YamlFields k = kinds.child(kind);

@@ -47,6 +47,9 @@ inline constexpr Pass kPasses[] = {Pass::Forward, Pass::Backward, Pass::ForwardN
 
 // Per layer kind (calibrated): the efficiency of each pass, overriding the
 // device's `efficiency`. forward_nograd and recompute default to forward.
+// Under kDefaultKind, the curves a calibration fitted on all the kinds it saw
+// at once, for a layer whose kind it did not see (another model's).
+inline constexpr std::string_view kDefaultKind = "default";
 struct KindEfficiency {
   Efficiency forward, backward;
   std::optional<Efficiency> forward_nograd, recompute;
@@ -75,7 +78,7 @@ struct Device {
   double transfer_overhead_s = 0;  // per transfer, on top of the link
   double send_bandwidth = 0;       // bytes/s the sender itself writes (the sender's cost per byte); 0: none
   // Calibrated refinements (absent from the presets):
-  std::map<std::string, KindEfficiency> kinds;  // by kind_name(): per-kind curves
+  std::map<std::string, KindEfficiency> kinds;  // by kind_name(), or kDefaultKind: per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage
   std::optional<double> step_overhead_s;        // optimizer step's fixed cost; default op_overhead_s
   // Receiver's cost of taking a message out of the transport once it is there
@@ -95,7 +98,10 @@ struct Device {
   // Time of one layer's pass of `flops` work: the kind's curve when `kinds`
   // has one, else compute_seconds(). 0 for no work.
   double layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const;
-  bool has_kind(std::string_view kind) const { return kinds.find(std::string(kind)) != kinds.end(); }
+  // The kind's curves; else the calibrated `default` (every kind a calibration
+  // saw, pooled: for the kinds it did not see); else none (the device's curve).
+  const KindEfficiency* kind_curves(std::string_view kind) const;
+  bool has_kind(std::string_view kind) const { return kind_curves(kind) != nullptr; }
   double step_overhead() const { return step_overhead_s.value_or(op_overhead_s); }
   friend bool operator==(const Device&, const Device&) = default;
 };

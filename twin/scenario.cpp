@@ -49,6 +49,35 @@ std::vector<schedule::LayerRange> partition_from_file(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// A calibrated device (one with per-kind curves) asked for a model with kinds
+// it has no curve of: said, with what times them instead.
+void note_uncalibrated_kinds(Scenario& sc) {
+  std::vector<models::Device> devices = sc.hardware.devices;
+  devices.push_back(sc.hardware.device);
+  for (const auto& d : devices) {
+    if (d.kinds.empty()) continue;
+    std::string missing;
+    for (const auto& layer : sc.model.layers) {
+      const std::string kind(models::kind_name(layer.kind));
+      if (d.kinds.count(kind) || missing.find(kind) != std::string::npos) continue;
+      missing += (missing.empty() ? "" : ", ") + kind;
+    }
+    if (missing.empty()) continue;
+    const bool pooled = d.kinds.count(std::string(models::kDefaultKind)) > 0;
+    sc.hardware_notes.push_back(sc.hardware.name + " (" + d.name + ") has no curve for " + sc.model.name +
+                       "'s layers of kind " + missing + ": " +
+                       (pooled ? "they are timed on its `default` curve (every kind its calibration saw, pooled), "
+                                 "which carries to other kinds only roughly"
+                               : "they are timed on the device's base curve") +
+                       "; `pipetwin calibrate --microbench --model MODEL.yaml` measures them");
+    return;
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& o) {
   return build_scenario(models::in_topological_order(models::load_model(o.model)), models::load_hardware(o.hardware), o,
                         true);
@@ -169,6 +198,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   sc->program.partition = choose_partition(*sc, o.partition);
   if (validate && !from_file) schedule::validate(sc->program);  // throws with the grid if anything is wrong
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
+  note_uncalibrated_kinds(*sc);
   return sc;
 }
 

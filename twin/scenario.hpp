@@ -45,6 +45,7 @@ struct Scenario {
   std::unique_ptr<models::StageCostModel> costs;
   double samples = 0;                // per step: batch
   std::vector<std::string> notes;    // what reading its schedule file said, for the user
+  std::vector<std::string> hardware_notes;  // the model's kinds a calibrated hardware has no curve for
   // Stage s's peak of stashed activations in bytes: the IR's count of
   // micro-batches (the stage costs' own) times their sizes.
   double predicted_stash_bytes(int s) const;

@@ -121,7 +121,8 @@ TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
   const pc::FitResult fit = pc::fit(runs, base);
   const pm::Device& got = fit.hardware.device;
   const pm::Device& want = truth.device;
-  ASSERT_EQ(got.kinds.size(), 3u);
+  ASSERT_EQ(got.kinds.size(), 4u);  // the model's three and the pooled default
+  ASSERT_TRUE(got.kinds.count(std::string(pm::kDefaultKind)));
   expect_same_curves(got, want);
   for (const pm::Pass pass : pm::kPasses) {
     expect_rel(got.action_overhead.of(pass), want.action_overhead.of(pass), "action overhead " + std::string(pm::pass_name(pass)));
@@ -148,6 +149,38 @@ TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
   }
 }
 
+TEST_F(Calibration, KindsTheTracesDoNotHoldAreTimedOnTheCurveOfAllKindsPooled) {
+  // Every kind on one curve per pass: the pooled fit (the `default` kind)
+  // must recover it, and a kind no trace holds (another model's linear
+  // layer) is timed on it, where it used to take the base device's curve.
+  pm::Hardware truth = known_hardware();
+  const pm::KindEfficiency common = truth.device.kinds.at("transformer_block");
+  for (auto& [kind, curves] : truth.device.kinds) curves = common;
+  std::vector<pc::TraceRun> runs;
+  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pm::Device got = pc::fit(runs, base).hardware.device;
+  ASSERT_TRUE(got.kinds.count(std::string(pm::kDefaultKind)));
+  EXPECT_FALSE(truth.device.has_kind("linear"));
+  ASSERT_TRUE(got.has_kind("linear"));
+  for (const pm::Pass pass : pm::kPasses) {
+    for (const double flops : {1e5, 3e6, 4e7, 9e8}) {
+      expect_rel(got.layer_seconds("linear", pass, flops, pm::Precision::FP32),
+                 truth.device.layer_seconds("transformer_block", pass, flops, pm::Precision::FP32),
+                 "linear " + std::string(pm::pass_name(pass)) + " at " + std::to_string(flops) + " FLOPs");
+    }
+  }
+  // A kind the traces hold keeps its own curve, not the pooled one.
+  pm::Hardware skewed = known_hardware();
+  std::vector<pc::TraceRun> skewed_runs;
+  for (const auto& f : write_grid(skewed)) skewed_runs.push_back(pc::load_trace_run(f));
+  const pm::Device fitted = pc::fit(skewed_runs, base).hardware.device;
+  expect_same_curves(fitted, skewed.device);
+  EXPECT_NE(fitted.layer_seconds("linear", pm::Pass::Forward, 3e6, pm::Precision::FP32),
+            fitted.layer_seconds("embedding", pm::Pass::Forward, 3e6, pm::Precision::FP32));
+}
+
 TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
   const pm::Hardware truth = known_hardware();
   const auto files = write_grid(truth);
@@ -160,7 +193,7 @@ TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
   ps::write_file_atomic(out, pm::hardware_to_yaml(fit.hardware, "test", pc::calibration_yaml(fit, runs)));
   const pm::Hardware loaded = pm::load_hardware(out);
   EXPECT_EQ(loaded.name, "cpu-calibrated");
-  EXPECT_EQ(loaded.device.kinds.size(), 3u);
+  EXPECT_EQ(loaded.device.kinds.size(), 4u);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     double step = 0;
     synthetic_trace(grid()[i], loaded, &step);

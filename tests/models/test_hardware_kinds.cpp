@@ -287,6 +287,40 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(costs.step_s(0, 3, 0), 120e-6 + traffic / d.memory_bandwidth);
 }
 
+TEST_F(Kinds, TheDefaultKindTimesTheKindsThatHaveNoCurves) {
+  const auto h = pm::load_hardware(write("calibrated.yaml", kCalibrated));
+  const std::string text =
+      "preset: cpu\n"
+      "device:\n"
+      "  kinds:\n"
+      "    transformer_block:\n"
+      "      forward: {max: 0.4, half_flops: 2e6}\n"
+      "    default:\n"
+      "      forward: {max: 0.25, half_flops: 1e6}\n"
+      "      backward: {max: 0.2, half_flops: 3e6}\n";
+  const pm::Device d = pm::load_hardware(write("with_default.yaml", text)).device;
+  const double peak = d.peak_flops(pm::Precision::FP32);
+  const double op = d.op_overhead_s;  // the preset's, per layer
+  // A kind with curves keeps them; any other takes `default`'s.
+  EXPECT_NEAR(d.layer_seconds("transformer_block", pm::Pass::Forward, 4e6, pm::Precision::FP32),
+              op + 4e6 / (peak * 0.4 * 4e6 / (4e6 + 2e6)), 1e-15);
+  EXPECT_NEAR(d.layer_seconds("linear", pm::Pass::Forward, 4e6, pm::Precision::FP32),
+              op + 4e6 / (peak * 0.25 * 4e6 / (4e6 + 1e6)), 1e-15);
+  EXPECT_NEAR(d.layer_seconds("conv", pm::Pass::Backward, 4e6, pm::Precision::FP32),
+              op + 4e6 / (peak * 0.2 * 4e6 / (4e6 + 3e6)), 1e-15);
+  EXPECT_TRUE(d.has_kind("residual_block"));
+  // Without `default`, such a kind is on the device's curve, as before.
+  EXPECT_FALSE(h.device.has_kind("linear"));
+  EXPECT_NEAR(h.device.layer_seconds("linear", pm::Pass::Forward, 4e6, pm::Precision::FP32),
+              h.device.compute_seconds(4e6, pm::Precision::FP32), 1e-15);
+  // Written and read back, the same device.
+  const std::string again = write("again.yaml", pm::hardware_to_yaml(pm::load_hardware(write("w.yaml", text)), "test"));
+  EXPECT_EQ(pm::load_hardware(again).device, d);
+  // Unknown kinds are still refused, naming the field.
+  EXPECT_NE(error_of("preset: cpu\ndevice:\n  kinds:\n    defaults:\n      forward: {max: 0.5}\n").find("defaults"),
+            std::string::npos);
+}
+
 TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
   // No kinds: every layer on the device curve with the per-op overhead,
   // F = R, and I and W each an operation, as before calibration existed.
