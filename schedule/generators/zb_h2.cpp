@@ -17,7 +17,11 @@
 // paper's "zero bubble" counts the inside of each rank's span only: with the
 // optimizer's synchronisation replaced by its post-validation (Section 4), the
 // next step's warm-up fills the triangles before and after it, which one step
-// of the simulator does not model. Unequal F, I, W: see `schedule --list`.
+// of the simulator does not model. With unequal F, I, W (M >= 2K-1), one step
+// takes M(F+I+W) + (K-1)max(F, I-F, F+I-2W), and the largest idle time inside a
+// rank's span is (K-1)max(0, I-F, F+I-2W): Table 2's (K-1)(F+I-2W) where
+// W <= F; where I > F and W > F, rank 0's first I also waits (K-1)(I-F) for the
+// I's round trip, which the table leaves out (tests/sim/test_simulator.cpp).
 //
 // Memory: rank r has 2K-1 micro-batches forwarded but not yet through W once
 // its first W runs (its warm-up plus the 2r forwards between its Is), so every
