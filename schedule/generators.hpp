@@ -49,6 +49,7 @@ Program generate_gpipe(const GeneratorOptions& options);
 Program generate_1f1b(const GeneratorOptions& options);
 Program generate_interleaved_1f1b(const GeneratorOptions& options);
 Program generate_zb_h1(const GeneratorOptions& options);
+Program generate_zb_h2(const GeneratorOptions& options);
 Program generate_zb_v(const GeneratorOptions& options);
 Program generate_dualpipe_v(const GeneratorOptions& options);
 Program generate_pipedream(const GeneratorOptions& options);

@@ -27,6 +27,15 @@ const std::vector<GeneratorInfo>& generators() {
       {"zb-h1", "zero bubble H1: backward split into I and W, W deferred to fill bubbles", false, generate_zb_h1,
        "any K, M; V = 1", "(K-1)/(3M+K-1) of the step with F = I = W",
        "every stage stashes min(K, M) micro-batches (its deferred W keeps them)"},
+      {"zb-h2", "zero bubble H2 (Qi et al., Figure 3 bottom): ZB-H1 with 2(K-r)-1 warm-up forwards on rank r and W "
+       "deferred 2r micro-batches, a parallelogram",
+       false, generate_zb_h2, "any K, M; V = 1 (the closed forms below for M >= 2K-1)",
+       "(K-1)/(3M+K-1) of one step with F = I = W, as zb-h1 (3M+K-1 units: rank r idles r before it and K-1-r after "
+       "it); in general the step takes M(F+I+W) + (K-1)max(F, I-F, F+I-2W). Inside each rank's span, which is what "
+       "back-to-back steps without an optimizer synchronisation leave: (K-1)max(0, I-F, F+I-2W), the paper's "
+       "(K-1)(F+I-2W) where W <= F, none with F = I = W",
+       "every stage stashes min(2K-1, M) micro-batches (on rank r, 2r of them past I: the paper's (2K-2r-1)M_B + "
+       "2r M_W, (2K-1)M_B on stage 0)"},
       {"zb-v", "zero bubble V (PyTorch's ScheduleZBVZeroBubble): 2 stages per rank placed V-shaped, I and W split",
        false, generate_zb_v,
        "any K, M (PyTorch pads M to 2K-1, then drops the padded micro-batches); V = 2, implied (--virtual left out "

@@ -87,6 +87,15 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
       EXPECT_DOUBLE_EQ(steps, 3.0 * M + K - 1);
     }
     EXPECT_LE(steps, 3.0 * (M + K - 1));
+  } else if (s.name == "zb-h2") {
+    // F = I = W = 1, M >= 2K-1: Figure 3 (bottom)'s parallelogram, rank r busy
+    // without a gap from r to 3M + r, so 3M + K - 1 steps with K - 1 idle on
+    // every rank (as zb-h1's one step). Fewer micro-batches: never worse than 1F1B.
+    if (M >= 2 * K - 1) {
+      EXPECT_DOUBLE_EQ(steps, 3.0 * M + K - 1);
+      for (int r = 0; r < K; ++r) EXPECT_NEAR(run.timeline.idle_fraction(ps::RankId{r}), (K - 1.0) / (3 * M + K - 1), 1e-12);
+    }
+    EXPECT_LE(steps, 3.0 * (M + K - 1));
   } else if (s.name == "interleaved-1f1b") {
     // Megatron: the bubble shrinks by V; with every chunk op 1 step: 2(VM + K - 1)
     // when M is a multiple of K. PyTorch's relaxed rule runs M < K micro-batches
@@ -128,6 +137,9 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     }
     if (s.name == "zb-h1") {  // as `schedule --list` states it
       EXPECT_EQ(m.peak_activations, std::min(s.K, s.M)) << "stage " << stage;
+    }
+    if (s.name == "zb-h2") {  // as `schedule --list` states it: 2K-1 on every stage, the paper's (2p-1) on stage 0
+      EXPECT_EQ(m.peak_activations, std::min(2 * s.K - 1, s.M)) << "stage " << stage;
     }
     if (s.name == "dualpipe-v") {  // as `schedule --list` states it: 2K down to 1 along the V (M >= 2K)
       EXPECT_EQ(m.peak_activations, 2 * s.K - stage) << "stage " << stage;
@@ -261,6 +273,39 @@ TEST(DualPipeV, LiteralScheduleIsPyTorchs) {
   } catch (const pipetwin::Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs at least as many micro-batches as stages (M >= 2K = 8), got M=7"),
               std::string::npos) << e.what();
+  }
+}
+
+// Figure 3 (bottom) of Qi et al., K=4, M=8, read off cell by cell: warm-ups of
+// 7, 5, 3, 1 forwards, W of rank r deferred by 2r micro-batches.
+TEST(ZbH2, LiteralScheduleIsThePapersFigure) {
+  EXPECT_EQ(rows(ps::generate("zb-h2", {4, 8})),
+            (std::vector<std::string>{
+                "0F0 0F1 0F2 0F3 0F4 0F5 0F6 0I0 0W0 0F7 0I1 0W1 0I2 0W2 0I3 0W3 0I4 0W4 0I5 0W5 0I6 0W6 0I7 0W7",
+                "1F0 1F1 1F2 1F3 1F4 1I0 1F5 1I1 1F6 1I2 1W0 1F7 1I3 1W1 1I4 1W2 1I5 1W3 1I6 1W4 1I7 1W5 1W6 1W7",
+                "2F0 2F1 2F2 2I0 2F3 2I1 2F4 2I2 2F5 2I3 2F6 2I4 2W0 2F7 2I5 2W1 2I6 2W2 2I7 2W3 2W4 2W5 2W6 2W7",
+                "3F0 3I0 3F1 3I1 3F2 3I2 3F3 3I3 3F4 3I4 3F5 3I5 3F6 3I6 3W0 3F7 3I7 3W1 3W2 3W3 3W4 3W5 3W6 3W7"}));
+  // Its unit-time dry run is the figure's timing: rank r starts at r and runs without a gap to 3M + r = 24 + r.
+  const auto run = ps::dry_run(ps::generate("zb-h2", {4, 8}));
+  for (int r = 0; r < 4; ++r) {
+    double first = 1e9, last = 0;
+    for (const auto& t : run.timeline.ranks[r]) {
+      if (!ps::is_compute(t.action.op)) continue;
+      first = std::min(first, t.start);
+      last = std::max(last, t.end);
+    }
+    EXPECT_DOUBLE_EQ(first, r) << "rank " << r;
+    EXPECT_DOUBLE_EQ(last, 24 + r) << "rank " << r;
+  }
+}
+
+TEST(ZbH2, HasOneStagePerRank) {
+  try {
+    ps::generate("zb-h2", {4, 8, 2});
+    FAIL() << "accepted --virtual 2";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule zb-h2: has one stage per rank; --virtual 2"), std::string::npos)
+        << e.what();
   }
 }
 

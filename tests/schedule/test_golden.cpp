@@ -43,6 +43,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Golden{"1f1b_k2_m4_recompute_full.txt", "1f1b", {2, 4, 1, ps::RecomputePolicy::Full}},
                       Golden{"interleaved_1f1b_k2_m4_v2.txt", "interleaved-1f1b", {2, 4, 2}},
                       Golden{"zb_h1_k4_m8.txt", "zb-h1", {4, 8}},
+                      Golden{"zb_h2_k4_m8.txt", "zb-h2", {4, 8}},
                       Golden{"zb_v_k4_m8.txt", "zb-v", {4, 8}},
                       Golden{"pipedream_k3_m6.txt", "pipedream", {3, 6}}),
     [](const auto& info) {

@@ -1,9 +1,12 @@
 // The SimGrid replay against closed forms: bubbles of gpipe, 1f1b,
-// interleaved-1f1b, zb-h1 and zb-v, exact transfer times over routes, core
-// contention on a shared host, deadlocks reported.
+// interleaved-1f1b, zb-h1, zb-h2, zb-v and dualpipe-v, exact transfer times
+// over routes, core contention on a shared host, deadlocks reported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
@@ -43,6 +46,31 @@ SimInput uniform_input(const std::string& name, int K, int M, int V, ps::StageCo
 double bubble_over_ideal(const ps::Timeline& t) {
   const double busy = t.busy(ps::RankId{0});
   return (t.makespan() - busy) / busy;
+}
+
+using Costs = std::vector<std::tuple<double, double, double>>;  // F, I, W per stage
+
+// The first start and the last end of rank r's compute actions.
+std::pair<double, double> compute_span(const ps::Timeline& t, int r) {
+  double first = 1e300, last = 0;
+  for (const auto& a : t.ranks[r]) {
+    if (!ps::is_compute(a.action.op)) continue;
+    first = std::min(first, a.start);
+    last = std::max(last, a.end);
+  }
+  return {first, last};
+}
+
+// The largest idle time inside one rank's span (from its first compute to its
+// last): the bubble as Qi et al. count it, which leaves out the triangles
+// before and after that back-to-back steps fill.
+double largest_idle_inside_a_span(const ps::Timeline& t) {
+  double idle = 0;
+  for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) {
+    const auto [first, last] = compute_span(t, r);
+    idle = std::max(idle, last - first - t.busy(ps::RankId{r}));
+  }
+  return idle;
 }
 
 }  // namespace
@@ -86,6 +114,66 @@ TEST(Simulator, ZeroBubbleH1HasAThirdOf1F1BsBubble) {
   }
 }
 
+TEST(Simulator, ZeroBubbleH1FollowsThePapersBubbleWithUnequalPasses) {
+  // Qi et al., Table 2: ZB-H1's bubble is (K-1)(F+I-W) (the paper's B is our
+  // I). One step takes M(F+I+W) + (K-1)(F+I-W), with W < F <= I here (the
+  // paper's transformer has W < F < B).
+  for (const auto& [f, i, w] : Costs{{1.0, 1.0, 1.0}, {1.0, 1.0, 0.5}, {1.0, 1.5, 0.5}}) {
+    for (int K : {2, 4, 8}) {
+      for (int M : {8, 12, 16}) {
+        const auto t = pipetwin::sim::simulate(uniform_input("zb-h1", K, M, 1, unit(f, i, w))).timeline;
+        const std::string at = "F=" + std::to_string(f) + " I=" + std::to_string(i) + " W=" + std::to_string(w) +
+                               " K=" + std::to_string(K) + " M=" + std::to_string(M);
+        EXPECT_NEAR(t.makespan(), M * (f + i + w) + (K - 1) * (f + i - w), 1e-9) << at;
+        EXPECT_NEAR(largest_idle_inside_a_span(t), (K - 1) * (f + i - w), 1e-9) << at;
+      }
+    }
+  }
+}
+
+TEST(Simulator, ZeroBubbleH2OneStepIsTheParallelogram) {
+  // F = I = W = 1, M >= 2K-1: Figure 3 (bottom) of Qi et al. Rank r computes
+  // without a gap from r to 3M + r: no bubble inside any rank's span (the
+  // paper's zero bubble), but one step alone still takes 3M + K - 1 and every
+  // rank idles K - 1 of it, as zb-h1's step.
+  for (int K : {2, 4, 8}) {
+    for (int M : {2 * K - 1, 2 * K + 3, 16, 24}) {
+      const auto t = pipetwin::sim::simulate(uniform_input("zb-h2", K, M, 1, unit(1, 1, 1))).timeline;
+      const std::string at = "K=" + std::to_string(K) + " M=" + std::to_string(M);
+      EXPECT_NEAR(t.makespan(), 3.0 * M + K - 1, 1e-9) << at;
+      EXPECT_NEAR(t.bubble_fraction(), (K - 1.0) / (3 * M + K - 1), 1e-9) << at;
+      for (int r = 0; r < K; ++r) {
+        const auto [first, last] = compute_span(t, r);
+        EXPECT_NEAR(first, r, 1e-9) << at << " rank " << r;
+        EXPECT_NEAR(last, 3.0 * M + r, 1e-9) << at << " rank " << r;
+        EXPECT_NEAR(t.idle_fraction(ps::RankId{r}), (K - 1.0) / (3 * M + K - 1), 1e-9) << at << " rank " << r;
+      }
+      EXPECT_NEAR(largest_idle_inside_a_span(t), 0, 1e-9) << at;
+    }
+  }
+}
+
+TEST(Simulator, ZeroBubbleH2FollowsThePapersBubbleWithUnequalPasses) {
+  // One step takes M(F+I+W) + (K-1)max(F, I-F, F+I-2W) (M >= 2K-1). Inside
+  // the spans: (K-1)max(0, I-F, F+I-2W), Table 2's (K-1)(F+I-2W) where W <= F
+  // (rank 0's first I waits for the I's round trip when I > F, a bubble of
+  // (K-1)(I-F) that the table leaves out, seen in the last case).
+  for (const auto& [f, i, w] : Costs{{1.0, 1.0, 0.5}, {1.0, 1.5, 0.5}, {1.0, 2.0, 1.0}, {2.0, 1.0, 1.0},
+                                {1.0, 1.0, 2.0}, {1.0, 1.0, 0.0}, {0.5, 1.0, 1.0}}) {
+    for (int K : {2, 4, 8}) {
+      for (int M : {2 * K - 1, 2 * K + 3, 16, 24}) {
+        const auto t = pipetwin::sim::simulate(uniform_input("zb-h2", K, M, 1, unit(f, i, w))).timeline;
+        const std::string at = "F=" + std::to_string(f) + " I=" + std::to_string(i) + " W=" + std::to_string(w) +
+                               " K=" + std::to_string(K) + " M=" + std::to_string(M);
+        EXPECT_NEAR(t.makespan(), M * (f + i + w) + (K - 1) * std::max({f, i - f, f + i - 2 * w}), 1e-9) << at;
+        const double inside = (K - 1) * std::max({0.0, i - f, f + i - 2 * w});
+        EXPECT_NEAR(largest_idle_inside_a_span(t), inside, 1e-9) << at;
+        if (w <= f) EXPECT_NEAR(inside, (K - 1) * std::max(0.0, f + i - 2 * w), 1e-12) << at;
+      }
+    }
+  }
+}
+
 TEST(Simulator, ZeroBubbleVHasHalfOfZbH1sBubbleTime) {
   for (int K : {2, 4, 8}) {
     for (int M : {12, 16}) {  // 2M >= 3K-1: the regime `schedule --list` states
@@ -93,6 +181,32 @@ TEST(Simulator, ZeroBubbleVHasHalfOfZbH1sBubbleTime) {
       const auto zbv = pipetwin::sim::simulate(uniform_input("zb-v", K, M, 2, unit(0.5, 0.5, 0.5)));
       EXPECT_NEAR(zbv.timeline.makespan(), 3.0 * M + (K - 1) / 2.0, 1e-9) << "K=" << K << " M=" << M;
       EXPECT_NEAR(bubble_over_ideal(zbv.timeline), (K - 1.0) / (6 * M), 1e-9) << "K=" << K << " M=" << M;
+    }
+  }
+}
+
+TEST(Simulator, DualPipeVTakesItsClosedForm) {
+  // A rank's layers cost F = I = W = 1 in all, split over its two stages (each
+  // OVERLAP_F_B its two halves, one after the other): 3M + (K-1)/2, as zb-v,
+  // so (K-1)/2 idle on every rank. More generally, with F = I and W <= I per
+  // stage, 2M(F+I+W) + (K-1)(F+I-W) (measured over these shapes, not derived;
+  // it does not hold for every F, I, W). DeepSeek's (PP/2-1)(F&B+B-3W) assumes
+  // a forward and a backward that really overlap, which this replay does not.
+  for (const auto& [f, i, w] : Costs{{0.5, 0.5, 0.5}, {0.5, 0.5, 0.25}, {1.0, 1.0, 0.5}, {1.0, 1.0, 0.0}}) {
+    for (int K : {2, 4, 8}) {
+      for (int M : {2 * K, 2 * K + 3, 16, 20}) {
+        const auto t = pipetwin::sim::simulate(uniform_input("dualpipe-v", K, M, 2, unit(f, i, w))).timeline;
+        const std::string at = "F=" + std::to_string(f) + " I=" + std::to_string(i) + " W=" + std::to_string(w) +
+                               " K=" + std::to_string(K) + " M=" + std::to_string(M);
+        const double expected = 2 * M * (f + i + w) + (K - 1) * (f + i - w);
+        EXPECT_NEAR(t.makespan(), expected, 1e-9) << at;
+        for (int r = 0; r < K; ++r) {
+          EXPECT_NEAR(t.makespan() - t.busy(ps::RankId{r}), (K - 1) * (f + i - w), 1e-9) << at << " rank " << r;
+        }
+        if (f == 0.5 && w == 0.5) {
+          EXPECT_NEAR(t.makespan(), 3.0 * M + (K - 1) / 2.0, 1e-9) << at;
+        }
+      }
     }
   }
 }
@@ -238,7 +352,7 @@ TEST(SimulateModel, RecomputeLowersTheStashToStageInputs) {
 TEST(SimulateModel, MemoryOverTimePeaksAtTheAccountedPeak) {
   const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
   const auto hw = pm::preset("a100");
-  for (const std::string name : {"gpipe", "1f1b", "zb-h1"}) {
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
     for (auto policy : {ps::RecomputePolicy::None, ps::RecomputePolicy::Full}) {
       auto program = ps::build_schedule(name, {3, 6, 1, policy});
       pm::PartitionRequest r;
