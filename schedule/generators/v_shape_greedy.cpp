@@ -11,6 +11,7 @@
 #include "schedule/generators/v_shape_greedy.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <queue>
 #include <stdexcept>
@@ -26,6 +27,7 @@ using Ranks = std::vector<Lists>;
 
 // The block repeats every 6 slots: F, F, I, I and the two W of a micro-batch.
 constexpr int kPeriod = 6;
+constexpr std::int64_t kMaxGreedyWork = 100'000'000;
 
 void check(bool ok, const char* what) {
   if (!ok) throw std::logic_error(std::string("v-shape greedy: ") + what);
@@ -246,6 +248,15 @@ Ranks reorder(Ranks sr, bool consider_w) {
 
 Program schedule_from_blocks(const std::string& name, const std::vector<Block>& blocks, const GeneratorOptions& o) {
   const int K = static_cast<int>(blocks.size()), M = o.microbatches;
+  // The greedy weighs each move by walking the rank's whole span of slots
+  // (mem_of_stage): about K x M x (6M + 4K) steps, which it is refused past
+  // (K = 64, M = 128 is 8.4e6 of them, a fraction of a second).
+  const std::int64_t work = static_cast<std::int64_t>(K) * M * (6LL * M + 4LL * K);
+  if (work > kMaxGreedyWork) {
+    throw Error("schedule " + name + ": K=" + std::to_string(K) + " x M=" + std::to_string(M) + " x (6M+4K) = " +
+                std::to_string(work) + " is more than the " + std::to_string(kMaxGreedyWork) +
+                " steps its greedy may take; use fewer ranks or micro-batches");
+  }
   // schedule_from_pattern: micro-batch j of every type at its block slot + 6j.
   Ranks sr(K);
   for (int r = 0; r < K; ++r) {
