@@ -133,7 +133,7 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->check(kPositive);
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")->check(kPositive);
   cmd->add_flag("--list", o->list, "List the generators: what each is, its constraints, its bubble and stash in closed form");
-  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b; zb-v's is 2 whether given or not)")
+  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b; zb-v's, dualpipe-v's, v-half's and v-min's is 2 whether given or not)")
       ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")

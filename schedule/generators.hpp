@@ -55,5 +55,7 @@ Program generate_dualpipe_v(const GeneratorOptions& options);
 Program generate_pipedream(const GeneratorOptions& options);
 Program generate_interleaved_zb(const GeneratorOptions& options);
 Program generate_looped_bfs(const GeneratorOptions& options);
+Program generate_v_half(const GeneratorOptions& options);
+Program generate_v_min(const GeneratorOptions& options);
 
 }  // namespace pipetwin::schedule

@@ -49,6 +49,20 @@ const std::vector<GeneratorInfo>& generators() {
        false, generate_dualpipe_v, "M >= 2K; V = 2, implied (--virtual left out or 2)",
        "4M+2K-1 unit steps with F = B = I = W = 1, an overlap its two halves (the dry run's count, not derived)",
        "stage s stashes 2K-s micro-batches", 2},
+      {"v-half", "V-Half (Qi et al. 2024, controllable memory): 2 stages per rank placed V-shaped, I and W split, "
+       "a building block of half 1F1B's activation memory repeated and squeezed (the authors' greedy)",
+       false, generate_v_half, "any K, M; V = 2, implied (--virtual left out or 2)",
+       "6M+3K-4 unit steps with F = I = W = 1 per stage for odd K >= 3, 6M+3K-7 for even K >= 4, 6M+1 for K = 2, "
+       "once M >= K+2 (the dry run's count over K <= 16, not derived); about K/(2M) of the step, as the paper gives it",
+       "a rank's two stages stash at most 2 min(M, floor((K+2)/2)) stage micro-batches at once, as many on its busiest "
+       "rank: the paper's (K+2)/2 of 1F1B's K whole micro-batches (per stage: the dry run's peaks)", 2},
+      {"v-min", "V-Min (Qi et al. 2024, controllable memory): 2 stages per rank placed V-shaped, I and W split, "
+       "a building block of a third of 1F1B's activation memory repeated and squeezed (the authors' greedy)",
+       false, generate_v_min, "any K, M; V = 2, implied (--virtual left out or 2)",
+       "6M+4K-5 unit steps with F = I = W = 1 per stage for K >= 2 (6M+4K-7 where 3 divides K), once M >= K+2 "
+       "(the dry run's count over K <= 16, not derived); about 2K/(3M) of the step, as the paper gives it",
+       "a rank's two stages stash at most 2 min(M, floor((K+4)/3)) stage micro-batches at once, as many on its busiest "
+       "rank: the paper's (K+4)/3 of 1F1B's K whole micro-batches (per stage: the dry run's peaks)", 2},
       {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false, generate_pipedream,
        "any K, M (M: mini-batches in the window); V = 1", "none in the steady state (no flush)",
        "stage s stashes min(K-s, M) micro-batches and up to K-s weight versions (K-s once M >= 2K-2)"},
@@ -95,7 +109,7 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
   }
   if (fixed == 0 && !g.virtual_stages && o.stages_per_rank != 1) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
-                " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v or dualpipe-v, whose V is 2)");
+                " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v, dualpipe-v, v-half or v-min, whose V is 2)");
   }
   if (g.virtual_stages && o.stages_per_rank < 2) {
     throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +

@@ -322,7 +322,7 @@ std::vector<Bad> catalogue() {
       {"cli_generator_without_microbatches", {}, "simulate --hardware cpu -s 1f1b -k 2 --model " + kMlpSmall,
        "--microbatches (with a schedule generator) is required", 2},
       {"cli_schedule_neither_generator_nor_file", {}, "simulate --hardware cpu -s nosuch.csv -k 2 -m 2 --model " + kMlpSmall,
-       "'nosuch.csv' is neither a schedule generator (gpipe, 1f1b, interleaved-1f1b, interleaved-zb, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, pipedream) nor a schedule file", 2},
+       "'nosuch.csv' is neither a schedule generator (gpipe, 1f1b, interleaved-1f1b, interleaved-zb, looped-bfs, zb-h1, zb-h2, zb-v, dualpipe-v, v-half, v-min, pipedream) nor a schedule file", 2},
       {"cli_batch_not_divisible", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 2 -m 4 --batch 6 --model {}/m.yaml",
        "--batch 6 does not split"},
       {"cli_more_stages_than_layers", {{"m.yaml", kT}}, "simulate --hardware a100 -s gpipe -k 9 -m 4 --model {}/m.yaml",

@@ -76,7 +76,8 @@ class Equivalence : public ::testing::TestWithParam<Case> {};
 TEST_P(Equivalence, WeightsEqualThoseOfOneRank) {
   const auto& c = GetParam();
   const bool chunks = c.schedule == "interleaved-1f1b" || c.schedule == "interleaved-zb" || c.schedule == "looped-bfs" ||
-                      c.schedule == "zb-v" || c.schedule == "dualpipe-v";
+                      c.schedule == "zb-v" || c.schedule == "dualpipe-v" || c.schedule == "v-half" ||
+                      c.schedule == "v-min";
   const int v = chunks ? 2 : 1;
   // dualpipe-v needs M >= 2K; zb-h2 takes any M but shows its whole warm-up (2K-1 forwards) only from 2K-1.
   const int m = c.schedule == "dualpipe-v" || c.schedule == "zb-h2" ? std::max(4, 2 * c.k) : 4;
@@ -112,7 +113,11 @@ INSTANTIATE_TEST_SUITE_P(Exec, Equivalence,
                                            Case{2, "zb-v", "none"}, Case{2, "zb-v", "full"}, Case{4, "zb-v", "none"},
                                            Case{4, "zb-v", "full"}, Case{2, "dualpipe-v", "none"},
                                            Case{2, "dualpipe-v", "full"}, Case{4, "dualpipe-v", "none"},
-                                           Case{4, "dualpipe-v", "full"}),
+                                           Case{4, "dualpipe-v", "full"}, Case{2, "v-half", "none"},
+                                           Case{2, "v-half", "full"}, Case{4, "v-half", "none"},
+                                           Case{4, "v-half", "full"}, Case{2, "v-min", "none"},
+                                           Case{2, "v-min", "full"}, Case{4, "v-min", "none"},
+                                           Case{4, "v-min", "full"}),
                          [](const auto& info) {
                            std::string name = info.param.schedule + "_k" + std::to_string(info.param.k) + "_" +
                                               info.param.recompute;

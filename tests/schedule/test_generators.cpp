@@ -118,6 +118,16 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
     // Every compute action 1 step (an OVERLAP_F_B its two halves): 4M + 2K - 1
     // for M >= 2K, as `schedule --list` states it (counted here, not derived).
     EXPECT_DOUBLE_EQ(steps, 4.0 * M + 2 * K - 1);
+  } else if (s.name == "v-half" || s.name == "v-min") {
+    // F = I = W = 1 on each stage (6M busy steps a rank): the idle steps
+    // `schedule --list` states once M >= K+2 (counted, not derived), and
+    // never fewer than a rank's own work.
+    const int idle = s.name == "v-min" ? (K == 1 ? 0 : 4 * K - 5 - (K % 3 == 0 ? 2 : 0))
+                                       : (K == 1 ? 0 : K == 2 ? 1 : K % 2 == 1 ? 3 * K - 4 : 3 * K - 7);
+    if (M >= K + 2) {
+      EXPECT_DOUBLE_EQ(steps, 6.0 * M + idle);
+    }
+    EXPECT_GE(steps, 6.0 * M);
   }
 }
 
@@ -157,6 +167,24 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     if (s.name != "pipedream") {
       EXPECT_EQ(m.weight_versions, 1);
     }
+  }
+  // V-Half and V-Min: a rank's two stages together, at once, as the paper
+  // counts them (a forward stashes, its W frees), peak at 2 min(M, (K+2)/2)
+  // and 2 min(M, (K+4)/3) stage micro-batches on the busiest rank, none above.
+  if (s.name == "v-half" || s.name == "v-min") {
+    const int bound = 2 * std::min(s.M, s.name == "v-half" ? (s.K + 2) / 2 : (s.K + 4) / 3);
+    const auto p = program();
+    int busiest = 0;
+    for (const auto& rank : p.ranks) {
+      int now = 0, peak = 0;
+      for (const auto& a : rank) {
+        now += a.op == ps::Op::F ? 1 : a.op == ps::Op::W ? -1 : 0;
+        peak = std::max(peak, now);
+      }
+      EXPECT_LE(peak, bound);
+      busiest = std::max(busiest, peak);
+    }
+    EXPECT_EQ(busiest, bound);
   }
   // ZB-H1 keeps 1F1B's largest stash over the pipeline.
   if (s.name == "zb-h1") {

@@ -45,7 +45,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Golden{"zb_h1_k4_m8.txt", "zb-h1", {4, 8}},
                       Golden{"zb_h2_k4_m8.txt", "zb-h2", {4, 8}},
                       Golden{"zb_v_k4_m8.txt", "zb-v", {4, 8}},
-                      Golden{"pipedream_k3_m6.txt", "pipedream", {3, 6}}),
+                      Golden{"pipedream_k3_m6.txt", "pipedream", {3, 6}},
+                      Golden{"v_half_k4_m8.txt", "v-half", {4, 8}},
+                      Golden{"v_min_k4_m8.txt", "v-min", {4, 8}}),
     [](const auto& info) {
       std::string n = info.param.file.substr(0, info.param.file.size() - 4);
       return n;

@@ -137,7 +137,7 @@ class RoundTrip(unittest.TestCase):
     left out: its optimizer steps inside the schedule are what PyTorch has no action for."""
 
     SHAPES = [("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("zb-h2", 1), ("interleaved-1f1b", 2), ("interleaved-zb", 2),
-              ("looped-bfs", 2), ("zb-v", 2)]
+              ("looped-bfs", 2), ("zb-v", 2), ("v-half", 2), ("v-min", 2)]
 
     def test_pytorch_reads_and_writes_back_every_cell(self):
         checked = 0

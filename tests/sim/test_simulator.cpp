@@ -1,16 +1,18 @@
 // The SimGrid replay against closed forms: bubbles of gpipe, 1f1b,
-// interleaved-1f1b, zb-h1, zb-h2, zb-v and dualpipe-v, exact transfer times
-// over routes, core contention on a shared host, deadlocks reported.
+// interleaved-1f1b, zb-h1, zb-h2, zb-v, dualpipe-v, v-half and v-min, exact
+// transfer times over routes, core contention on a shared host, deadlocks reported.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <tuple>
 #include <vector>
 
 #include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
+#include "schedule/memory.hpp"
 #include "sim/simulator.hpp"
 
 namespace ps = pipetwin::schedule;
@@ -206,6 +208,63 @@ TEST(Simulator, DualPipeVTakesItsClosedForm) {
         if (f == 0.5 && w == 0.5) {
           EXPECT_NEAR(t.makespan(), 3.0 * M + (K - 1) / 2.0, 1e-9) << at;
         }
+      }
+    }
+  }
+}
+
+// V-Half and V-Min (Qi et al. 2024, the authors' greedy over their V-shaped
+// building blocks). The paper gives their bubbles only roughly, with F = B = W
+// for a rank's layers: about K/(2M) (V-Half) and 2K/(3M) (V-Min), and their
+// activation memory as (K+2)/2 and (K+4)/3 of a rank's whole micro-batches.
+// What the construction gives, F = I = W = 1/2 on each stage:
+//  - the block repeats every 6 stage slots, F, F, I, I, W, W, so once the
+//    steady state is reached (M >= K+2 here) every further micro-batch adds 3
+//    busy time units and no idle one: the step is 3M + c/2, c the idle stage
+//    slots of warm-up and cool-down: 4K-5 for V-Min (4K-7 where 3 divides K),
+//    3K-4 for V-Half at odd K, 3K-7 at even K >= 4, 1 at K = 2: the
+//    construction's count over K <= 16, not derived;
+//  - the bubble over the ideal time is c/(6M): at most (4K)/(6M) = 2K/(3M)
+//    and (3K)/(6M) = K/(2M), the paper's figures, which are thus bounds here;
+//  - a rank's two stages stash together, at most, 2 floor((K+4)/3) and
+//    2 floor((K+2)/2) stage micro-batches: the paper's memory exactly (a stage
+//    is half a rank's layers). Per stage the squeeze leaves no closed form:
+//    the peaks below are the construction's, the accounting's count of them.
+TEST(Simulator, VHalfAndVMinBubblesAndPeaksAreTheConstructions) {
+  const std::map<std::pair<std::string, int>, std::vector<int>> stage_peaks{
+      {{"v-min", 2}, {2, 2, 2, 1}},
+      {{"v-min", 4}, {3, 3, 3, 2, 2, 2, 2, 1}},
+      {{"v-min", 8}, {6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 2, 1}},
+      {{"v-half", 2}, {3, 3, 2, 1}},
+      {{"v-half", 4}, {5, 5, 4, 4, 3, 3, 2, 1}},
+      {{"v-half", 8}, {9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 4, 3, 2, 1}},
+  };
+  for (const std::string name : {"v-half", "v-min"}) {
+    for (int K : {2, 4, 8}) {
+      for (int M : {K + 2, 16, 24}) {
+        const std::string at = name + " K=" + std::to_string(K) + " M=" + std::to_string(M);
+        const auto in = uniform_input(name, K, M, 2, unit(0.5, 0.5, 0.5));
+        const auto r = pipetwin::sim::simulate(in);
+        const int c = name == "v-min" ? 4 * K - 5 - (K % 3 == 0 ? 2 : 0) : (K == 2 ? 1 : K % 2 ? 3 * K - 4 : 3 * K - 7);
+        EXPECT_NEAR(r.timeline.makespan(), 3.0 * M + c / 2.0, 1e-9) << at;
+        EXPECT_NEAR(bubble_over_ideal(r.timeline), c / (6.0 * M), 1e-9) << at;
+        const double paper = name == "v-min" ? 2.0 * K / (3 * M) : K / (2.0 * M);
+        EXPECT_LE(bubble_over_ideal(r.timeline), paper + 1e-9) << at;
+        // The paper's memory: a rank's two stages together, at once.
+        const int whole = name == "v-min" ? (K + 4) / 3 : (K + 2) / 2;
+        int busiest = 0;
+        for (const auto& rank : in.program.ranks) {
+          int now = 0;
+          for (const auto& a : rank) {
+            now += a.op == ps::Op::F ? 1 : a.op == ps::Op::W ? -1 : 0;
+            busiest = std::max(busiest, now);
+          }
+        }
+        EXPECT_EQ(busiest, 2 * whole) << at;
+        if (M < 2 * K) continue;  // the per-stage peaks below from M >= 2K
+        const auto memory = ps::account_memory(in.program);
+        const auto& expected = stage_peaks.at({name, K});
+        for (int s = 0; s < 2 * K; ++s) EXPECT_EQ(memory[s].peak_activations, expected[s]) << at << " stage " << s;
       }
     }
   }
