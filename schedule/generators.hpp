@@ -58,4 +58,11 @@ Program generate_looped_bfs(const GeneratorOptions& options);
 Program generate_v_half(const GeneratorOptions& options);
 Program generate_v_min(const GeneratorOptions& options);
 
+// The loop of the zero-bubble H schedules (zb-h1, zb-h2; generators/zb_h1.cpp):
+// rank r warms up with min(warmup(K, r), M) forwards, then per micro-batch j
+// runs I of j, the W of j - deferral(K, r) once there is one, and the next F
+// while any is left; the Ws still deferred close it.
+Program zero_bubble_h(std::string name, const GeneratorOptions& options, int (*warmup)(int K, int r),
+                      int (*deferral)(int K, int r));
+
 }  // namespace pipetwin::schedule

@@ -9,18 +9,20 @@
 // With F = I = W the step takes 3M + K - 1 units (bubble (K-1)(F+I-W)), against
 // 3(M + K - 1) for 1F1B; the largest stash over all stages stays min(K, M), as in 1F1B.
 #include <algorithm>
+#include <utility>
 
 #include "schedule/generators.hpp"
 
 namespace pipetwin::schedule {
 
-Program generate_zb_h1(const GeneratorOptions& o) {
+Program zero_bubble_h(std::string name, const GeneratorOptions& o, int (*warmup_of)(int K, int r),
+                      int (*deferral_of)(int K, int r)) {
   const int K = o.ranks, M = o.microbatches;
-  Program p = make_program("zb-h1", K, 1, M, o.recompute);
+  Program p = make_program(std::move(name), K, 1, M, o.recompute);
   for (int r = 0; r < K; ++r) {
     auto& actions = p.ranks[r];
-    const int warmup = std::min(K - r, M);
-    const int deferral = r;  // W of micro-batch j runs after I of micro-batch j + r
+    const int warmup = std::min(warmup_of(K, r), M);
+    const int deferral = deferral_of(K, r);  // W of micro-batch j runs after I of micro-batch j + deferral
     int next_forward = 0, next_weight = 0;
     // 1. Warm-up: forwards only.
     for (; next_forward < warmup; ++next_forward) actions.push_back(make_action(Op::F, r, next_forward));
@@ -34,6 +36,11 @@ Program generate_zb_h1(const GeneratorOptions& o) {
     for (; next_weight < M; ++next_weight) actions.push_back(make_action(Op::W, r, next_weight));
   }
   return p;
+}
+
+Program generate_zb_h1(const GeneratorOptions& o) {
+  return zero_bubble_h(
+      "zb-h1", o, [](int K, int r) { return K - r; }, [](int, int r) { return r; });
 }
 
 }  // namespace pipetwin::schedule

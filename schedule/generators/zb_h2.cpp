@@ -31,32 +31,15 @@
 //
 // Any M: below 2K-1 every rank's warm-up is cut to M (all forwards first), the
 // schedule stays valid and the closed forms above are not claimed.
-#include <algorithm>
-
 #include "schedule/generators.hpp"
 
 namespace pipetwin::schedule {
 
+// zb-h1's loop (zero_bubble_h) with a warm-up long enough to cover the first
+// I's round trip and the Ws deferred twice as far: the parallelogram's tail.
 Program generate_zb_h2(const GeneratorOptions& o) {
-  const int K = o.ranks, M = o.microbatches;
-  Program p = make_program("zb-h2", K, 1, M, o.recompute);
-  for (int r = 0; r < K; ++r) {
-    auto& actions = p.ranks[r];
-    const int warmup = std::min(2 * (K - r) - 1, M);
-    const int deferral = 2 * r;  // W of micro-batch j runs after I of micro-batch j + 2r
-    int next_forward = 0, next_weight = 0;
-    // 1. Warm-up: forwards only, enough to cover the first I's round trip.
-    for (; next_forward < warmup; ++next_forward) actions.push_back(make_action(Op::F, r, next_forward));
-    // 2. Steady state and 3. cool-down: I, a deferred W, the next F while any is left.
-    for (int j = 0; j < M; ++j) {
-      actions.push_back(make_action(Op::I, r, j));
-      if (j - deferral >= 0) actions.push_back(make_action(Op::W, r, next_weight++));
-      if (next_forward < M) actions.push_back(make_action(Op::F, r, next_forward++));
-    }
-    // 4. Flush: the Ws still deferred, the parallelogram's tail.
-    for (; next_weight < M; ++next_weight) actions.push_back(make_action(Op::W, r, next_weight));
-  }
-  return p;
+  return zero_bubble_h(
+      "zb-h2", o, [](int K, int r) { return 2 * (K - r) - 1; }, [](int, int r) { return 2 * r; });
 }
 
 }  // namespace pipetwin::schedule
