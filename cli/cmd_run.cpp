@@ -166,7 +166,7 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   if (!result) return 0;
 
   const auto& timeline = result->steps.at(result->representative_step);
-  auto summary = models::summarize(timeline, sc->samples, *sc->costs, sc->program.partition, "measured");
+  auto summary = models::summarize(timeline, sc->samples, *sc->costs, sc->program.partition, "measured", &sc->program);
   auto measured = measured_json(*result, *sc);
   // Pipeline efficiency: the step the schedule's dependencies allow on the
   // measured per-stage times (transfers free), against the measured step.

@@ -27,7 +27,7 @@ int run(const Options& o) {
   const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string engine = result.engine == twin::Engine::SimGrid ? "simgrid " + sim::simgrid_version() : "fast critical path";
-  const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine);
+  const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine, &sc->program);
   if (!o.trace.empty()) {
     auto meta = twin::trace_metadata(*sc, o.scenario, "pipetwin simulate");
     meta.sections = {{"summary", summary.to_json()}, {"engine_reason", result.why}};

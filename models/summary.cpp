@@ -1,6 +1,7 @@
 // summarize(): timeline statistics plus the memory of every stage.
 #include "models/summary.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -12,11 +13,48 @@ bool RunSummary::fits() const {
   for (const auto& m : memory) {
     if (!m.fits()) return false;
   }
+  for (const auto& m : rank_memory) {
+    if (!m.fits()) return false;
+  }
   return true;
 }
 
+namespace {
+
+// A stage's bytes now: its static memory and what it stashes.
+double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
+  const auto [i, j] = p.partition.at(s);
+  const auto& st = tracker.stage(schedule::StageId{s});
+  return costs.static_bytes(i, j, s) + st.full * costs.activation_bytes(i, j) + st.inputs * costs.input_bytes(i);
+}
+
+}  // namespace
+
+std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule::Program& p, const StageCostModel& costs) {
+  schedule::StashTracker tracker(p);
+  std::vector<std::vector<int>> stages_of(t.ranks.size());
+  for (int s = 0; s < p.num_stages(); ++s) stages_of.at(costs.rank_of(s)).push_back(s);
+  std::vector<double> peak(t.ranks.size(), 0);
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+    const auto total = [&] {
+      double bytes = 0;
+      for (const int s : stages_of[r]) bytes += stage_bytes(tracker, p, costs, s);
+      return bytes;
+    };
+    peak[r] = total();
+    // A rank's stages live on it alone: its own order is a time order for all of them.
+    for (const auto& a : t.ranks[r]) {
+      if (!schedule::is_compute(a.action.op)) continue;
+      tracker.apply(a.action);
+      peak[r] = std::max(peak[r], total());
+    }
+  }
+  return peak;
+}
+
 RunSummary summarize(const schedule::Timeline& t, double samples, const StageCostModel& costs,
-                     const std::vector<schedule::LayerRange>& ranges, std::string engine) {
+                     const std::vector<schedule::LayerRange>& ranges, std::string engine,
+                     const schedule::Program* program) {
   RunSummary s;
   s.engine = std::move(engine);
   s.step_time_s = t.makespan();
@@ -32,6 +70,19 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
     s.memory.push_back({costs.memory_bytes(ranges[st].begin, ranges[st].end, st), costs.capacity_bytes(st),
                         stash.peak_activations, stash.peak_inputs, stash.weight_versions});
   }
+  if (program != nullptr && program->num_stages() > static_cast<int>(t.ranks.size())) {
+    const auto peaks = rank_peak_bytes(t, *program, costs);
+    for (std::size_t r = 0; r < peaks.size(); ++r) {
+      RankMemoryReport m;
+      m.peak_bytes = peaks[r];
+      m.stages = 0;
+      for (int st = 0; st < program->num_stages(); ++st) {
+        if (costs.rank_of(st) != static_cast<int>(r)) continue;
+        if (m.stages++ == 0) m.capacity_bytes = costs.capacity_bytes(st);
+      }
+      s.rank_memory.push_back(m);
+    }
+  }
   return s;
 }
 
@@ -39,11 +90,7 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
                                                         const StageCostModel& costs) {
   schedule::StashTracker tracker(p);
   std::vector<std::vector<MemorySample>> out(p.num_stages());
-  const auto bytes_of = [&](int s) {
-    const auto [i, j] = p.partition.at(s);
-    const auto& st = tracker.stage(schedule::StageId{s});
-    return costs.static_bytes(i, j, s) + st.full * costs.activation_bytes(i, j) + st.inputs * costs.input_bytes(i);
-  };
+  const auto bytes_of = [&](int s) { return stage_bytes(tracker, p, costs, s); };
   for (int s = 0; s < p.num_stages(); ++s) out[s].push_back({0, bytes_of(s)});
   // Every stage lives on one rank, so replaying each rank in its own order is a time order per stage.
   for (const auto& rank : t.ranks) {
@@ -64,6 +111,10 @@ nlohmann::json RunSummary::to_json() const {
     j["memory_per_stage"].push_back({{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()},
                                      {"peak_stashed_microbatches", m.peak_activations},
                                      {"peak_stashed_inputs", m.peak_inputs}, {"weight_versions", m.weight_versions}});
+  }
+  for (const auto& m : rank_memory) {
+    j["memory_per_rank"].push_back(
+        {{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()}, {"stages", m.stages}});
   }
   return j;
 }
@@ -89,7 +140,21 @@ std::string RunSummary::to_text() const {
                   m.fits() ? "" : "  OUT OF MEMORY");
     out << line;
   }
-  out << "verdict      " << (fits() ? "fits in memory" : "OUT OF MEMORY on at least one stage") << "\n";
+  if (!rank_memory.empty()) {
+    out << "             peak per rank, its stages together, against capacity:\n";
+    for (std::size_t r = 0; r < rank_memory.size(); ++r) {
+      const auto& m = rank_memory[r];
+      std::snprintf(line, sizeof line, "  rank %zu: %.3f GB of %.3f GB (%d stages)%s\n", r, m.peak_bytes / 1e9,
+                    m.capacity_bytes / 1e9, m.stages, m.fits() ? "" : "  OUT OF MEMORY");
+      out << line;
+    }
+  }
+  bool stages_fit = true;
+  for (const auto& m : memory) stages_fit = stages_fit && m.fits();
+  out << "verdict      "
+      << (fits() ? "fits in memory" : stages_fit ? "OUT OF MEMORY on at least one rank (its stages together)"
+                                                 : "OUT OF MEMORY on at least one stage")
+      << "\n";
   return out.str();
 }
 

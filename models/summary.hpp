@@ -18,6 +18,15 @@ struct StageMemoryReport {
   bool fits() const { return peak_bytes <= capacity_bytes; }
 };
 
+// A rank's memory where it holds several stages (V-shaped and interleaved
+// schedules): its stages' weights, gradients and optimizer state, and their
+// stashes at the same time, at the busiest moment of its timeline.
+struct RankMemoryReport {
+  double peak_bytes = 0, capacity_bytes = 0;
+  int stages = 1;
+  bool fits() const { return peak_bytes <= capacity_bytes; }
+};
+
 struct RunSummary {
   std::string engine;  // "simgrid", "measured", ...
   double step_time_s = 0;
@@ -26,7 +35,8 @@ struct RunSummary {
   double bubble = 0;      // mean idle share of the ranks
   std::vector<double> busy_s, idle;  // per rank
   std::vector<StageMemoryReport> memory;  // per stage
-  bool fits() const;
+  std::vector<RankMemoryReport> rank_memory;  // per rank, where a rank holds several stages (else empty)
+  bool fits() const;  // every stage, and every rank's stages together
   nlohmann::json to_json() const;
   std::string to_text() const;
 };
@@ -40,7 +50,16 @@ struct MemorySample {
 std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& timeline,
                                                         const schedule::Program& program, const StageCostModel& costs);
 
+// `program` (the one the timeline ran, its partition `ranges`), when given,
+// also gives each rank's peak where it holds several stages: their memory
+// summed at every action of its timeline.
 RunSummary summarize(const schedule::Timeline& timeline, double samples, const StageCostModel& costs,
-                     const std::vector<schedule::LayerRange>& ranges, std::string engine);
+                     const std::vector<schedule::LayerRange>& ranges, std::string engine,
+                     const schedule::Program* program = nullptr);
+
+// Each rank's largest total over its stages along the timeline (the IR's
+// stash bookkeeping replayed in each rank's order).
+std::vector<double> rank_peak_bytes(const schedule::Timeline& timeline, const schedule::Program& program,
+                                    const StageCostModel& costs);
 
 }  // namespace pipetwin::models

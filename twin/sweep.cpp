@@ -162,7 +162,7 @@ class Sweep {
         ++deferred_;
         return false;
       }
-      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast"), "");
+      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast", &sc->program), "");
       ++fast_;
     } catch (const models::OutOfMemory& e) {
       finish_row(i, "oom", {}, e.what());
@@ -213,7 +213,7 @@ class Sweep {
         try {
           const auto result = sim::finish_simulation(done.process, done.data);
           const auto& sc = *done.scenario;
-          finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid"), "");
+          finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid", &sc.program), "");
           ++simgrid_;
         } catch (const Error& e) {
           finish_row(done.index, "error", {}, e.what());
@@ -347,6 +347,13 @@ class Sweep {
       if (!s.memory[st].fits() && why.empty()) {
         why = "stage " + std::to_string(st) + " needs " + num(s.memory[st].peak_bytes / 1e9) + " GB of " +
               num(s.memory[st].capacity_bytes / 1e9) + " GB";
+      }
+    }
+    for (std::size_t r = 0; r < s.rank_memory.size() && why.empty(); ++r) {
+      if (!s.rank_memory[r].fits()) {
+        why = "rank " + std::to_string(r) + " needs " + num(s.rank_memory[r].peak_bytes / 1e9) + " GB of " +
+              num(s.rank_memory[r].capacity_bytes / 1e9) + " GB for its " + std::to_string(s.rank_memory[r].stages) +
+              " stages together";
       }
     }
     if (status.empty()) status = s.fits() ? "ok" : "oom";

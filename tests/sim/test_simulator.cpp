@@ -469,3 +469,60 @@ TEST(SimulateModel, StashedActivationsFollowTheClosedFormsAlongTheReplay) {
     }
   }
 }
+
+TEST(SimulateModel, ARankHoldingSeveralStagesIsCheckedWithThemTogether) {
+  // V-shaped and interleaved schedules place two stages on a rank: its memory
+  // is both stages' at once, at its busiest moment along the replay. That lies
+  // between the larger stage's peak and the sum of the two peaks; with a
+  // capacity each stage fits alone but no rank's pair does, the verdict is
+  // out of memory, naming the rank.
+  const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
+  for (const std::string name : {"zb-v", "v-min", "interleaved-1f1b", "dualpipe-v"}) {
+    const int K = 2, M = 4;
+    auto hw = pm::preset("a100");
+    auto program = ps::build_schedule(name, {K, M, 2});
+    pm::PartitionRequest r;
+    r.program = program;
+    program.partition = pm::partition_model(model, hw, r, pm::Method::Uniform).ranges();
+    const auto summarize_on = [&](const pm::Hardware& h) {
+      const pm::StageCostModel costs(model, h, r);
+      const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, h, program)).timeline;
+      return pm::summarize(t, M, costs, program.partition, "simgrid", &program);
+    };
+    const auto summary = summarize_on(hw);
+    ASSERT_EQ(summary.rank_memory.size(), 2u) << name;
+    double largest_stage = 0, smallest_rank = 1e30;
+    for (int rank = 0; rank < K; ++rank) {
+      double largest = 0, sum = 0;
+      for (int s = 0; s < 2 * K; ++s) {
+        if (program.stage_to_rank[s].value != rank) continue;
+        largest = std::max(largest, summary.memory[s].peak_bytes);
+        sum += summary.memory[s].peak_bytes;
+      }
+      const auto& m = summary.rank_memory[rank];
+      EXPECT_EQ(m.stages, 2) << name;
+      EXPECT_GE(m.peak_bytes, largest * (1 - 1e-12)) << name << " rank " << rank;
+      EXPECT_LE(m.peak_bytes, sum * (1 + 1e-12)) << name << " rank " << rank;
+      largest_stage = std::max(largest_stage, largest);
+      smallest_rank = std::min(smallest_rank, m.peak_bytes);
+    }
+    // Each stage fits alone, the ranks' pairs do not.
+    ASSERT_LT(largest_stage, smallest_rank) << name;
+    hw.device.memory_bytes = (largest_stage + smallest_rank) / 2;
+    const auto tight = summarize_on(hw);
+    for (const auto& m : tight.memory) EXPECT_TRUE(m.fits()) << name;
+    EXPECT_FALSE(tight.fits()) << name;
+    EXPECT_NE(tight.to_text().find("OUT OF MEMORY on at least one rank (its stages together)"), std::string::npos)
+        << tight.to_text();
+    EXPECT_EQ(tight.to_json()["memory_per_rank"].size(), 2u);
+  }
+  // One stage per rank: no per-rank lines, the verdict as before.
+  auto program = ps::build_schedule("1f1b", {2, 4, 1});
+  const auto hw = pm::preset("a100");
+  pm::PartitionRequest r;
+  r.program = program;
+  program.partition = pm::partition_model(model, hw, r, pm::Method::Uniform).ranges();
+  const pm::StageCostModel costs(model, hw, r);
+  const auto t = pipetwin::sim::simulate(pipetwin::sim::sim_input(costs, hw, program)).timeline;
+  EXPECT_TRUE(pm::summarize(t, 4, costs, program.partition, "simgrid", &program).rank_memory.empty());
+}
