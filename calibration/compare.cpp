@@ -12,6 +12,8 @@
 
 #include "calibration/traces.hpp"
 #include "schedule/error.hpp"
+#include "schedule/io.hpp"
+#include "schedule/passes.hpp"
 #include "schedule/trace_metadata.hpp"
 
 namespace pipetwin::calibration {
@@ -324,9 +326,54 @@ Comparison compare_files(const std::string& predicted_file, const std::string& m
   return compare(p, predicted_file, m, measured_file);
 }
 
+int check_ran_schedule(const schedule::Trace& trace, const std::string& trace_file, schedule::Program schedule,
+                       const std::string& schedule_file) {
+  const json& meta = trace.metadata;
+  if (!meta.is_object() || !meta.contains("program") || !meta["program"].is_string()) {
+    throw Error(trace_file + ": otherData has no 'program' (the schedule a run or simulation followed, recorded since "
+                "pipetwin 0.1.0's program-first core): it cannot be checked against " + schedule_file);
+  }
+  const schedule::Program ran = schedule::parse_text(meta["program"].get<std::string>(), trace_file + ": otherData.program");
+  // A file without recompute actions of its own takes the run's policy, as run and simulate give it.
+  bool has_r = false;
+  for (const auto& actions : schedule.ranks) {
+    for (const auto& a : actions) has_r = has_r || a.op == Op::R;
+  }
+  if (schedule.recompute == schedule::RecomputePolicy::None && !has_r) schedule.recompute = ran.recompute;
+  schedule = schedule::lower(std::move(schedule));
+  if (ran.num_ranks != schedule.num_ranks || ran.num_stages() != schedule.num_stages()) {
+    throw Error(trace_file + ": ran " + std::to_string(ran.num_ranks) + " ranks and " + std::to_string(ran.num_stages()) +
+                " stages, but " + schedule_file + " has " + std::to_string(schedule.num_ranks) + " ranks and " +
+                std::to_string(schedule.num_stages()) + " stages: not the run of that schedule");
+  }
+  const auto kept = [](const std::vector<schedule::Action>& actions) {
+    std::vector<schedule::Action> out;
+    for (const auto& a : actions) {
+      if (schedule::is_compute(a.op) || a.op == Op::STEP) out.push_back(a);
+    }
+    return out;
+  };
+  int checked = 0;
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    const auto a = kept(ran.ranks[r]), b = kept(schedule.ranks[r]);
+    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      if (i < a.size() && i < b.size() && a[i] == b[i]) continue;
+      const auto at = [i](const std::vector<schedule::Action>& v) {
+        return i < v.size() ? schedule::to_string(v[i]) : "nothing (it has " + std::to_string(v.size()) + ")";
+      };
+      const std::string theirs = at(a), ours = at(b);
+      throw Error(trace_file + ": rank " + std::to_string(r) + "'s compute action " + std::to_string(i + 1) + " is " +
+                  theirs + ", where " + schedule_file + " has " + ours + ": not the run of that schedule");
+    }
+    checked += static_cast<int>(a.size());
+  }
+  return checked;
+}
+
 json Comparison::to_json() const {
   json j{{"predicted", predicted_file}, {"measured", measured_file}, {"configuration", configuration},
          {"matched_actions", matched_actions}, {"step_time_s", delta_json(step_time_s)}};
+  if (!schedule_file.empty()) j["schedule"] = {{"file", schedule_file}, {"actions_checked", schedule_actions}};
   j["bubble_fraction"] = {{"predicted", bubble_fraction.predicted},
                           {"measured", bubble_fraction.measured},
                           {"error_points", 100 * bubble_fraction.error()}};
@@ -381,6 +428,10 @@ std::string Comparison::to_text() const {
   char line[512];
   o << "compare      " << predicted_file << " (predicted) against " << measured_file << " (measured)\n";
   if (!configuration.empty()) o << "config       " << describe(configuration) << "\n";
+  if (!schedule_file.empty()) {
+    o << "schedule     both traces ran " << schedule_file << "'s order (" << schedule_actions
+      << " compute and optimizer actions, checked one by one)\n";
+  }
   std::snprintf(line, sizeof line, "matched      %d actions on %zu ranks, one to one\n", matched_actions,
                 busy_s_per_rank.size());
   o << line;

@@ -51,6 +51,8 @@ struct MatchedAction {
 
 struct Comparison {
   std::string predicted_file, measured_file;
+  std::string schedule_file;  // compare --schedule: the file both traces were checked to have run
+  int schedule_actions = 0;   // its compute and optimizer actions, on all ranks
   nlohmann::json configuration;  // the shared fields (model, schedule, K, V, M, ...) that were checked
   int matched_actions = 0;
   Delta step_time_s;
@@ -87,5 +89,14 @@ using schedule::configuration_fields;
 Comparison compare(const schedule::Trace& predicted, const std::string& predicted_file,
                    const schedule::Trace& measured, const std::string& measured_file);
 Comparison compare_files(const std::string& predicted_file, const std::string& measured_file);
+
+// That `trace` ran `schedule` (read from `schedule_file` and lowered as
+// simulate and run lower it): the same ranks, and on each the same compute
+// and optimizer actions in the same order (transfers may be placed
+// differently: a PyTorch CSV's receives are waited for at their use).
+// Returns the actions checked; throws pipetwin::Error naming the trace, the
+// rank and the first action that differs, or a trace that records no program.
+int check_ran_schedule(const schedule::Trace& trace, const std::string& trace_file, schedule::Program schedule,
+                       const std::string& schedule_file);
 
 }  // namespace pipetwin::calibration

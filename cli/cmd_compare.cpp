@@ -2,13 +2,16 @@
 #include <cstdio>
 
 #include "calibration/compare.hpp"
+#include "cli/app.hpp"
 #include "cli/commands.hpp"
+#include "schedule/io.hpp"
+#include "schedule/trace.hpp"
 
 namespace pipetwin::cli {
 namespace {
 
 struct Options {
-  std::string predicted, measured;
+  std::string predicted, measured, schedule;
   bool json = false;
 };
 
@@ -22,9 +25,24 @@ Run add_compare_command(CLI::App& app) {
       "rank, durations per kind of action, the largest mispredictions and the peak stash per stage");
   cmd->add_option("predicted", o->predicted, "Predicted Chrome trace (pipetwin simulate --trace)")->required();
   cmd->add_option("measured", o->measured, "Measured Chrome trace (pipetwin run --trace)")->required();
+  cmd->add_option("--schedule", o->schedule,
+                  "A schedule file (pipetwin text or JSON, PyTorch CSV) both traces must have run: their compute and "
+                  "optimizer actions checked, rank by rank, against it");
   cmd->add_flag("--json", o->json, "Machine-readable report");
   return [o] {
-    const auto c = calibration::compare_files(o->predicted, o->measured);
+    const auto p = schedule::read_chrome_trace(o->predicted);
+    const auto m = schedule::read_chrome_trace(o->measured);
+    int checked = 0;
+    if (!o->schedule.empty()) {
+      std::vector<std::string> notes;
+      const auto program = schedule::read_program(o->schedule, &notes);
+      print_notes(o->schedule, notes);
+      calibration::check_ran_schedule(p, o->predicted, program, o->schedule);
+      checked = calibration::check_ran_schedule(m, o->measured, program, o->schedule);
+    }
+    auto c = calibration::compare(p, o->predicted, m, o->measured);
+    c.schedule_file = o->schedule;
+    c.schedule_actions = checked;
     if (o->json) {
       std::printf("%s\n", c.to_json().dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {

@@ -343,3 +343,38 @@ TEST_F(CompareCommand, MismatchedTracesExitWithOneLineNamingFileAndField) {
   EXPECT_EQ(missing.code, 1) << missing.out;
   EXPECT_TRUE(has(missing.out, path("nothing.json"))) << missing.out;
 }
+
+TEST_F(CompareCommand, ScheduleChecksBothTracesRanTheFilesOrder) {
+  // A schedule file written by `pipetwin schedule`, and a compute-only PyTorch
+  // CSV of the same order: p.json (the 1f1b generator, K=2, M=4) ran both.
+  ASSERT_EQ(run("schedule -s 1f1b -k 2 -m 4 --format text --out " + path("1f1b.txt")).code, 0);
+  ASSERT_EQ(run("schedule -s 1f1b -k 2 -m 4 --format pytorch-csv --compute-only --out " + path("1f1b.csv")).code, 0);
+  for (const std::string file : {"1f1b.txt", "1f1b.csv"}) {
+    const auto r = run("compare --schedule " + path(file) + " " + path("p.json") + " " + path("p.json"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "schedule     both traces ran " + path(file) + "'s order (")) << r.out;
+    const auto j = run("compare --json --schedule " + path(file) + " " + path("p.json") + " " + path("p.json"));
+    ASSERT_EQ(j.code, 0) << j.out;
+    // 2 ranks x (4 F + 4 B + STEP).
+    EXPECT_EQ(json::parse(j.out)["schedule"]["actions_checked"], 18) << j.out;
+  }
+  // gpipe's order is not 1f1b's: the first action that differs, on its rank, is named.
+  ASSERT_EQ(run("schedule -s gpipe -k 2 -m 4 --format text --out " + path("gpipe.txt")).code, 0);
+  const auto wrong = run("compare --schedule " + path("gpipe.txt") + " " + path("p.json") + " " + path("p.json"));
+  EXPECT_EQ(wrong.code, 1) << wrong.out;
+  EXPECT_TRUE(has(wrong.out, path("p.json") + ": rank 0's compute action 3 is 0B0, where " + path("gpipe.txt") +
+                                 " has 0F2: not the run of that schedule"))
+      << wrong.out;
+  // Another shape: the ranks are named before any action.
+  ASSERT_EQ(run("schedule -s 1f1b -k 4 -m 4 --format text --out " + path("k4.txt")).code, 0);
+  const auto shape = run("compare --schedule " + path("k4.txt") + " " + path("p.json") + " " + path("p.json"));
+  EXPECT_EQ(shape.code, 1) << shape.out;
+  EXPECT_TRUE(has(shape.out, "ran 2 ranks and 2 stages, but " + path("k4.txt") + " has 4 ranks")) << shape.out;
+  // A trace that records no program cannot be checked, and says so.
+  auto t = pipetwin::schedule::read_chrome_trace(path("p.json"));
+  t.metadata.erase("program");
+  pipetwin::schedule::write_chrome_trace(path("old.json"), t);
+  const auto old = run("compare --schedule " + path("1f1b.txt") + " " + path("old.json") + " " + path("p.json"));
+  EXPECT_EQ(old.code, 1) << old.out;
+  EXPECT_TRUE(has(old.out, path("old.json") + ": otherData has no 'program'")) << old.out;
+}
