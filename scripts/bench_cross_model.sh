@@ -37,13 +37,9 @@ STEPS="${CROSS_STEPS:-12}"
 MODELS="${CROSS_MODELS:-mlp-small resnet-small transformer-wide}"
 BATCH=16
 mkdir -p "$OUT/runs" "$OUT/predicted"
-prio() {  # "$@" in a session of its own (autogroup) at nice -15 where allowed, as bench_fidelity.sh
-  if [ "${CROSS_PRIORITY:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
-    setsid bash -c 'echo -15 > /proc/self/autogroup 2>/dev/null; exec nice -n -15 "$@"' _ "$@"
-  else
-    "$@"
-  fi
-}
+BENCH_PRIORITY="${CROSS_PRIORITY:-1}"
+# shellcheck source=scripts/bench_lib.sh
+source scripts/bench_lib.sh
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 configs=()  # "model schedule K M"
@@ -87,18 +83,7 @@ for rep in $(seq 1 "$REPEATS"); do
 done
 
 # The median repeat of each configuration (of an even count, the faster middle one).
-python3 - "$OUT" <<'EOF'
-import glob, os, shutil, sys
-sys.path.insert(0, "scripts")
-from trace_step import step_of
-out = sys.argv[1]
-for f in sorted(os.listdir(f"{out}/runs")):
-    if not f.endswith("_r1.json"):
-        continue
-    name = f[: -len("_r1.json")]
-    reps = sorted((step_of(p), p) for p in glob.glob(f"{out}/runs/{name}_r[0-9]*.json"))
-    shutil.copyfile(reps[(len(reps) - 1) // 2][1], f"{out}/runs/{name}.json")
-EOF
+python3 scripts/median_repeat.py "$OUT/runs"
 
 # A: transformer-small's pipeline runs.
 calibration_runs=()

@@ -45,13 +45,9 @@ MODEL=examples/transformer-small.yaml
 BATCH=16
 CALIBRATE_M=" 1 4 16 "
 mkdir -p "$OUT/runs" "$OUT/predicted"
-prio() {  # runs "$@" in its own session (autogroup) at nice -15 when allowed
-  if [ "${FIDELITY_PRIORITY:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
-    setsid bash -c 'echo -15 > /proc/self/autogroup 2>/dev/null; exec nice -n -15 "$@"' _ "$@"
-  else
-    "$@"
-  fi
-}
+BENCH_PRIORITY="${FIDELITY_PRIORITY:-1}"
+# shellcheck source=scripts/bench_lib.sh
+source scripts/bench_lib.sh
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 configs=()
@@ -117,21 +113,7 @@ fi
 
 # The median repeat of each configuration (of an even count, the faster of
 # the two middle ones), and the split.
-python3 - "$OUT" <<'EOF'
-import glob, os, shutil, sys
-sys.path.insert(0, "scripts")
-from trace_step import step_of
-out = sys.argv[1]
-for f in sorted(os.listdir(f"{out}/runs")):
-    if not f.endswith("_r1.json"):
-        continue
-    name = f[: -len("_r1.json")]
-    reps = []
-    for path in glob.glob(f"{out}/runs/{name}_r[0-9]*.json"):
-        reps.append((step_of(path), int(path[len(f"{out}/runs/{name}_r"): -len(".json")])))
-    reps.sort()
-    shutil.copyfile(f"{out}/runs/{name}_r{reps[(len(reps) - 1) // 2][1]}.json", f"{out}/runs/{name}.json")
-EOF
+python3 scripts/median_repeat.py "$OUT/runs"
 
 calibrate=()
 held=()

@@ -69,13 +69,9 @@ CAL_BATCH=4
 H100_MODEL=examples/transformer-24.yaml
 CPU_MODEL=examples/transformer-24-narrow.yaml
 case "$PART" in h100 | cpu | both) ;; *) echo "SCHEDULES_PART: h100, cpu or both, not '$PART'" >&2; exit 2 ;; esac
-prio() {  # "$@" in a session of its own (autogroup) at nice -15 where allowed, as bench_fidelity.sh
-  if [ "${SCHEDULES_PRIORITY:-1}" != 0 ] && [ "$(id -u)" = 0 ]; then
-    setsid bash -c 'echo -15 > /proc/self/autogroup 2>/dev/null; exec nice -n -15 "$@"' _ "$@"
-  else
-    "$@"
-  fi
-}
+BENCH_PRIORITY="${SCHEDULES_PRIORITY:-1}"
+# shellcheck source=scripts/bench_lib.sh
+source scripts/bench_lib.sh
 
 # "name V" per generator, V the stages per rank it runs with here (2 where it
 # has several), in --list's order, narrowed to SCHEDULES_ONLY.
