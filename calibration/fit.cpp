@@ -10,6 +10,7 @@
 
 namespace pipetwin::calibration {
 namespace pm = pipetwin::models;
+namespace ps = pipetwin::schedule;
 
 namespace fitting {
 
@@ -48,6 +49,15 @@ Inputs inputs_of(const std::vector<TraceRun>& runs, const pm::Hardware& given, s
     }
   }
   for (const auto& run : runs) {
+    int split = 0;
+    for (const auto& rank : run.trace.timeline.ranks) {
+      for (const auto& a : rank) split += a.action.op == ps::Op::I || a.action.op == ps::Op::W;
+    }
+    if (split > 0) {
+      notes.push_back(run.path + ": its " + std::to_string(split) +
+                      " I and W actions (a backward split by a zero-bubble schedule) are not fitted; the simulator "
+                      "times I and W by splitting the fitted backward in proportion to their FLOPs");
+    }
     if (run.noise && run.noise->busy()) {
       notes.push_back(run.path + ": measured on a busy machine (" + run.noise->describe() +
                       "): its durations carry that load; measure it again on a quiet machine");

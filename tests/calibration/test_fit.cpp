@@ -353,6 +353,29 @@ TEST_F(Calibration, ARunMeasuredOnABusyMachineIsNamedInTheNotes) {
   EXPECT_EQ(busy, 1);
 }
 
+TEST_F(Calibration, ARunWhoseBackwardIsSplitIsSaidToBeLeftOutOfTheCurves) {
+  // A zero-bubble run beside the grid: its I and W are not fitted, and said so,
+  // naming the run and counting them (K=2, M=4: 8 of each).
+  const pm::Hardware truth = known_hardware();
+  std::vector<pc::TraceRun> runs;
+  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  const std::string zb = path("zb_h1.json");
+  ps::write_chrome_trace(zb, synthetic_trace({"zb-h1", 2, 4, 4, "none", {{0, 3}, {3, 6}}}, truth));
+  runs.push_back(pc::load_trace_run(zb));
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  const pc::FitResult fit = pc::fit(runs, base);
+  int said = 0;
+  for (const auto& n : fit.notes) {
+    if (n.find("I and W actions") == std::string::npos) continue;
+    ++said;
+    EXPECT_EQ(n.rfind(zb + ": its 16 I and W actions (a backward split by a zero-bubble schedule) are not fitted", 0), 0u)
+        << n;
+  }
+  EXPECT_EQ(said, 1);
+  expect_same_curves(fit.hardware.device, truth.device);  // the grid's runs still give the curves
+}
+
 TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {
   const pm::Hardware hw = known_hardware();
   const Config c = grid()[8];  // 1f1b, K=2, partition 0:3 3:6
