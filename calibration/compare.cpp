@@ -320,12 +320,6 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   return c;
 }
 
-Comparison compare_files(const std::string& predicted_file, const std::string& measured_file) {
-  const auto p = schedule::read_chrome_trace(predicted_file);
-  const auto m = schedule::read_chrome_trace(measured_file);
-  return compare(p, predicted_file, m, measured_file);
-}
-
 int check_ran_schedule(const schedule::Trace& trace, const std::string& trace_file, schedule::Program schedule,
                        const std::string& schedule_file) {
   const json& meta = trace.metadata;
@@ -334,12 +328,8 @@ int check_ran_schedule(const schedule::Trace& trace, const std::string& trace_fi
                 "pipetwin 0.1.0's program-first core): it cannot be checked against " + schedule_file);
   }
   const schedule::Program ran = schedule::parse_text(meta["program"].get<std::string>(), trace_file + ": otherData.program");
-  // A file without recompute actions of its own takes the run's policy, as run and simulate give it.
-  bool has_r = false;
-  for (const auto& actions : schedule.ranks) {
-    for (const auto& a : actions) has_r = has_r || a.op == Op::R;
-  }
-  if (schedule.recompute == schedule::RecomputePolicy::None && !has_r) schedule.recompute = ran.recompute;
+  // A file without recompute of its own takes the run's policy, as run and simulate give it.
+  if (schedule.leaves_recompute_open()) schedule.recompute = ran.recompute;
   schedule = schedule::lower(std::move(schedule));
   if (ran.num_ranks != schedule.num_ranks || ran.num_stages() != schedule.num_stages()) {
     throw Error(trace_file + ": ran " + std::to_string(ran.num_ranks) + " ranks and " + std::to_string(ran.num_stages()) +

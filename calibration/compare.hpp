@@ -88,7 +88,6 @@ using schedule::configuration_fields;
 // where their actions do not match one to one.
 Comparison compare(const schedule::Trace& predicted, const std::string& predicted_file,
                    const schedule::Trace& measured, const std::string& measured_file);
-Comparison compare_files(const std::string& predicted_file, const std::string& measured_file);
 
 // That `trace` ran `schedule` (read from `schedule_file` and lowered as
 // simulate and run lower it): the same ranks, and on each the same compute

@@ -32,13 +32,12 @@ double stage_bytes(const schedule::StashTracker& tracker, const schedule::Progra
 
 std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule::Program& p, const StageCostModel& costs) {
   schedule::StashTracker tracker(p);
-  std::vector<std::vector<int>> stages_of(t.ranks.size());
-  for (int s = 0; s < p.num_stages(); ++s) stages_of.at(costs.rank_of(s)).push_back(s);
   std::vector<double> peak(t.ranks.size(), 0);
   for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+    const auto stages = p.stages_of(schedule::RankId{static_cast<int>(r)});
     const auto total = [&] {
       double bytes = 0;
-      for (const int s : stages_of[r]) bytes += stage_bytes(tracker, p, costs, s);
+      for (const auto s : stages) bytes += stage_bytes(tracker, p, costs, s.value);
       return bytes;
     };
     peak[r] = total();
@@ -73,14 +72,10 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
   if (program != nullptr && program->num_stages() > static_cast<int>(t.ranks.size())) {
     const auto peaks = rank_peak_bytes(t, *program, costs);
     for (std::size_t r = 0; r < peaks.size(); ++r) {
-      RankMemoryReport m;
-      m.peak_bytes = peaks[r];
-      m.stages = 0;
-      for (int st = 0; st < program->num_stages(); ++st) {
-        if (costs.rank_of(st) != static_cast<int>(r)) continue;
-        if (m.stages++ == 0) m.capacity_bytes = costs.capacity_bytes(st);
-      }
-      s.rank_memory.push_back(m);
+      const auto stages = program->stages_of(schedule::RankId{static_cast<int>(r)});
+      // A rank's stages share its device: the first one's capacity is the rank's.
+      const double capacity = stages.empty() ? 0 : costs.capacity_bytes(stages.front().value);
+      s.rank_memory.push_back({peaks[r], capacity, static_cast<int>(stages.size())});
     }
   }
   return s;

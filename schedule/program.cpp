@@ -38,6 +38,16 @@ bool Program::recomputes(StageId, MicrobatchId mb) const {
   return false;
 }
 
+bool Program::leaves_recompute_open() const {
+  if (recompute != RecomputePolicy::None) return false;
+  for (const auto& actions : ranks) {
+    for (const auto& a : actions) {
+      if (a.op == Op::R) return false;
+    }
+  }
+  return true;
+}
+
 bool Program::has_transfers() const {
   for (const auto& actions : ranks) {
     for (const auto& action : actions) {

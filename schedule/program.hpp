@@ -57,6 +57,9 @@ struct Program {
   bool recomputes(StageId stage, MicrobatchId mb) const;
   // True when some rank holds a SEND_* or RECV_* action.
   bool has_transfers() const;
+  // True when it names no recompute policy and holds no R action: a schedule
+  // file (a PyTorch CSV never has one) that leaves recompute to the run's option.
+  bool leaves_recompute_open() const;
   std::size_t num_actions() const;
 
   friend bool operator==(const Program&, const Program&) = default;

@@ -102,12 +102,8 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
   models::check_stage_count(model, p.num_stages());
   if (!o.recompute.empty()) {
     const auto given = schedule::parse_recompute(o.recompute);
-    bool has_r = false;
-    for (const auto& actions : p.ranks) {
-      for (const auto& a : actions) has_r = has_r || a.op == schedule::Op::R;
-    }
     // A file with no recompute of its own (a PyTorch CSV has none) takes the option's.
-    if (p.recompute == schedule::RecomputePolicy::None && !has_r) {
+    if (p.leaves_recompute_open()) {
       p.recompute = given;
     } else if (given != p.recompute) {
       throw Error("--recompute " + o.recompute + " contradicts the schedule file " + o.schedule + ", whose recompute is " +
