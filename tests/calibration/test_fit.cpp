@@ -68,6 +68,12 @@ class Calibration : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // The grid's runs on `hw`, written as traces and read back.
+  std::vector<pc::TraceRun> grid_runs(const pm::Hardware& hw) {
+    std::vector<pc::TraceRun> runs;
+    for (const auto& f : write_grid(hw)) runs.push_back(pc::load_trace_run(f));
+    return runs;
+  }
   std::vector<std::string> write_grid(const pm::Hardware& hw) {
     std::vector<std::string> files;
     int i = 0;
@@ -87,6 +93,13 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The cpu preset on a host of 8 cores: every run of the grid has a core per rank.
+pm::Hardware eight_core_cpu() {
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 8;
+  return base;
 }
 
 void expect_rel(double got, double want, const std::string& what) {
@@ -114,10 +127,8 @@ void expect_same_curves(const pm::Device& got, const pm::Device& want) {
 
 TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
   const pm::Hardware truth = known_hardware();
-  std::vector<pc::TraceRun> runs;
-  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const auto runs = grid_runs(truth);
+  const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   const pm::Device& got = fit.hardware.device;
   const pm::Device& want = truth.device;
@@ -156,10 +167,8 @@ TEST_F(Calibration, KindsTheTracesDoNotHoldAreTimedOnTheCurveOfAllKindsPooled) {
   pm::Hardware truth = known_hardware();
   const pm::KindEfficiency common = truth.device.kinds.at("transformer_block");
   for (auto& [kind, curves] : truth.device.kinds) curves = common;
-  std::vector<pc::TraceRun> runs;
-  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const auto runs = grid_runs(truth);
+  const pm::Hardware base = eight_core_cpu();
   const pm::Device got = pc::fit(runs, base).hardware.device;
   ASSERT_TRUE(got.kinds.count(std::string(pm::kDefaultKind)));
   EXPECT_FALSE(truth.device.has_kind("linear"));
@@ -173,8 +182,7 @@ TEST_F(Calibration, KindsTheTracesDoNotHoldAreTimedOnTheCurveOfAllKindsPooled) {
   }
   // A kind the traces hold keeps its own curve, not the pooled one.
   pm::Hardware skewed = known_hardware();
-  std::vector<pc::TraceRun> skewed_runs;
-  for (const auto& f : write_grid(skewed)) skewed_runs.push_back(pc::load_trace_run(f));
+  const auto skewed_runs = grid_runs(skewed);
   const pm::Device fitted = pc::fit(skewed_runs, base).hardware.device;
   expect_same_curves(fitted, skewed.device);
   EXPECT_NE(fitted.layer_seconds("linear", pm::Pass::Forward, 3e6, pm::Precision::FP32),
@@ -186,8 +194,7 @@ TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
   const auto files = write_grid(truth);
   std::vector<pc::TraceRun> runs;
   for (const auto& f : files) runs.push_back(pc::load_trace_run(f));
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   const std::string out = path("calibrated.yaml");
   ps::write_file_atomic(out, pm::hardware_to_yaml(fit.hardware, "test", pc::calibration_yaml(fit, runs)));
@@ -320,8 +327,7 @@ TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
     ps::write_chrome_trace(f, synthetic_trace(c, truth));
     runs.push_back(pc::load_trace_run(f));
   }
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   bool tied = false;
   for (const auto& n : fit.notes) tied = tied || n.find("tied to transformer_block.forward") != std::string::npos;
@@ -333,15 +339,13 @@ TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
 // still, and named in the notes with the share others took.
 TEST_F(Calibration, ARunMeasuredOnABusyMachineIsNamedInTheNotes) {
   const pm::Hardware truth = known_hardware();
-  std::vector<pc::TraceRun> runs;
-  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  std::vector<pc::TraceRun> runs = grid_runs(truth);
   ASSERT_GE(runs.size(), 2u);
   runs[1].noise = pc::Noise{};
   runs[1].noise->other_share = 0.25;
   runs[1].noise->counted_steps = 8;
   runs[0].noise = pc::Noise{};  // quiet
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   int busy = 0;
   for (const auto& n : fit.notes) {
@@ -357,13 +361,11 @@ TEST_F(Calibration, ARunWhoseBackwardIsSplitIsSaidToBeLeftOutOfTheCurves) {
   // A zero-bubble run beside the grid: its I and W are not fitted, and said so,
   // naming the run and counting them (K=2, M=4: 8 of each).
   const pm::Hardware truth = known_hardware();
-  std::vector<pc::TraceRun> runs;
-  for (const auto& f : write_grid(truth)) runs.push_back(pc::load_trace_run(f));
+  std::vector<pc::TraceRun> runs = grid_runs(truth);
   const std::string zb = path("zb_h1.json");
   ps::write_chrome_trace(zb, synthetic_trace({"zb-h1", 2, 4, 4, "none", {{0, 3}, {3, 6}}}, truth));
   runs.push_back(pc::load_trace_run(zb));
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 8;
+  const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   int said = 0;
   for (const auto& n : fit.notes) {
