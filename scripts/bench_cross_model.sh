@@ -62,11 +62,8 @@ done
 
 run_one() {  # model S K M repeat index total
   local name="${1}_${2}_k${3}_m${4}"
-  local trace="$OUT/runs/${name}_r${5}.json"
-  [ -s "$trace" ] && return 0
-  printf "[%3d/%d] run %-32s repeat %d (load %s)\n" "$6" "$7" "$name" "$5" "$(cut -d' ' -f1 /proc/loadavg)"
-  prio "$PIPETWIN" run --model "examples/$1.yaml" -s "$2" -k "$3" -m "$4" --batch "$BATCH" --steps "$STEPS" \
-    --threads 1 --trace "$trace" >"$OUT/runs/${name}_r${5}.log" 2>&1 || {
+  traced_run "$OUT/runs/${name}_r${5}.json" "$(printf "[%3d/%d] run %-32s repeat %d" "$6" "$7" "$name" "$5")" \
+    --model "examples/$1.yaml" -s "$2" -k "$3" -m "$4" --batch "$BATCH" --steps "$STEPS" --threads 1 || {
     cat "$OUT/runs/${name}_r${5}.log" >&2
     exit 1
   }

@@ -64,11 +64,8 @@ done
 # median repeat leaves out, not on every repeat of one.
 run_one() {  # S K M R repeat index total
   local S=$1 K=$2 M=$3 R=$4 rep=$5 name="${1}_k${2}_m${3}_${4}"
-  local trace="$OUT/runs/${name}_r${rep}.json"
-  [ -s "$trace" ] && return 0
-  printf "[%3d/%d] run %-22s repeat %d (load %s)\n" "$6" "$7" "$name" "$rep" "$(cut -d' ' -f1 /proc/loadavg)"
-  prio "$PIPETWIN" run --model "$MODEL" -s "$S" -k "$K" -m "$M" --batch "$BATCH" --recompute "$R" --steps "$STEPS" \
-    --threads 1 --trace "$trace" >"$OUT/runs/${name}_r${rep}.log" 2>&1 || {
+  traced_run "$OUT/runs/${name}_r${rep}.json" "$(printf "[%3d/%d] run %-22s repeat %d" "$6" "$7" "$name" "$rep")" \
+    --model "$MODEL" -s "$S" -k "$K" -m "$M" --batch "$BATCH" --recompute "$R" --steps "$STEPS" --threads 1 || {
     cat "$OUT/runs/${name}_r${rep}.log" >&2
     exit 1
   }

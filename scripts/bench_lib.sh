@@ -14,3 +14,14 @@ prio() {
     "$@"
   fi
 }
+
+# traced_run TRACE LABEL ARGS...: `pipetwin run ARGS --trace TRACE` at prio,
+# its output in TRACE's .log beside it, after printing LABEL and the load;
+# nothing where TRACE is already there (runs are reused). Returns run's status.
+traced_run() {
+  local trace=$1 label=$2
+  shift 2
+  [ -s "$trace" ] && return 0
+  printf "%s (load %s)\n" "$label" "$(cut -d' ' -f1 /proc/loadavg)"
+  prio "$PIPETWIN" run "$@" --trace "$trace" >"${trace%.json}.log" 2>&1
+}

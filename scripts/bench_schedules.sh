@@ -187,13 +187,11 @@ CPU="$OUT/cpu"
 mkdir -p "$CPU/calibration" "$CPU/runs" "$CPU/predicted"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 run_one() {  # S V K M BATCH TRACE LABEL: a real run, reused where its trace is there
-  local trace=$6 log="${6%.json}.log"
-  [ -s "$trace" ] && return 0
-  printf "%s (load %s)\n" "$7" "$(cut -d' ' -f1 /proc/loadavg)"
+  local trace=$6
   # shellcheck disable=SC2046
-  prio "$PIPETWIN" run --model "$CPU_MODEL" -s "$1" -k "$3" -m "$4" $(vopt "$2") --batch "$5" --steps "$STEPS" \
-    --threads 1 --trace "$trace" >"$log" 2>&1 || {
-    tail -5 "$log" >&2
+  traced_run "$trace" "$7" --model "$CPU_MODEL" -s "$1" -k "$3" -m "$4" $(vopt "$2") --batch "$5" --steps "$STEPS" \
+    --threads 1 || {
+    tail -5 "${trace%.json}.log" >&2
     rm -f "$trace"
     return 1
   }
