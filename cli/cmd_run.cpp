@@ -224,7 +224,12 @@ Run add_run_command(CLI::App& app) {
   return [o] {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
-    const int ranks = twin::build_scenario(o->scenario)->program.num_ranks;
+    const auto sc = twin::build_scenario(o->scenario);
+    if (!sc->program.is_pipeline_only()) {
+      throw Error("run: --tensor, --data, --sequence-parallel and --zero1 are simulated only (pipetwin simulate): the "
+                  "executor runs a pipeline alone, T = D = 1");
+    }
+    const int ranks = sc->program.num_ranks;
     check_outputs(*o);
     exec::check_device(exec::parse_device(o->device), ranks);
     exec::launch_local(command_line(), {ranks, o->master_port, o->timeout, 5.0});

@@ -36,7 +36,18 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--ranks,-k", o.ranks, "Ranks K (with a generator)")->check(kPositive);
   cmd->add_option("--microbatches,-m", o.microbatches, "Micro-batches M (with a generator)")->check(kPositive);
   cmd->add_option("--virtual,-v", o.virtual_stages, "Stages per rank V (default 1)")->check(kPositive);
-  cmd->add_option("--batch", o.batch, "Samples per mini-batch (a multiple of M; default M)")->check(kPositive);
+  cmd->add_option("--tensor,-t", o.tensor_parallel,
+                  "Tensor-parallel degree T: each pipeline rank is a group of T devices that split every layer "
+                  "(default 1)")
+      ->check(kPositive);
+  cmd->add_option("--data,-d", o.data_parallel,
+                  "Data-parallel replicas D of the pipeline, each taking batch / D (default 1)")
+      ->check(kPositive);
+  cmd->add_flag("--sequence-parallel", o.sequence_parallel,
+                "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
+  cmd->add_flag("--zero1", o.shard_optimizer, "With D > 1: the optimizer state sharded over the data group (ZeRO-1)");
+  cmd->add_option("--batch", o.batch, "Samples per mini-batch, all replicas (a multiple of M x D; default M x D)")
+      ->check(kPositive);
   cmd->add_option("--recompute", o.recompute, "Re-materialization policy (default none, or the schedule file's)")
       ->check(CLI::IsMember({"none", "full", "except-last"}));
   cmd->add_option("--partition", o.partition,

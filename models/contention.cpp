@@ -39,6 +39,16 @@ const Interval* first_overlap(std::vector<Interval>& v, const Interval** other) 
 
 ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Program& p,
                                  const std::vector<schedule::StageCosts>& costs, const Topology& topo) {
+  // Data-parallel reductions are rings of messages among the replicas: the
+  // evaluator has no network for them, so it never answers for them.
+  if (p.data_parallel > 1) {
+    for (const auto& c : costs) {
+      if (c.reduce_bytes > 0 || c.gather_bytes > 0) {
+        return {false, "the gradients' reductions over the " + std::to_string(p.data_parallel) +
+                           " data-parallel replicas share the network with the pipeline's transfers"};
+      }
+    }
+  }
   // Cores of a shared host.
   const double capacity = topo.compute_capacity();
   if (topo.kind == TopologyKind::SharedHost && p.num_ranks > capacity) {
@@ -73,7 +83,10 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
       const double flight = a.action.op == schedule::Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
       if (flight <= 0) continue;
       const int src = p.rank_of(a.action.stage).value, dst = schedule::peer_of(p, a.action).value;
-      const auto hops = topo.route(std::min(src, dst), std::max(src, dst));
+      // A tensor-parallel group of T devices per rank: replica 0's groups, devices T D k ...
+      const int width = p.tensor_parallel, first = width * p.data_parallel;
+      const auto hops = width == 1 ? topo.route(std::min(src, dst), std::max(src, dst))
+                                   : topo.route_group(first * std::min(src, dst), first * std::max(src, dst), width);
       const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;
       for (std::size_t h = 0; h < hops.size(); ++h) {
         const bool up = (h < half) == (src < dst) || topo.kind == TopologyKind::SharedHost;

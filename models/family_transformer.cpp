@@ -43,6 +43,10 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   emb.cost.weight_grad_flops = s * d;
   emb.cost.params = t.vocab * t.d_model + t.seq_len * t.d_model;
   emb.cost.output_elems = t.seq_len * t.d_model;
+  // Vocabulary-parallel: each device looks up its share of the words; one all-reduce of the output.
+  emb.cost.tensor_split = true;
+  emb.cost.tp_forward_collectives = 1;
+  emb.cost.tp_collective_elems = t.seq_len * t.d_model;
   m.layers.push_back(emb);
 
   for (std::int64_t i = 0; i < t.layers; ++i) {
@@ -54,6 +58,13 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     b.cost.params = 4 * t.d_model * t.d_model + 2 * t.d_model * t.d_ff + 9 * t.d_model + t.d_ff;
     b.cost.stashed_elems = static_cast<std::int64_t>(s * (8 * d + 2 * f) + a * s * s + 4 * s);
     b.cost.output_elems = t.seq_len * t.d_model;
+    // Megatron's block: attention and feed-forward each column- then row-parallel,
+    // one all-reduce after each in forward, one before each in backward.
+    b.cost.tensor_split = true;
+    b.cost.tp_forward_collectives = 2;
+    b.cost.tp_backward_collectives = 2;
+    b.cost.tp_collective_elems = t.seq_len * t.d_model;
+    b.cost.tp_replicated_elems = 2 * t.seq_len * t.d_model + 4 * t.seq_len;  // the two norms' inputs and statistics
     m.layers.push_back(b);
   }
 
@@ -64,6 +75,12 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   head.cost.params = 2 * t.d_model + t.d_model * t.vocab + t.vocab;
   head.cost.stashed_elems = 2 * t.seq_len * t.d_model + t.seq_len * t.vocab + 2 * t.seq_len;
   head.cost.output_elems = 1;  // the loss
+  // Vocabulary-parallel projection and cross-entropy (its all-reduces of s
+  // numbers are left out); the input gradient is all-reduced in backward.
+  head.cost.tensor_split = true;
+  head.cost.tp_backward_collectives = 1;
+  head.cost.tp_collective_elems = t.seq_len * t.d_model;
+  head.cost.tp_replicated_elems = 2 * t.seq_len * t.d_model + 2 * t.seq_len;  // the final norm's input and output
   m.layers.push_back(head);
   return m;
 }

@@ -110,6 +110,16 @@ std::vector<Hop> Topology::route(int a, int b) const {
   return {};
 }
 
+std::vector<Hop> Topology::route_group(int a, int b, int width) const {
+  auto hops = route(a, b);
+  if (width == 1) return hops;
+  for (auto& hop : hops) {
+    hop.link += "x" + std::to_string(width);
+    hop.spec.bandwidth *= width;
+  }
+  return hops;
+}
+
 Link Topology::path(int a, int b) const {
   Link total{0, 0};
   for (const auto& hop : route(a, b)) {

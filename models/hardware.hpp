@@ -166,6 +166,11 @@ struct Topology {
   std::vector<Hop> route(int from_device, int to_device) const;
   // The route as one link: latencies add up, the narrowest hop sets the bandwidth.
   Link path(int from_device, int to_device) const;
+  // The route between two groups of `width` consecutive devices (a tensor-
+  // parallel group each, from_device and to_device their first) that talk
+  // device t to device t: the per-device links of the route as one hop of
+  // width times their bandwidth.
+  std::vector<Hop> route_group(int from_device, int to_device, int width) const;
 };
 
 struct Hardware {

@@ -57,6 +57,18 @@ struct LayerCost {
   // stage starting at a layer that does not counts its input on top.
   bool keeps_input = true;
   std::int64_t output_elems = 0;   // what crosses a cut after this layer, per sample
+  // Tensor parallelism (Megatron-LM): whether a group of T devices can split
+  // the layer (its matrices by columns and rows, its vocabulary), and then the
+  // collectives it runs per micro-batch: all-reduces (or, with sequence
+  // parallelism, an all-gather and a reduce-scatter: the same bytes) of
+  // tp_collective_elems per sample, in its forward and in its backward (input
+  // gradient). Of stashed_elems, tp_replicated_elems stay whole on every
+  // device of the group without sequence parallelism (the norms' inputs and
+  // the residual dropouts: Korthikanti et al.'s 10sbh of 34sbh).
+  bool tensor_split = false;
+  int tp_forward_collectives = 0, tp_backward_collectives = 0;
+  std::int64_t tp_collective_elems = 0;
+  std::int64_t tp_replicated_elems = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 

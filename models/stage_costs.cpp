@@ -10,8 +10,33 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       hardware_(hw),
       microbatch_size_(r.microbatch_size),
       optimizer_(r.optimizer),
-      recompute_policy_(r.recompute()) {
+      recompute_policy_(r.recompute()),
+      tensor_parallel_(r.program.tensor_parallel),
+      data_parallel_(r.program.data_parallel),
+      sequence_parallel_(r.program.sequence_parallel),
+      shard_optimizer_(r.program.shard_optimizer) {
   const int n = static_cast<int>(m.layers.size());
+  const int T = tensor_parallel_;
+  if (T > 1) {
+    for (const auto& layer : m.layers) {
+      if (!layer.cost.tensor_split) {
+        throw Error("tensor parallelism: " + m.name + "'s layer " + layer.name + " (" + std::string(kind_name(layer.kind)) +
+                    ") cannot be split over " + std::to_string(T) +
+                    " devices; T > 1 needs a model whose every layer Megatron-LM splits (transformer, llm)");
+      }
+    }
+  }
+  // Each layer's collectives per micro-batch, the same on every rank (the group's own link).
+  tp_forward_.assign(n + 1, 0);
+  tp_backward_.assign(n + 1, 0);
+  for (int l = 0; l < n; ++l) {
+    const auto& c = m.layers[l].cost;
+    const double one = T > 1 ? tp_allreduce_s(static_cast<double>(c.tp_collective_elems) * r.microbatch_size *
+                                              bytes_per_element(m.precision))
+                             : 0;
+    tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
+    tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
+  }
   const int K = r.ranks();
   devices_ = r.devices.empty() ? hw.rank_devices(K) : r.devices;
   if (static_cast<int>(devices_.size()) != K) {
@@ -31,31 +56,39 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
     for (int l = 0; l < n; ++l) {
       const auto& c = m.layers[l].cost;
       const std::string_view kind = kind_name(m.layers[l].kind);
-      const double f = c.forward_flops * b;
+      // Split over a tensor-parallel group, each device's share of the work
+      // runs at the efficiency of its smaller matrices (the curve at work / T).
+      const double share = b / T;
+      const double f = c.forward_flops * share;
       double in = 0, w = 0;
       if (d.has_kind(kind)) {
         // A calibrated kind times the layer's whole backward on its curve,
         // shared between I and W in proportion to their work.
-        const double bwd = (c.input_grad_flops + c.weight_grad_flops) * b;
+        const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
         const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision);
-        in = bwd > 0 ? t * c.input_grad_flops * b / bwd : 0;
+        in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
         w = bwd > 0 ? t - in : 0;
       } else {
-        in = d.compute_seconds(c.input_grad_flops * b, m.precision);
-        w = d.compute_seconds(c.weight_grad_flops * b, m.precision);
+        in = d.compute_seconds(c.input_grad_flops * share, m.precision);
+        w = d.compute_seconds(c.weight_grad_flops * share, m.precision);
       }
-      forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision);
-      forward_nograd_[k][l + 1] = forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision);
-      recompute_[k][l + 1] = recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision);
-      input_grad_[k][l + 1] = input_grad_[k][l] + in;
+      const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
+      forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision) + fwd_comm;
+      forward_nograd_[k][l + 1] =
+          forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision) + fwd_comm;
+      recompute_[k][l + 1] = recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision) + fwd_comm;
+      input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm;
       weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
     }
   }
   params_.assign(n + 1, 0);
   stashed_.assign(n + 1, 0);
   for (int l = 0; l < n; ++l) {
-    params_[l + 1] = params_[l] + static_cast<double>(m.layers[l].cost.params);
-    stashed_[l + 1] = stashed_[l] + static_cast<double>(m.layers[l].cost.stashed_elems);
+    const auto& c = m.layers[l].cost;
+    params_[l + 1] = params_[l] + static_cast<double>(c.params) / T;
+    // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
+    const double whole = sequence_parallel_ ? 0 : static_cast<double>(c.tp_replicated_elems);
+    stashed_[l + 1] = stashed_[l] + whole + (static_cast<double>(c.stashed_elems) - whole) / T;
   }
   cut_ = m.cut_elems();
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
@@ -71,8 +104,30 @@ double optimizer_states(Optimizer o) { return o == Optimizer::Adam ? 2 : o == Op
 double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 }  // namespace
 
+double StageCostModel::tp_allreduce_s(double bytes) const {
+  const int T = tensor_parallel_;
+  if (T <= 1 || bytes <= 0) return 0;
+  const Link& l = hardware_.topology.intra;
+  return 2.0 * (T - 1) / T * bytes / l.bandwidth + 2.0 * (T - 1) * l.latency_s;
+}
+
+double StageCostModel::tp_collective_s(int i, int j, int) const {
+  double t = tp_forward_[j] - tp_forward_[i] + tp_backward_[j] - tp_backward_[i];
+  if (recompute_policy_ != schedule::RecomputePolicy::None) t += tp_forward_[j] - tp_forward_[i];  // the recompute's
+  return t;
+}
+
+double StageCostModel::reduce_bytes(int i, int j) const {
+  return data_parallel_ > 1 ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+}
+
+double StageCostModel::gather_bytes(int i, int j) const {
+  return data_parallel_ > 1 && shard_optimizer_ ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+}
+
 double StageCostModel::step_s(int i, int j, int s) const {
-  const double p = params_[j] - params_[i];
+  // ZeRO-1: each device of the data group steps its 1/D of the stage.
+  const double p = (params_[j] - params_[i]) / (shard_optimizer_ ? data_parallel_ : 1);
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
   const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(optimizer_));
@@ -114,7 +169,10 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   const double p = params_[j] - params_[i];
   const auto& st = stash_counts_.at(s);
   const double bytes = bytes_per_element(model_.precision);
-  return p * (bytes * st.weight_versions + bytes + master_bytes(model_.precision) + 4 * optimizer_states(optimizer_));
+  // ZeRO-1 shards the fp32 master copy and the optimizer states over the data group.
+  const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) /
+                         (shard_optimizer_ ? data_parallel_ : 1);
+  return p * (bytes * st.weight_versions + bytes + sharded);
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {

@@ -48,7 +48,20 @@ class StageCostModel {
   double transfer_s(int i, int j, int s) const;
   double time_s(int i, int j, int s) const { return compute_s(i, j, s) + transfer_s(i, j, s); }
 
-  double cut_bytes(int p) const;  // per micro-batch, at position p
+  double cut_bytes(int p) const;  // per micro-batch, at position p (a tensor-parallel group's whole tensor)
+  // Tensor parallelism: the time of the layers' collectives inside one
+  // micro-batch's forward and backward (already in the actions' times), and
+  // what one ring all-reduce of `bytes` over the group's T devices takes:
+  // 2(T-1)/T · bytes / bandwidth + 2(T-1) · latency on the topology's `intra`
+  // link (inside a node, each device's port: NVSwitch is non-blocking).
+  double tp_collective_s(int i, int j, int s) const;
+  double tp_allreduce_s(double bytes) const;
+  int tensor_parallel() const { return tensor_parallel_; }
+  // Data parallelism: the bytes one device of stage s all-reduces over its
+  // data group per step (its share of the stage's gradients), and with ZeRO-1
+  // the weights it all-gathers after its step.
+  double reduce_bytes(int i, int j) const;
+  double gather_bytes(int i, int j) const;
   std::int64_t params(int i, int j) const { return static_cast<std::int64_t>(params_[j] - params_[i]); }
   // Weights (+ fp32 master copy in half precision) per weight version, gradients,
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
@@ -58,7 +71,8 @@ class StageCostModel {
   // stashed micro-batch, one checkpointed stage input.
   double static_bytes(int i, int j, int s) const;
   double activation_bytes(int i, int j) const;
-  double input_bytes(int i) const { return cut_bytes(i); }
+  // The stage input one device keeps: split over T with sequence parallelism.
+  double input_bytes(int i) const { return cut_bytes(i) / (sequence_parallel_ ? tensor_parallel_ : 1); }
   double capacity_bytes(int s) const { return device_of(s).memory_bytes; }
   const schedule::StageMemory& stash(int s) const { return stash_counts_.at(s); }
 
@@ -77,7 +91,10 @@ class StageCostModel {
   std::vector<int> stage_rank_;  // [stage]
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
-  std::vector<double> params_, stashed_;
+  std::vector<double> params_, stashed_;  // per device of a tensor-parallel group
+  std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
+  int tensor_parallel_ = 1, data_parallel_ = 1;
+  bool sequence_parallel_ = false, shard_optimizer_ = false;
   std::vector<std::int64_t> cut_;
   std::vector<schedule::StageMemory> stash_counts_;
 };

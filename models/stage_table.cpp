@@ -1,6 +1,8 @@
 // stage_table: one StageCosts per stage of the Program's partition.
 #include "models/stage_table.hpp"
 
+#include <algorithm>
+
 #include "schedule/error.hpp"
 
 namespace pipetwin::models {
@@ -11,7 +13,19 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
   if (static_cast<int>(program.partition.size()) != S) {
     throw Error("the program has no partition (layers per stage); partition it first");
   }
-  const auto rank = [&](int s) { return program.rank_of(schedule::StageId{s}).value; };
+  // The first device of replica 0's group at stage s's rank (Megatron-LM's order: T(d + D k)).
+  const int T = program.tensor_parallel;
+  const auto rank = [&](int s) { return T * program.data_parallel * program.rank_of(schedule::StageId{s}).value; };
+  const auto path = [&](int a, int b) {
+    if (T == 1) return hw.topology.path(a, b);
+    Link total{0, 0};
+    for (const auto& hop : hw.topology.route_group(a, b, T)) {
+      total.latency_s += hop.spec.latency_s;
+      total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
+    }
+    if (total.bandwidth == 0) total.bandwidth = 1e300;
+    return total;
+  };
   std::vector<schedule::StageCosts> table;
   for (int s = 0; s < S; ++s) {
     const auto [i, j] = program.partition[s];
@@ -23,6 +37,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.recompute_s = costs.recompute_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
     t.first_forward_extra_s = costs.cold_forward_s(i, j, s);
+    t.reduce_bytes = costs.reduce_bytes(i, j);
+    t.gather_bytes = costs.gather_bytes(i, j);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     // A stage's receives (there are only where the neighbour is on another rank).
@@ -40,11 +56,11 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);
-      t.activation_transfer_s = hw.topology.path(rank(s), rank(s + 1)).seconds(t.activation_bytes);
+      t.activation_transfer_s = path(rank(s), rank(s + 1)).seconds(t.activation_bytes);
     }
     if (s > 0) {
       t.gradient_bytes = costs.cut_bytes(i);
-      t.gradient_transfer_s = hw.topology.path(rank(s), rank(s - 1)).seconds(t.gradient_bytes);
+      t.gradient_transfer_s = path(rank(s), rank(s - 1)).seconds(t.gradient_bytes);
     }
     table.push_back(t);
   }

@@ -33,6 +33,12 @@ struct StageCosts {
   // A stage's first forward in a step (micro-batch 0's F) also reads its
   // weights back into the caches that the optimizer step evicted: this on top.
   double first_forward_extra_s = 0;
+  // Data parallelism (sim/): what one device of the stage all-reduces over its
+  // data group at REDUCE_GRAD (its gradients) and, with ZeRO-1, all-gathers
+  // after its STEP (its updated weights). The evaluator has no network: it
+  // leaves both out (REDUCE_GRAD takes no time there).
+  double reduce_bytes = 0;
+  double gather_bytes = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.

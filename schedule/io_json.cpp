@@ -56,6 +56,12 @@ std::string to_json(const Program& p, int indent) {
   j["stages_per_rank"] = p.stages_per_rank;
   j["microbatches"] = p.num_microbatches;
   j["recompute"] = std::string(recompute_name(p.recompute));
+  if (!p.is_pipeline_only()) {  // absent for a pipeline alone, so that older files read the same
+    j["tensor_parallel"] = p.tensor_parallel;
+    j["data_parallel"] = p.data_parallel;
+    j["sequence_parallel"] = p.sequence_parallel;
+    j["shard_optimizer"] = p.shard_optimizer;
+  }
   j["stage_to_rank"] = json::array();
   for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
   j["weight_versions"] = p.weight_versions;
@@ -102,6 +108,20 @@ Program parse_json(std::string_view text, const std::string& source) {
     p.recompute = parse_recompute(recompute.get<std::string>());
   } catch (const Error& e) {
     throw Error(source + ": field 'recompute': " + e.what());
+  }
+  for (const char* key : {"tensor_parallel", "data_parallel"}) {
+    if (!j.contains(key)) continue;
+    const int v = int_field(j, key, source);
+    if (v < 1 || v > kMaxParallel) {
+      throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
+                  std::to_string(v));
+    }
+    (std::string(key) == "tensor_parallel" ? p.tensor_parallel : p.data_parallel) = v;
+  }
+  for (const char* key : {"sequence_parallel", "shard_optimizer"}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) throw Error(source + ": field '" + key + "' must be true or false");
+    (std::string(key) == "sequence_parallel" ? p.sequence_parallel : p.shard_optimizer) = j[key].get<bool>();
   }
   for (const int r : int_list(j, "stage_to_rank", source)) p.stage_to_rank.push_back(RankId{r});
   p.weight_versions = int_list(j, "weight_versions", source);

@@ -73,6 +73,8 @@ struct Header {
   std::string schedule = "imported";
   std::optional<int> ranks, stages_per_rank, microbatches;
   std::optional<RecomputePolicy> recompute;
+  int tensor_parallel = 1, data_parallel = 1;
+  bool sequence_parallel = false, shard_optimizer = false;
   std::vector<int> stage_to_rank, weight_versions;
   std::vector<LayerRange> partition;
 };
@@ -147,6 +149,10 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
   p.partition = h.partition;
   p.ranks = std::move(ranks);
   p.recompute = h.recompute ? *h.recompute : infer_recompute(p.ranks, p.num_stages(), M, source);
+  p.tensor_parallel = h.tensor_parallel;
+  p.data_parallel = h.data_parallel;
+  p.sequence_parallel = h.sequence_parallel;
+  p.shard_optimizer = h.shard_optimizer;
   return p;
 }
 
@@ -166,6 +172,11 @@ std::string to_text(const Program& p) {
   out << "stages_per_rank " << p.stages_per_rank << "\n";
   out << "microbatches " << p.num_microbatches << "\n";
   out << "recompute " << recompute_name(p.recompute) << "\n";
+  // Written only where they are not the pipeline alone's, so that older files read the same.
+  if (p.tensor_parallel != 1) out << "tensor_parallel " << p.tensor_parallel << "\n";
+  if (p.data_parallel != 1) out << "data_parallel " << p.data_parallel << "\n";
+  if (p.sequence_parallel) out << "sequence_parallel on\n";
+  if (p.shard_optimizer) out << "shard_optimizer on\n";
   std::vector<int> map;
   for (const auto r : p.stage_to_rank) map.push_back(r.value);
   out << "stage_to_rank" << join_ints(map) << "\n";
@@ -228,6 +239,16 @@ Program parse_text(std::string_view text, const std::string& source) {
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }
+    } else if (k == "tensor_parallel" || k == "data_parallel") {
+      const int v = to_int(one(), where);
+      if (v < 1 || v > kMaxParallel) {
+        throw Error(where + ": '" + k + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " + w[1]);
+      }
+      (k == "tensor_parallel" ? h.tensor_parallel : h.data_parallel) = v;
+    } else if (k == "sequence_parallel" || k == "shard_optimizer") {
+      const std::string& v = one();
+      if (v != "on" && v != "off") throw Error(where + ": '" + k + "' must be on or off, got '" + v + "'");
+      (k == "sequence_parallel" ? h.sequence_parallel : h.shard_optimizer) = v == "on";
     } else if (k == "stage_to_rank") {
       h.stage_to_rank = ints();
     } else if (k == "weight_versions") {

@@ -75,6 +75,38 @@ Program lower(Program p) {
   return insert_optimizer_step(insert_transfers(insert_recomputes(std::move(p))));
 }
 
+Program insert_gradient_reductions(Program p) {
+  if (p.data_parallel <= 1 || holds(p, Op::REDUCE_GRAD)) return p;
+  for (auto& actions : p.ranks) {
+    std::vector<Action> out;
+    out.reserve(actions.size() + 2 * static_cast<std::size_t>(p.stages_per_rank));
+    // Where each stage's latest backward since its last STEP stands in `out`.
+    std::map<int, std::size_t> last_backward;
+    std::vector<std::pair<std::size_t, int>> inserts;  // (position in out, stage), in order
+    for (const auto& a : actions) {
+      if (a.op == Op::STEP) {
+        const auto it = last_backward.find(a.stage.value);
+        if (it != last_backward.end()) inserts.push_back({it->second + 1, a.stage.value});
+        last_backward.erase(a.stage.value);
+      }
+      out.push_back(a);
+      if (a.op == Op::B || a.op == Op::W) last_backward[a.stage.value] = out.size() - 1;
+    }
+    std::stable_sort(inserts.begin(), inserts.end());
+    std::vector<Action> merged;
+    merged.reserve(out.size() + inserts.size());
+    std::size_t next = 0;
+    for (std::size_t i = 0; i <= out.size(); ++i) {
+      for (; next < inserts.size() && inserts[next].first == i; ++next) {
+        merged.push_back(make_stage_action(Op::REDUCE_GRAD, inserts[next].second));
+      }
+      if (i < out.size()) merged.push_back(out[i]);
+    }
+    actions = std::move(merged);
+  }
+  return p;
+}
+
 Program receive_at_use(Program p, int* moved) {
   int count = 0;
   for (auto& actions : p.ranks) {

@@ -27,6 +27,12 @@ Program insert_optimizer_step(Program program);
 // All three, in order.
 Program lower(Program program);
 
+// Data parallelism (D > 1): a REDUCE_GRAD(s) right after the last backward (B
+// or W) of stage s before each of its STEPs, unless the program already holds
+// REDUCE_GRAD actions. The reduction runs asynchronously from there, over what
+// follows on the rank (the cool-down's other stages), and its STEP waits for it.
+Program insert_gradient_reductions(Program program);
+
 // Receives as PyTorch's runtime means them: a RECV_F or RECV_B in its CSV
 // posts the receive, and the rank waits for the data right before the
 // compute that uses it (F of the same stage and micro-batch for RECV_F; its

@@ -31,6 +31,9 @@ inline constexpr int kMaxStages = 1'000'000;
 // each is a few actions on every pass over the schedule.
 inline constexpr std::int64_t kMaxStageMicrobatches = 10'000'000;
 
+// The most tensor-parallel (T) or data-parallel (D) degree a Program may name.
+inline constexpr int kMaxParallel = 1'000'000;
+
 // Layers [begin, end) of the model's layer sequence held by one stage.
 struct LayerRange {
   int begin = 0;
@@ -48,8 +51,25 @@ struct Program {
   RecomputePolicy recompute = RecomputePolicy::None;
   std::vector<int> weight_versions;       // size S; > 1 only for weight stashing
   std::vector<std::vector<Action>> ranks; // size K, the per-rank action lists
+  // Around the pipeline (Megatron-LM's layout, ranks (d, k, t)): each of the
+  // K pipeline ranks above is a tensor-parallel group of T devices that split
+  // every layer (and run its collectives), and the whole pipeline is one of D
+  // data-parallel replicas that each take batch / D and reduce a stage's
+  // gradients over their data group (REDUCE_GRAD). Every replica and every
+  // device of a group runs the same action list. T = D = 1: a pipeline alone.
+  int tensor_parallel = 1;      // T
+  int data_parallel = 1;        // D
+  bool sequence_parallel = false;  // Korthikanti et al.: norms and dropout split over T too
+  bool shard_optimizer = false;    // ZeRO-1: optimizer state sharded over D (reduce-scatter, step, all-gather)
 
   int num_stages() const { return num_ranks * stages_per_rank; }
+  // Devices in all: T x K x D.
+  std::int64_t num_devices() const {
+    return static_cast<std::int64_t>(tensor_parallel) * num_ranks * data_parallel;
+  }
+  bool is_pipeline_only() const {
+    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && !shard_optimizer;
+  }
   RankId rank_of(StageId stage) const { return stage_to_rank.at(stage.value); }
   std::vector<StageId> stages_of(RankId rank) const;
   bool is_last_stage(StageId stage) const { return stage.value == num_stages() - 1; }

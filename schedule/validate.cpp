@@ -290,6 +290,12 @@ void check_shape(const Program& p) {
     bad(std::to_string(p.num_ranks) + " ranks x " + std::to_string(p.stages_per_rank) + " stages per rank is more than " +
         std::to_string(kMaxStages) + " stages");
   }
+  if (p.tensor_parallel < 1 || p.tensor_parallel > kMaxParallel) {
+    bad("tensor_parallel must be between 1 and " + std::to_string(kMaxParallel) + ", got " + std::to_string(p.tensor_parallel));
+  }
+  if (p.data_parallel < 1 || p.data_parallel > kMaxParallel) {
+    bad("data_parallel must be between 1 and " + std::to_string(kMaxParallel) + ", got " + std::to_string(p.data_parallel));
+  }
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

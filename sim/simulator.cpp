@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <simgrid/s4u.hpp>
 #include <xbt/log.h>
@@ -28,9 +29,9 @@ namespace {
 // above SimGrid's work-amount precision.
 constexpr double kSpeed = 1e9;
 
-std::string mailbox_name(const ps::MessageKey& k) {
+std::string mailbox_name(const ps::MessageKey& k, int replica) {
   return std::string(k.forward ? "F" : "B") + "/" + std::to_string(k.to_stage.value) + "/" +
-         std::to_string(k.microbatch.value);
+         std::to_string(k.microbatch.value) + (replica > 0 ? "/d" + std::to_string(replica) : "");
 }
 
 // Every message's mailbox, resolved once before the replay (a lookup by name
@@ -38,14 +39,15 @@ std::string mailbox_name(const ps::MessageKey& k) {
 // replay): index (direction, receiving stage, micro-batch).
 class Mailboxes {
  public:
-  Mailboxes(const ps::Program& p) : stages_(p.num_stages()), microbatches_(std::max(1, p.num_microbatches)) {
+  Mailboxes(const ps::Program& p, int replica)
+      : stages_(p.num_stages()), microbatches_(std::max(1, p.num_microbatches)) {
     boxes_.resize(2 * static_cast<std::size_t>(stages_ + 1) * microbatches_, nullptr);
     for (const auto& rank : p.ranks) {
       for (const auto& a : rank) {
         if (ps::is_recv(a.op) || ps::is_send(a.op)) {
           const auto k = ps::message_of(a);
           auto*& box = boxes_.at(index(k));
-          if (!box) box = sg4::Mailbox::by_name(mailbox_name(k));
+          if (!box) box = sg4::Mailbox::by_name(mailbox_name(k, replica));
         }
       }
     }
@@ -64,8 +66,15 @@ class Mailboxes {
 //   all-to-all:  devN ==[devA-devB]== devM            (one split-duplex link per pair)
 //   pcie-tree:   devN --[devN-swS]-- swS --[swS-host]-- host bridge (routes of 2 or 4 hops)
 //   multi-host:  NVLink-like pairs inside a host, [hostH-net] links between hosts
+//   cluster:     NVSwitch ports inside a node, NICs and leaf uplinks between nodes
 //   shared-host: one host of host_cores cores, a loopback link
-std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) {
+// With tensor and data parallelism, one host per group of T devices (replica
+// d, pipeline rank k: devices T(d + Dk) ..., Megatron-LM's order), its routes
+// the topology's routes between groups (Topology::route_group); only the
+// pairs that talk get a route: a replica's pipeline ranks, a stage's data group.
+std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::Program& p) {
+  const int K = p.num_ranks, D = p.data_parallel, T = p.tensor_parallel;
+  const int groups = K * D;
   auto* zone = sg4::create_full_zone("pipeline");
   std::vector<sg4::Host*> hosts;
   std::map<std::string, sg4::Link*> links;
@@ -87,32 +96,63 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, int ranks) 
     zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
                     {sg4::LinkInRoute(link(hops.front()), sg4::LinkInRoute::Direction::UP)}, false);
     zone->seal();
-    return std::vector<sg4::Host*>(ranks, host);
+    return std::vector<sg4::Host*>(groups, host);
   }
-  for (int r = 0; r < ranks; ++r) hosts.push_back(zone->create_host("dev" + std::to_string(r), kSpeed)->seal());
-  for (int a = 0; a < ranks; ++a) {
-    for (int b = a + 1; b < ranks; ++b) {
-      const auto hops = topo.route(a, b);
-      std::vector<sg4::LinkInRoute> route;
-      const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;  // a's side goes up, b's side down
-      for (std::size_t h = 0; h < hops.size(); ++h) {
-        route.emplace_back(link(hops[h]), h < half ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
-      }
-      zone->add_route(hosts[a]->get_netpoint(), hosts[b]->get_netpoint(), nullptr, nullptr, route, true);
+  // Group g = d + D k holds devices T g ... T g + T - 1.
+  for (int g = 0; g < groups; ++g) {
+    hosts.push_back(zone->create_host(T == 1 && D == 1 ? "dev" + std::to_string(g) : "group" + std::to_string(g), kSpeed)
+                        ->seal());
+  }
+  const auto add = [&](int a, int b) {
+    const auto hops = T == 1 ? topo.route(a, b) : topo.route_group(T * a, T * b, T);
+    std::vector<sg4::LinkInRoute> route;
+    const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;  // a's side goes up, b's side down
+    for (std::size_t h = 0; h < hops.size(); ++h) {
+      route.emplace_back(link(hops[h]), h < half ? sg4::LinkInRoute::Direction::UP : sg4::LinkInRoute::Direction::DOWN);
+    }
+    zone->add_route(hosts[a]->get_netpoint(), hosts[b]->get_netpoint(), nullptr, nullptr, route, true);
+  };
+  for (int d = 0; d < D; ++d) {
+    for (int a = 0; a < K; ++a) {
+      for (int b = a + 1; b < K; ++b) add(d + D * a, d + D * b);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    for (int a = 0; a < D; ++a) {
+      for (int b = a + 1; b < D; ++b) add(a + D * k, b + D * k);
     }
   }
   zone->seal();
   return hosts;
 }
 
+// A ring over the data group of one stage: `steps` rounds, each sending
+// `chunk` bytes to the next replica and waiting for the previous one's. An
+// all-reduce is 2(D-1) rounds of bytes / D (reduce-scatter, then all-gather):
+// 2(D-1)/D · bytes / bandwidth + 2(D-1) · latency alone on its links.
+void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag) {
+  static int payload = 0;
+  const auto box = [&](int to, int i) {
+    return sg4::Mailbox::by_name(tag + "/" + std::to_string(stage) + "/" + std::to_string(to) + "/" + std::to_string(i));
+  };
+  for (int i = 0; i < steps; ++i) {
+    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(std::max(1.0, chunk)));
+    box(replica, i)->get<int>();
+    put->wait();
+  }
+}
+
 class SimBackend final : public ps::Backend {
  public:
-  SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, sg4::SemaphorePtr cores)
-      : in_(in), boxes_(boxes), out_(out),
+  SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, sg4::SemaphorePtr cores,
+             int replica)
+      : in_(in), boxes_(boxes), out_(out), replica_(replica),
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
         cores_(std::move(cores)) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
+    if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
+    if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
     const double d = in_.stages.at(a.stage.value).of(a);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
@@ -141,6 +181,41 @@ class SimBackend final : public ps::Backend {
       left -= chunk;
     }
     out_.push_back({a, start, sg4::Engine::get_clock()});
+    if (a.op == ps::Op::STEP) gather(a);
+  }
+
+  // REDUCE_GRAD: the stage's gradients all-reduced over its data group (with
+  // ZeRO-1, reduce-scattered) by an actor of its own, from now on, while the
+  // rank goes on; the stage's STEP waits for it. Its timed action ends when
+  // the ring does.
+  void reduce(const ps::Action& a) {
+    const int D = in_.program.data_parallel, s = a.stage.value;
+    const double bytes = in_.stages.at(s).reduce_bytes;
+    out_.push_back({a, sg4::Engine::get_clock(), sg4::Engine::get_clock()});
+    if (D <= 1 || bytes <= 0) return;
+    const std::size_t at = out_.size() - 1;
+    const int steps = in_.program.shard_optimizer ? D - 1 : 2 * (D - 1);
+    auto& out = out_;
+    const int replica = replica_;
+    pending_[s] = sg4::Actor::create("reduce" + std::to_string(s) + "/" + std::to_string(replica), sg4::this_actor::get_host(),
+                                     [&out, at, s, replica, D, steps, bytes] {
+                                       ring(s, replica, D, steps, bytes / D, "RG");
+                                       out[at].end = sg4::Engine::get_clock();
+                                     });
+  }
+  void wait_reductions(int stage) {
+    const auto it = pending_.find(stage);
+    if (it == pending_.end()) return;
+    it->second->join();
+    pending_.erase(it);
+  }
+  // ZeRO-1: after its step on its shard, each device all-gathers the updated weights (in STEP's time).
+  void gather(const ps::Action& a) {
+    const int D = in_.program.data_parallel, s = a.stage.value;
+    const double bytes = in_.stages.at(s).gather_bytes;
+    if (D <= 1 || bytes <= 0) return;
+    ring(s, replica_, D, D - 1, bytes / D, "AG");
+    out_.back().end = sg4::Engine::get_clock();
   }
 
   // The rank's last action is done: its core is free.
@@ -196,6 +271,8 @@ class SimBackend final : public ps::Backend {
   const SimInput& in_;
   const Mailboxes& boxes_;
   std::vector<ps::TimedAction>& out_;
+  int replica_ = 0;
+  std::map<int, sg4::ActorPtr> pending_;  // stage -> its reduction in flight
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
   sg4::SemaphorePtr cores_;  // run to completion: one token per core; null otherwise
   bool holding_ = false;     // this rank holds one of them
@@ -269,40 +346,58 @@ ps::Timeline simulate_here(const SimInput& in) {
   // tighter, so that the replay agrees with the closed forms to 1e-9 relative.
   engine.set_config("surf/precision:1e-14");
   engine.set_config("maxmin/precision:1e-9");
-  const auto hosts = build_platform(in.topology, p.num_ranks);
+  const auto hosts = build_platform(in.topology, p);
+  const int D = p.data_parallel, K = p.num_ranks;
 
-  ps::Timeline timeline;
-  timeline.ranks.resize(p.num_ranks);
+  // One actor per pipeline rank of each data-parallel replica (a tensor-
+  // parallel group moves as one: its collectives are in its actions' times).
+  std::vector<ps::Timeline> replicas(D);
   const auto& topo = in.topology;
   const sg4::SemaphorePtr cores =
-      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_ranks > topo.host_cores
+      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && K * D > topo.host_cores
           ? sg4::Semaphore::create(static_cast<unsigned>(topo.host_cores))
           : nullptr;
-  const Mailboxes boxes(p);
-  for (int r = 0; r < p.num_ranks; ++r) {
-    sg4::Actor::create("rank" + std::to_string(r), hosts[r], [&in, &boxes, &timeline, r, cores] {
-      // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
-      for (const auto& a : in.program.ranks[r]) {
-        if (ps::is_recv(a.op)) boxes.of(a)->set_receiver(sg4::Actor::self());
-      }
-      SimBackend backend(in, boxes, timeline.ranks[r], cores);
-      ps::RankInterpreter interpreter(in.program, ps::RankId{r});
-      while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
-      }
-      backend.finish();
-    });
+  std::vector<std::unique_ptr<Mailboxes>> boxes;
+  for (int d = 0; d < D; ++d) {
+    boxes.push_back(std::make_unique<Mailboxes>(p, d));
+    replicas[d].ranks.resize(K);
+  }
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < K; ++r) {
+      const std::string name = D == 1 ? "rank" + std::to_string(r) : "rank" + std::to_string(r) + "/d" + std::to_string(d);
+      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, cores] {
+        const Mailboxes& mine = *boxes[d];
+        // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
+        for (const auto& a : in.program.ranks[r]) {
+          if (ps::is_recv(a.op)) mine.of(a)->set_receiver(sg4::Actor::self());
+        }
+        SimBackend backend(in, mine, replicas[d].ranks[r], cores, d);
+        ps::RankInterpreter interpreter(in.program, ps::RankId{r});
+        while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
+        }
+        backend.finish();
+      });
+    }
   }
   engine.run();
   std::string blocked;
-  for (int r = 0; r < p.num_ranks; ++r) {
-    const std::size_t done = timeline.ranks[r].size(), total = p.ranks[r].size();
-    if (done < total) {
-      blocked += "\n  rank " + std::to_string(r) + ", step " + std::to_string(done) + " (" +
-                 ps::to_string(p.ranks[r][done]) + ") never completed";
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < K; ++r) {
+      const std::size_t done = replicas[d].ranks[r].size(), total = p.ranks[r].size();
+      if (done < total) {
+        blocked += "\n  rank " + std::to_string(r) + (D > 1 ? " of replica " + std::to_string(d) : "") + ", step " +
+                   std::to_string(done) + " (" + ps::to_string(p.ranks[r][done]) + ") never completed";
+      }
     }
   }
   if (!blocked.empty()) throw Error("simulation: deadlock, no rank can make progress" + blocked);
-  return timeline;
+  // The replicas run the same actions; the network may delay one more than
+  // another: the step is the slowest one's, and its timeline the answer.
+  std::size_t slowest = 0;
+  for (std::size_t d = 1; d < replicas.size(); ++d) {
+    if (replicas[d].makespan() > replicas[slowest].makespan()) slowest = d;
+  }
+  return std::move(replicas[slowest]);
 }
 
 SimProcess start_simulation(const SimInput& in) {

@@ -85,6 +85,16 @@ std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& o) {
 
 namespace {
 
+// T, D and their options onto a Program, with the data-parallel reductions.
+void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
+  p.tensor_parallel = std::max(1, o.tensor_parallel);
+  p.data_parallel = std::max(1, o.data_parallel);
+  p.sequence_parallel = o.sequence_parallel;
+  p.shard_optimizer = o.shard_optimizer;
+  if (p.sequence_parallel && p.tensor_parallel == 1) throw Error("--sequence-parallel needs --tensor T > 1");
+  if (p.shard_optimizer && p.data_parallel == 1) throw Error("--zero1 needs --data D > 1 (it shards over the data group)");
+}
+
 // The Program of a schedule file: K, V, M, the placement and the recompute
 // policy are the file's (an option that says otherwise is refused, naming
 // both); a compute-only file is lowered by the project's passes.
@@ -99,6 +109,13 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
   contradicts("--ranks", o.ranks, p.num_ranks, "ranks");
   contradicts("--microbatches", o.microbatches, p.num_microbatches, "micro-batches");
   contradicts("--virtual", o.virtual_stages, p.stages_per_rank, "stages per rank");
+  // A file written for a pipeline alone takes the options' T and D.
+  if (p.is_pipeline_only()) {
+    set_parallelism(p, o);
+  } else {
+    contradicts("--tensor", o.tensor_parallel, p.tensor_parallel, "as its tensor-parallel degree");
+    contradicts("--data", o.data_parallel, p.data_parallel, "data-parallel replicas");
+  }
   models::check_stage_count(model, p.num_stages());
   if (!o.recompute.empty()) {
     const auto given = schedule::parse_recompute(o.recompute);
@@ -114,7 +131,7 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
     throw Error("--partition " + o.partition + " contradicts the schedule file " + o.schedule +
                 ", which holds its own partition line");
   }
-  p = schedule::lower(std::move(p));
+  p = schedule::insert_gradient_reductions(schedule::lower(std::move(p)));
   try {
     schedule::validate(p);  // a file is input: every send has its receive, and it makes progress
   } catch (const Error& e) {
@@ -132,7 +149,9 @@ schedule::Program program_from_generator(const models::Model& model, const Scena
   // Before the schedule is built, which K = 10^6 makes slow.
   models::check_stage_count(model, static_cast<std::int64_t>(o.ranks) * V);
   const auto recompute = schedule::parse_recompute(o.recompute.empty() ? "none" : o.recompute);
-  return schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
+  auto p = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
+  set_parallelism(p, o);
+  return schedule::insert_gradient_reductions(std::move(p));
 }
 
 // The partition the options ask for, or the schedule file's own.
@@ -178,18 +197,22 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (!o.recompute.empty()) schedule::parse_recompute(o.recompute);  // a bad word is refused first
   r.optimizer = models::parse_optimizer(o.optimizer);
   // A generator's shape is known before its Program is built; a file's from the file.
-  const auto check_batch = [&](int microbatches) {
-    const int batch = o.batch > 0 ? o.batch : microbatches;
-    if (microbatches > 0 && batch % microbatches != 0) {
+  // The batch splits over the D replicas, then into each one's M micro-batches.
+  const auto check_batch = [&](int microbatches, int replicas) {
+    const std::int64_t per_step = static_cast<std::int64_t>(microbatches) * replicas;
+    const std::int64_t batch = o.batch > 0 ? o.batch : per_step;
+    if (per_step > 0 && batch % per_step != 0) {
       throw Error("--batch " + std::to_string(batch) + " does not split into --microbatches " +
-                  std::to_string(microbatches) + " equal micro-batches");
+                  std::to_string(microbatches) +
+                  (replicas > 1 ? " equal micro-batches on each of --data " + std::to_string(replicas) + " replicas"
+                                : " equal micro-batches"));
     }
-    r.microbatch_size = batch / microbatches;
-    sc->samples = batch;
+    r.microbatch_size = static_cast<int>(batch / per_step);
+    sc->samples = static_cast<double>(batch);
   };
-  if (!from_file) check_batch(o.microbatches);
+  if (!from_file) check_batch(o.microbatches, std::max(1, o.data_parallel));
   sc->program = scenario_program(sc->model, o, &sc->notes);
-  if (from_file) check_batch(sc->program.num_microbatches);
+  if (from_file) check_batch(sc->program.num_microbatches, sc->program.data_parallel);
   r.program = sc->program;  // the costs need no partition: placement and stash counts
   sc->program.partition = choose_partition(*sc, o.partition);
   if (validate && !from_file) schedule::validate(sc->program);  // throws with the grid if anything is wrong
@@ -254,7 +277,13 @@ std::string Scenario::headline() const {
                 std::string(models::topology_name(hardware.topology.kind)).c_str(), program.schedule.c_str(),
                 program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
                 std::string(schedule::recompute_name(program.recompute)).c_str());
-  return line;
+  std::string out = line;
+  if (!program.is_pipeline_only()) {
+    out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
+           std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
+           (program.shard_optimizer ? ", ZeRO-1" : "") + ")";
+  }
+  return out;
 }
 
 }  // namespace pipetwin::twin

@@ -25,6 +25,8 @@ struct ScenarioSpec {
   std::string model, hardware, schedule;  // model spec file; preset or file; generator name or schedule file
   int ranks = 0, microbatches = 0, virtual_stages = 0, batch = 0;  // V 0: 1; batch 0: M
   std::string recompute, partition, optimizer = "adam";           // "": none; "": auto (or the file's)
+  int tensor_parallel = 0, data_parallel = 0;                     // T, D; 0: 1 (or the file's)
+  bool sequence_parallel = false, shard_optimizer = false;
 };
 
 // True when `schedule` names a file rather than a generator.
