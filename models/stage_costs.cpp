@@ -5,6 +5,32 @@
 
 namespace pipetwin::models {
 
+// Refuses a model with a layer that T devices cannot split; sums each
+// layer's collectives per micro-batch (the same on every rank: the group's link).
+void StageCostModel::init_tensor_parallel(int microbatch_size) {
+  const int T = tensor_parallel_;
+  const int n = static_cast<int>(model_.layers.size());
+  if (T > 1) {
+    for (const auto& layer : model_.layers) {
+      if (!layer.cost.tensor_split) {
+        throw Error("tensor parallelism: " + model_.name + "'s layer " + layer.name + " (" + std::string(kind_name(layer.kind)) +
+                    ") cannot be split over " + std::to_string(T) +
+                    " devices; T > 1 needs a model whose every layer Megatron-LM splits (transformer, llm)");
+      }
+    }
+  }
+  tp_forward_.assign(n + 1, 0);
+  tp_backward_.assign(n + 1, 0);
+  for (int l = 0; l < n; ++l) {
+    const auto& c = model_.layers[l].cost;
+    const double one = T > 1 ? tp_allreduce_s(static_cast<double>(c.tp_collective_elems) * microbatch_size *
+                                              bytes_per_element(model_.precision))
+                             : 0;
+    tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
+    tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
+  }
+}
+
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m),
       hardware_(hw),
@@ -17,26 +43,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       shard_optimizer_(r.program.shard_optimizer) {
   const int n = static_cast<int>(m.layers.size());
   const int T = tensor_parallel_;
-  if (T > 1) {
-    for (const auto& layer : m.layers) {
-      if (!layer.cost.tensor_split) {
-        throw Error("tensor parallelism: " + m.name + "'s layer " + layer.name + " (" + std::string(kind_name(layer.kind)) +
-                    ") cannot be split over " + std::to_string(T) +
-                    " devices; T > 1 needs a model whose every layer Megatron-LM splits (transformer, llm)");
-      }
-    }
-  }
-  // Each layer's collectives per micro-batch, the same on every rank (the group's own link).
-  tp_forward_.assign(n + 1, 0);
-  tp_backward_.assign(n + 1, 0);
-  for (int l = 0; l < n; ++l) {
-    const auto& c = m.layers[l].cost;
-    const double one = T > 1 ? tp_allreduce_s(static_cast<double>(c.tp_collective_elems) * r.microbatch_size *
-                                              bytes_per_element(m.precision))
-                             : 0;
-    tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
-    tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
-  }
+  init_tensor_parallel(r.microbatch_size);
   const int K = r.ranks();
   devices_ = r.devices.empty() ? hw.rank_devices(K) : r.devices;
   if (static_cast<int>(devices_.size()) != K) {

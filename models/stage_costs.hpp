@@ -81,6 +81,7 @@ class StageCostModel {
     const auto& p = prefix[rank_of(s)];
     return p[j] - p[i];
   }
+  void init_tensor_parallel(int microbatch_size);
   double action(Pass pass, int i, int j, int s) const { return j > i ? device_of(s).action_overhead.of(pass) : 0; }
 
   const Model& model_;

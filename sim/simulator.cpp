@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,16 +128,18 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::P
 }
 
 // A ring over the data group of one stage: `steps` rounds, each sending
-// `chunk` bytes to the next replica and waiting for the previous one's. An
-// all-reduce is 2(D-1) rounds of bytes / D (reduce-scatter, then all-gather):
-// 2(D-1)/D · bytes / bandwidth + 2(D-1) · latency alone on its links.
+// `chunk` bytes (rounded up to a whole byte) to the next replica and waiting
+// for the previous one's. An all-reduce is 2(D-1) rounds of bytes / D
+// (reduce-scatter, then all-gather): 2(D-1) · (latency + ⌈bytes / D⌉ / bandwidth)
+// alone on its links. Both ends meet as in a real collective: a round's
+// message flows once the next replica has entered the ring too.
 void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag) {
   static int payload = 0;
   const auto box = [&](int to, int i) {
     return sg4::Mailbox::by_name(tag + "/" + std::to_string(stage) + "/" + std::to_string(to) + "/" + std::to_string(i));
   };
   for (int i = 0; i < steps; ++i) {
-    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(std::max(1.0, chunk)));
+    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(std::max(1.0, std::ceil(chunk))));
     box(replica, i)->get<int>();
     put->wait();
   }
@@ -158,6 +161,7 @@ class SimBackend final : public ps::Backend {
       const double start = sg4::Engine::get_clock();
       if (d > 0) run(d);
       out_.push_back({a, start, sg4::Engine::get_clock()});
+      if (a.op == ps::Op::STEP) gather(a);
       return;
     }
     // Run to completion: a rank takes a core when it has work and keeps it
