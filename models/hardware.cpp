@@ -82,9 +82,109 @@ std::string_view topology_name(TopologyKind kind) {
     case TopologyKind::PcieTree: return "pcie-tree";
     case TopologyKind::MultiHost: return "multi-host";
     case TopologyKind::SharedHost: return "shared-host";
+    case TopologyKind::Cluster: return "cluster";
   }
   return "?";
 }
+
+std::string_view network_name(Network network) {
+  switch (network) {
+    case Network::FatTree: return "fat-tree";
+    case Network::Rail: return "rail";
+  }
+  return "?";
+}
+
+namespace {
+
+// "3" for one device (or NIC, or rail), "0-7" for a span of them.
+std::string span(int first, int last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+// The route between the spans of `w` GPUs starting at a and at b (w = 1: two
+// GPUs) on a cluster (the model in hardware.hpp); stream t runs a + t -> b + t.
+std::vector<Hop> cluster_route(const Topology& t, int a, int b, int w) {
+  const int g = t.devices_per_host, n = t.nics_per_host;
+  if (n < 1 || g % n != 0) {
+    throw Error("cluster topology: nics_per_host (" + std::to_string(n) + ") must divide devices_per_host (" +
+                std::to_string(g) + ")");
+  }
+  const int na = a / g, nb = b / g, la = a % g, lb = b % g;
+  const auto node = [](int i) { return "n" + std::to_string(i); };
+  if (na == nb) {  // through the NVSwitch: each span's w ports
+    const Link ports{t.intra.latency_s, t.intra.bandwidth * w};
+    return {{node(na) + "-gpu" + span(la, la + w - 1) + "-nvsw", ports},
+            {node(nb) + "-gpu" + span(lb, lb + w - 1) + "-nvsw", ports}};
+  }
+  // Local GPU l sends through NIC l·N/G: a span's NICs are i..j.
+  const int ia = la * n / g, ja = (la + w - 1) * n / g, ib = lb * n / g, jb = (lb + w - 1) * n / g;
+  const auto nic = [&](int at, int i, int j) {
+    return Hop{node(at) + "-nic" + span(i, j), {t.inter.latency_s, t.inter.bandwidth * (j - i + 1)}};
+  };
+  const int pa = na / t.nodes_per_leaf, pb = nb / t.nodes_per_leaf;
+  // Rail: NIC i reaches NIC i of its pod through rail switch i alone; spans on
+  // the same NICs (ia = ib) keep every stream on its rail.
+  if (pa == pb && (t.network == Network::FatTree || ia == ib)) return {nic(na, ia, ja), nic(nb, ib, jb)};
+  const double per_node = t.inter.bandwidth * t.nodes_per_leaf / t.oversubscription;  // one rail's uplink
+  const auto uplink = [&](int pod, int i, int j) -> Hop {
+    const std::string leaf = "leaf" + std::to_string(pod);
+    if (t.network == Network::FatTree) return {leaf + "-up", {0, per_node * n}};
+    return {leaf + "-rail" + span(i, j) + "-up", {0, per_node * (j - i + 1)}};
+  };
+  return {nic(na, ia, ja), uplink(pa, ia, ja), uplink(pb, ib, jb), nic(nb, ib, jb)};
+}
+
+// Groups of `width` devices fit the topology; throws otherwise.
+void check_group_width(const Topology& t, int width) {
+  if (width < 1) throw Error("tensor-parallel groups need at least 1 device, got " + std::to_string(width));
+  if (width == 1) return;
+  if (t.kind == TopologyKind::Cluster) {
+    if (t.devices_per_host % width != 0) {
+      throw Error("tensor-parallel groups of " + std::to_string(width) + " GPUs do not divide a node's " +
+                  std::to_string(t.devices_per_host) + " GPUs (devices_per_host): a group must stay inside a node");
+    }
+  } else if (t.kind != TopologyKind::AllToAll) {
+    throw Error("tensor parallelism (groups of " + std::to_string(width) +
+                " devices) needs a `cluster` or an `all-to-all` topology, not " + std::string(topology_name(t.kind)));
+  }
+}
+
+}  // namespace
+
+std::vector<Hop> Topology::route_group(int a, int b, int width) const {
+  check_group_width(*this, width);
+  if (width == 1) return route(a, b);
+  for (const int d : {a, b}) {
+    if (d < 0 || d % width != 0) {
+      throw Error("device " + std::to_string(d) + " is not the first of a tensor-parallel group of " +
+                  std::to_string(width));
+    }
+  }
+  if (a == b) return {};
+  if (kind == TopologyKind::Cluster) return cluster_route(*this, a, b, width);
+  // All-to-all: the w pair links (a + t, b + t) as one.
+  const auto group = [&](int d) { return "dev" + span(d, d + width - 1); };
+  return {{group(std::min(a, b)) + "-" + group(std::max(a, b)), {intra.latency_s, intra.bandwidth * width}}};
+}
+
+Link Topology::group_ring_link(int width) const {
+  check_group_width(*this, width);
+  if (kind == TopologyKind::Cluster) return {2 * intra.latency_s, intra.bandwidth};
+  return intra;
+}
+
+double Topology::ring_all_reduce_seconds(double bytes, int width) const {
+  return 2 * ring_all_gather_seconds(bytes, width);
+}
+
+double Topology::ring_all_gather_seconds(double bytes, int width) const {
+  const Link step = group_ring_link(width);
+  if (width == 1) return 0;
+  return (width - 1) * (step.latency_s + bytes / (width * step.bandwidth));
+}
+
+int Topology::nodes_for(int devices) const { return (devices + devices_per_host - 1) / devices_per_host; }
 
 std::vector<Hop> Topology::route(int a, int b) const {
   const auto dev = [](int d) { return "dev" + std::to_string(d); };
@@ -106,18 +206,10 @@ std::vector<Hop> Topology::route(int a, int b) const {
       if (ha == hb) return {{dev(std::min(a, b)) + "-" + dev(std::max(a, b)), intra}};
       return {{"host" + std::to_string(ha) + "-net", inter}, {"host" + std::to_string(hb) + "-net", inter}};
     }
+    case TopologyKind::Cluster:
+      return cluster_route(*this, a, b, 1);
   }
   return {};
-}
-
-std::vector<Hop> Topology::route_group(int a, int b, int width) const {
-  auto hops = route(a, b);
-  if (width == 1) return hops;
-  for (auto& hop : hops) {
-    hop.link += "x" + std::to_string(width);
-    hop.spec.bandwidth *= width;
-  }
-  return hops;
 }
 
 Link Topology::path(int a, int b) const {
@@ -243,16 +335,38 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter"});
+       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter",
+       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
     else if (k == "pcie-tree") t.kind = TopologyKind::PcieTree;
     else if (k == "multi-host") t.kind = TopologyKind::MultiHost;
     else if (k == "shared-host") t.kind = TopologyKind::SharedHost;
-    else y.fail("kind", "unknown topology '" + k + "' (valid: all-to-all, pcie-tree, multi-host, shared-host)");
+    else if (k == "cluster") t.kind = TopologyKind::Cluster;
+    else y.fail("kind", "unknown topology '" + k + "' (valid: all-to-all, pcie-tree, multi-host, shared-host, cluster)");
   }
   if (y.has("devices_per_host")) t.devices_per_host = static_cast<int>(y.positive_int("devices_per_host"));
+  if (y.has("nics_per_host")) t.nics_per_host = static_cast<int>(y.positive_int("nics_per_host"));
+  if (t.devices_per_host % t.nics_per_host != 0) {  // the file's field, or the one it changed of its preset's pair
+    const std::string pair = std::to_string(t.nics_per_host) + " NICs for " + std::to_string(t.devices_per_host) +
+                             " GPUs per node: nics_per_host must divide devices_per_host (GPUs share NICs evenly)";
+    y.fail(y.has("nics_per_host") ? "nics_per_host" : "devices_per_host", pair);
+  }
+  if (y.has("network")) {
+    const std::string n = y.text("network");
+    if (n == "fat-tree") t.network = Network::FatTree;
+    else if (n == "rail") t.network = Network::Rail;
+    else y.fail("network", "unknown network '" + n + "' (valid: fat-tree, rail)");
+  }
+  if (y.has("nodes_per_leaf")) t.nodes_per_leaf = static_cast<int>(y.positive_int("nodes_per_leaf"));
+  if (y.has("oversubscription")) {
+    t.oversubscription = y.positive_number("oversubscription");
+    if (t.oversubscription < 1) {
+      y.fail("oversubscription", "is " + yaml_number(t.oversubscription) +
+                                     ": must be at least 1 (1: full bisection, 2: uplinks of half the NICs' bandwidth)");
+    }
+  }
   if (y.has("devices_per_switch")) t.devices_per_switch = static_cast<int>(y.positive_int("devices_per_switch"));
   if (y.has("host_cores")) t.host_cores = static_cast<int>(y.positive_int("host_cores"));
   if (y.has("effective_cores")) {
@@ -303,7 +417,10 @@ void check_complete(const Hardware& h, const YamlFields& y) {
   }
   if (h.topology.intra.bandwidth <= 0) missing("topology", "intra");
   if (h.topology.kind == TopologyKind::PcieTree && h.topology.bridge.bandwidth <= 0) missing("topology", "bridge");
-  if (h.topology.kind == TopologyKind::MultiHost && h.topology.inter.bandwidth <= 0) missing("topology", "inter");
+  if ((h.topology.kind == TopologyKind::MultiHost || h.topology.kind == TopologyKind::Cluster) &&
+      h.topology.inter.bandwidth <= 0) {
+    missing("topology", "inter");
+  }
 }
 
 // calibration: what `pipetwin calibrate` fitted the file on, its residuals and

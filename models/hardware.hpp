@@ -118,8 +118,16 @@ enum class TopologyKind {
   PcieTree,  // devices under PCIe switches, switches under the host bridge
   MultiHost, // devices_per_host all-to-all inside a host, hosts over a network
   SharedHost,  // every rank is a process on one host of host_cores cores (a CPU box)
+  Cluster,     // GPU nodes (NVSwitch inside, NICs out) under leaf switches, leaves under a spine
 };
 std::string_view topology_name(TopologyKind kind);
+
+// A cluster's network between the nodes' NICs (TopologyKind::Cluster).
+enum class Network {
+  FatTree,  // every NIC of a node under the node's leaf switch
+  Rail,     // rail-optimised: NIC i of every node of a pod under that pod's rail switch i
+};
+std::string_view network_name(Network network);  // fat-tree, rail
 
 // One hop of a route, named so that sim/ can create each link once.
 struct Hop {
@@ -127,9 +135,35 @@ struct Hop {
   Link spec;
 };
 
+// The cluster (TopologyKind::Cluster): nodes of G = devices_per_host GPUs and
+// N = nics_per_host NICs, numbered node-major (GPU g is local GPU g % G of
+// node g / G); local GPU l sends through NIC l·N/G (G/N GPUs share a NIC).
+//   - Inside a node every GPU has one port into a non-blocking NVSwitch
+//     (`intra`: one port's latency and bandwidth per direction), so a pair of
+//     GPUs is limited only by its two ports: n<node>-gpu<l>-nvsw, up, down.
+//   - Between nodes, each NIC (`inter`: one NIC, per direction) connects to a
+//     leaf switch; nodes_per_leaf nodes form a pod. The spine above the
+//     leaves is not a bottleneck: a leaf's uplinks carry the
+//     oversubscription (1: full bisection; 2: half the NICs' bandwidth).
+//     fat-tree: the node's NICs all under the pod's leaf; one uplink per leaf,
+//       leaf<p>-up, of nodes_per_leaf·N·nic_bw / oversubscription.
+//     rail: NIC i of every node of pod p under rail switch (p, i); one uplink
+//       per (pod, rail), leaf<p>-rail<i>-up, of nodes_per_leaf·nic_bw /
+//       oversubscription. NIC i to NIC j ≠ i goes through the spine even in
+//       one pod (up rail i's uplink, down rail j's).
+//   Routes: same node {a's port, b's port}; same leaf (fat-tree: same pod;
+//   rail: same pod and rail) {a's NIC n<node>-nic<i>, b's NIC}; otherwise
+//   {a's NIC, a's uplink, b's uplink, b's NIC}. The uplinks' latency is 0:
+//   the switches' (~0.1-0.2 µs an InfiniBand hop) is in the NICs'.
 struct Topology {
   TopologyKind kind = TopologyKind::AllToAll;
   int devices_per_host = 8;
+  // Cluster (see above): NICs per node (divides devices_per_host), the network,
+  // nodes under one leaf switch (a pod), and the leaves' uplink oversubscription (≥ 1).
+  int nics_per_host = 1;
+  Network network = Network::FatTree;
+  int nodes_per_leaf = 32;
+  double oversubscription = 1;
   int devices_per_switch = 4;
   int host_cores = 1;  // SharedHost: ranks beyond this count share cores
   // SharedHost, calibrated: the cores' worth of compute that the host gives
@@ -159,18 +193,47 @@ struct Topology {
   double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
   // Whether the host's capacity is calibrated below its cores.
   bool calibrated_sharing() const { return effective_cores > 0; }
-  Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared)
+  Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared),
+                // one GPU's NVSwitch port (cluster)
   Link bridge;  // switch-host bridge (PCIe tree)
-  Link inter;   // host-network (multi-host)
+  Link inter;   // host-network (multi-host), one NIC (cluster)
   friend bool operator==(const Topology&, const Topology&) = default;
   std::vector<Hop> route(int from_device, int to_device) const;
   // The route as one link: latencies add up, the narrowest hop sets the bandwidth.
   Link path(int from_device, int to_device) const;
-  // The route between two groups of `width` consecutive devices (a tensor-
-  // parallel group each, from_device and to_device their first) that talk
-  // device t to device t: the per-device links of the route as one hop of
-  // width times their bandwidth.
-  std::vector<Hop> route_group(int from_device, int to_device, int width) const;
+  // A tensor-parallel group of `width` consecutive devices run as one actor:
+  // the route between the groups whose first devices are `from` and `to`
+  // (multiples of width), carrying width parallel streams (device from + t
+  // to device to + t). Each hop is the group's share of the resources the
+  // streams cross, as one link:
+  //   cluster: the span's ports n<node>-gpu<l>-<l+w-1>-nvsw at w·intra; its
+  //     NICs i..j n<node>-nic<i>-<j> at (j-i+1)·nic_bw, or, when the span
+  //     uses one NIC (or shares it with other spans: w < G/N), that NIC's own
+  //     n<node>-nic<i> at nic_bw, the link every span on it shares; fat-tree
+  //     uplinks as they are (shared by the whole leaf); rail uplinks of the
+  //     span's rails merged, leaf<p>-rail<i>-<j>-up, bandwidths summed.
+  //     width divides devices_per_host.
+  //   all-to-all: the w pair links, dev<a>-<a+w-1>-dev<b>-<b+w-1> at w·intra.
+  // Width 1 is route(from, to); any other width on another kind throws. One
+  // platform holds groups of one width: spans of different widths over the
+  // same ports are different links.
+  std::vector<Hop> route_group(int from, int to, int width) const;
+  // The link each step of a ring collective (all-reduce, all-gather,
+  // reduce-scatter) over a tensor-parallel group of `width` devices crosses:
+  // every device sends to its successor while it receives from its
+  // predecessor. Cluster: inside a node, through the non-blocking NVSwitch,
+  // each step is limited by each GPU's own port: {2·intra.latency (two
+  // ports), intra.bandwidth}. All-to-all: the pair link, intra. Throws as
+  // route_group does when groups of `width` do not fit.
+  Link group_ring_link(int width) const;
+  // Closed-form ring collectives over `width` devices of `bytes` each
+  // (Patarasuk and Yuan, JPDC 2009; NCCL's ring): all-reduce
+  // 2(w-1)·(latency + bytes/(w·bandwidth)); all-gather and reduce-scatter
+  // (w-1)·(latency + bytes/(w·bandwidth)), on group_ring_link(w). 0 for w = 1.
+  double ring_all_reduce_seconds(double bytes, int width) const;
+  double ring_all_gather_seconds(double bytes, int width) const;
+  // Nodes that `devices` devices occupy: ceil(devices / devices_per_host).
+  int nodes_for(int devices) const;
 };
 
 struct Hardware {

@@ -85,6 +85,14 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   out += "  devices_per_host: " + std::to_string(t.devices_per_host) + "\n";
   out += "  devices_per_switch: " + std::to_string(t.devices_per_switch) + "\n";
   out += "  host_cores: " + std::to_string(t.host_cores) + "\n";
+  const Topology defaults;
+  if (t.kind == TopologyKind::Cluster || t.nics_per_host != defaults.nics_per_host || t.network != defaults.network ||
+      t.nodes_per_leaf != defaults.nodes_per_leaf || t.oversubscription != defaults.oversubscription) {
+    out += "  nics_per_host: " + std::to_string(t.nics_per_host) + "\n";
+    out += "  network: " + std::string(network_name(t.network)) + "\n";
+    out += "  nodes_per_leaf: " + std::to_string(t.nodes_per_leaf) + "\n";
+    out += "  oversubscription: " + yaml_number(t.oversubscription) + "\n";
+  }
   if (t.effective_cores > 0) out += "  effective_cores: " + yaml_number(t.effective_cores) + "\n";
   if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + yaml_number(t.oversubscribed_send_s / kUs) + "\n";
   if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + yaml_number(t.oversubscribed_recv_s / kUs) + "\n";

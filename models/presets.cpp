@@ -3,6 +3,7 @@
 // overheads and link latencies are pipetwin's defaults until calibrated.
 #include <functional>
 #include <map>
+#include <string>
 
 #include "models/hardware.hpp"
 #include "schedule/error.hpp"
@@ -50,7 +51,43 @@ Topology shared_host(int cores, double latency_us, double gbps) {
   return t;
 }
 
+// GPU nodes (TopologyKind::Cluster): `gpus` GPUs of one NVSwitch (or PCIe)
+// port each, `nics` NICs, under leaves of nodes_per_leaf nodes. Latencies are
+// per hop, a route crossing two: 1 µs a port (GPU to GPU 2 µs, as the a100 and
+// h100 presets) and 2.5 µs a NIC (NIC to NIC 5 µs, InfiniBand with GPUDirect
+// RDMA), defaults until calibrated.
+Topology cluster(int gpus, double port_gbps, int nics, double nic_gbit, Network network = Network::FatTree,
+                 int nodes_per_leaf = 32, double oversubscription = 1) {
+  Topology t;
+  t.kind = TopologyKind::Cluster;
+  t.devices_per_host = gpus;
+  t.nics_per_host = nics;
+  t.network = network;
+  t.nodes_per_leaf = nodes_per_leaf;
+  t.oversubscription = oversubscription;
+  t.intra = {1 * us, port_gbps * G};
+  t.inter = {2.5 * us, nic_gbit / 8 * G};  // Gbit/s per direction -> bytes/s
+  return t;
+}
+
 const Efficiency kGpuCurve{0.6, 2e9, {}};  // default until calibrated: half of max at 2 GFLOP per op
+
+// The GPUs of the node presets (datasheets: dense tensor-core bf16, fp32 without TF32).
+Device a100_sxm4(double mem_gb, double hbm_gbps) {
+  return device("A100 SXM4 " + std::to_string(static_cast<int>(mem_gb)) + "GB", 19.5 * T, 312 * T, mem_gb, hbm_gbps,
+                kGpuCurve, 8, 5);
+}
+Device h100_sxm5() { return device("H100 SXM5", 67 * T, 989 * T, 80, 3350, kGpuCurve, 6, 4); }
+
+// Sources of the node presets' figures.
+constexpr const char* kA100Sheet =
+    "NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): 19.5 TFLOPS fp32, 312 TFLOPS bf16 dense; "
+    "DGX A100 datasheet and architecture blog: NVLink 3 through 6 NVSwitches, 600 GB/s per GPU (300 each way), "
+    "8 ConnectX-6 HDR 200 Gb/s compute NICs (25 GB/s each way; the storage NICs not modelled)";
+constexpr const char* kH100Sheet =
+    "NVIDIA H100 datasheet: H100 SXM5 67 TFLOPS fp32, 989 TFLOPS bf16 dense; DGX H100 datasheet and user guide: "
+    "NVLink 4 through 4 NVSwitches, 900 GB/s per GPU (450 each way), 8 ConnectX-7 400 Gb/s compute NICs "
+    "(50 GB/s each way)";
 const Efficiency kTpuCurve{0.6, 4e9, {}};
 
 const std::map<std::string, std::function<Hardware()>>& table() {
@@ -105,6 +142,55 @@ const std::map<std::string, std::function<Hardware()>>& table() {
                          "NVIDIA H100 SXM5 80 GB (datasheet): 67 TFLOPS fp32, 989 TFLOPS bf16 dense, 3.35 TB/s; "
                          "NVLink 4 through NVSwitch, 450 GB/s per GPU and direction",
                          device("H100 SXM5", 67 * T, 989 * T, 80, 3350, kGpuCurve, 6, 4), all_to_all(2, 450), {}};
+       }},
+      {"dgx-a100-40gb",
+       [] {
+         return Hardware{"dgx-a100-40gb",
+                         std::string("DGX A100 nodes of 8 A100 SXM4 40 GB (HBM2, 1,555 GB/s). ") + kA100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         a100_sxm4(40, 1555), cluster(8, 300, 8, 200), {}};
+       }},
+      {"dgx-a100-80gb",
+       [] {
+         return Hardware{"dgx-a100-80gb",
+                         std::string("DGX A100 nodes of 8 A100 SXM4 80 GB (HBM2e, 2,039 GB/s). ") + kA100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200), {}};
+       }},
+      {"dgx-h100",
+       [] {
+         return Hardware{"dgx-h100",
+                         std::string("DGX H100 nodes of 8 H100 SXM5 80 GB (HBM3, 3.35 TB/s). ") + kH100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         h100_sxm5(), cluster(8, 450, 8, 400), {}};
+       }},
+      {"hgx-h200",
+       [] {
+         return Hardware{"hgx-h200",
+                         "HGX H200 nodes of 8 H200 SXM 141 GB (H200 datasheet: HBM3e, 4.8 TB/s; the H100's GH100 die, "
+                         "67 TFLOPS fp32, 989 TFLOPS bf16 dense; NVLink 4, 900 GB/s per GPU, 450 each way), 8 ConnectX-7 "
+                         "400 Gb/s NICs (50 GB/s each way). Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         device("H200 SXM", 67 * T, 989 * T, 141, 4800, kGpuCurve, 6, 4), cluster(8, 450, 8, 400), {}};
+       }},
+      {"pcie-8gpu",
+       [] {
+         return Hardware{"pcie-8gpu",
+                         "a PCIe server of 8 L40S 48 GB, no NVLink (L40S datasheet: 91.6 TFLOPS fp32, 362.05 TFLOPS "
+                         "bf16 dense, GDDR6 864 GB/s, PCIe Gen4 x16 64 GB/s both ways: 31.5 GB/s each way after "
+                         "128b/130b coding, the port each GPU reaches the others through the host by), 2 NICs of "
+                         "200 Gb/s (25 GB/s each way) shared by 4 GPUs each. Fat-tree of 32 nodes a leaf, full "
+                         "bisection (a default)",
+                         device("L40S", 91.6 * T, 362.05 * T, 48, 864, kGpuCurve, 8, 5), cluster(8, 31.5, 2, 200), {}};
+       }},
+      {"selene",
+       [] {
+         return Hardware{"selene",
+                         std::string("NVIDIA Selene: DGX A100 80 GB nodes (560 nodes; Microsoft and NVIDIA's MT-NLG "
+                                     "post, 2021), 8 HDR 200 Gb/s compute NICs per node (Narayanan et al., SC 2021), "
+                                     "a rail-optimised full fat-tree with scalable units of 20 nodes (DGX SuperPOD "
+                                     "reference architecture RA-09950-001): a rail network, 20 nodes a pod, 1:1. ") +
+                             kA100Sheet,
+                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200, Network::Rail, 20, 1), {}};
        }},
       {"cpu",
        [] {

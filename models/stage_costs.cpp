@@ -114,8 +114,7 @@ double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 double StageCostModel::tp_allreduce_s(double bytes) const {
   const int T = tensor_parallel_;
   if (T <= 1 || bytes <= 0) return 0;
-  const Link& l = hardware_.topology.intra;
-  return 2.0 * (T - 1) / T * bytes / l.bandwidth + 2.0 * (T - 1) * l.latency_s;
+  return hardware_.topology.ring_all_reduce_seconds(bytes, T);
 }
 
 double StageCostModel::tp_collective_s(int i, int j, int) const {

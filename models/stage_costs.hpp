@@ -52,8 +52,9 @@ class StageCostModel {
   // Tensor parallelism: the time of the layers' collectives inside one
   // micro-batch's forward and backward (already in the actions' times), and
   // what one ring all-reduce of `bytes` over the group's T devices takes:
-  // 2(T-1)/T · bytes / bandwidth + 2(T-1) · latency on the topology's `intra`
-  // link (inside a node, each device's port: NVSwitch is non-blocking).
+  // 2(T-1) · (latency + bytes / (T · bandwidth)) on the link each ring step
+  // crosses (Topology::group_ring_link: inside a node, each device's NVSwitch
+  // port, which is non-blocking).
   double tp_collective_s(int i, int j, int s) const;
   double tp_allreduce_s(double bytes) const;
   int tensor_parallel() const { return tensor_parallel_; }

@@ -238,6 +238,13 @@ std::vector<Bad> catalogue() {
       hw("hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency:\n    max: 2\n", "field 'device.efficiency.max'"),
       hw("hw_device_not_mapping", "preset: a100\ndevice: 3\n", "hw.yaml:2: field 'device': expected a mapping"),
       hw("hw_malformed_yaml", "preset: [a100\n", "hw.yaml:2: malformed YAML"),
+      hw("hw_oversubscription_below_one", "preset: dgx-h100\ntopology:\n  oversubscription: 0.5\n",
+         "hw.yaml:3: field 'topology.oversubscription': is 0.5: must be at least 1"),
+      hw("hw_nics_not_dividing_gpus", "preset: dgx-a100-80gb\ntopology:\n  nics_per_host: 3\n",
+         "hw.yaml:3: field 'topology.nics_per_host': 3 NICs for 8 GPUs per node"),
+      hw("hw_unknown_network", "preset: selene\ntopology:\n  network: torus\n",
+         "hw.yaml:3: field 'topology.network': unknown network 'torus' (valid: fat-tree, rail)"),
+      hw("hw_cluster_missing_inter", "preset: a100\ntopology:\n  kind: cluster\n", "hw.yaml:3: field 'topology.inter': missing"),
       {"hw_neither_preset_nor_file", {{"m.yaml", kMlp}}, "simulate --hardware tpu-v9 -s gpipe -k 2 -m 2 --model {}/m.yaml",
        "hardware 'tpu-v9' is neither a preset"},
       // Schedules.

@@ -1,10 +1,13 @@
 // Model families: parameter and FLOP counts against closed forms, layer
-// shapes, cut sizes of branching graphs, the example specs.
+// shapes, cut sizes of branching graphs, the example specs (and that the
+// example hardware files beside them load).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <yaml-cpp/yaml.h>
 
 #include "models/families.hpp"
+#include "models/hardware.hpp"
 
 namespace pm = pipetwin::models;
 
@@ -135,7 +138,12 @@ TEST(Examples, EveryModelSpecLoads) {
   int loaded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(PIPETWIN_EXAMPLES_DIR)) {
     const auto name = entry.path().filename().string();
-    if (entry.path().extension() != ".yaml" || name.rfind("v100", 0) == 0) continue;
+    if (entry.path().extension() != ".yaml") continue;
+    const YAML::Node top = YAML::LoadFile(entry.path().string());
+    if (top["preset"] || top["device"] || top["devices"]) {  // a hardware file
+      EXPECT_FALSE(pm::load_hardware(entry.path().string()).name.empty()) << name;
+      continue;
+    }
     const auto m = pm::load_model(entry.path().string());
     EXPECT_GT(m.params(), 0) << name;
     EXPECT_GT(m.layers.size(), 2u) << name;

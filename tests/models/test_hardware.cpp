@@ -14,7 +14,7 @@
 namespace pm = pipetwin::models;
 
 TEST(Presets, EveryPresetLoadsWithASource) {
-  EXPECT_EQ(pm::preset_names().size(), 8u);
+  EXPECT_EQ(pm::preset_names().size(), 14u);
   for (const auto& name : pm::preset_names()) {
     const auto h = pm::load_hardware(name);
     EXPECT_EQ(h.name, name);
@@ -172,6 +172,17 @@ TEST_F(Files, MalformedFilesNameFileLineAndField) {
        "name: x\ntopology:\n  intra: {latency_us: 1, bandwidth_gbps: 10}\ndevices:\n  - {peak_flops_fp32: 1e12, peak_flops_half: 2e12}\n",
        ":5: field 'devices[0].memory_gb': missing", true},
       {"hw_link_not_a_mapping", "preset: a100\ntopology:\n  intra: 300\n", ":3: field 'topology.intra': expected a mapping", true},
+      {"hw_oversubscription_below_one", "preset: dgx-h100\ntopology:\n  oversubscription: 0.5\n",
+       ":3: field 'topology.oversubscription': is 0.5: must be at least 1", true},
+      {"hw_nics_not_dividing_gpus", "preset: dgx-h100\ntopology:\n  nics_per_host: 3\n",
+       ":3: field 'topology.nics_per_host': 3 NICs for 8 GPUs per node: nics_per_host must divide devices_per_host", true},
+      {"hw_gpus_fewer_than_nics", "preset: dgx-h100\ntopology:\n  devices_per_host: 4\n",
+       ":3: field 'topology.devices_per_host': 8 NICs for 4 GPUs per node", true},
+      {"hw_unknown_network", "preset: selene\ntopology:\n  network: dragonfly\n",
+       ":3: field 'topology.network': unknown network 'dragonfly' (valid: fat-tree, rail)", true},
+      {"hw_cluster_missing_inter", "preset: a100\ntopology:\n  kind: cluster\n", ":3: field 'topology.inter': missing", true},
+      {"hw_nodes_per_leaf_zero", "preset: dgx-h100\ntopology:\n  nodes_per_leaf: 0\n",
+       ":3: field 'topology.nodes_per_leaf': must be positive", true},
   };
   for (const auto& c : cases) {
     const auto path = write(c.name + ".yaml", c.text);
