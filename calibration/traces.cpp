@@ -185,9 +185,9 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   const ps::TraceMetadata md = ps::read_trace_metadata(meta, path);
   run.model_spec = md.model_spec;
   try {
+    // The model file's text: a YAML spec or a Hugging Face config.json.
     run.model = models::in_topological_order(
-        models::model_from_yaml(models::YamlFields(models::parse_yaml(run.model_spec, path + " (otherData.model_spec)"),
-                                                   path + " (otherData.model_spec)")));
+        models::model_from_text(run.model_spec, path + " (otherData.model_spec)", md.model));
   } catch (const Error& e) {
     const std::string what = e.what();
     throw Error(what.rfind(path, 0) == 0 ? what : path + ": otherData.model_spec: " + what);

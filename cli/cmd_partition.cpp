@@ -122,7 +122,7 @@ int run(const Options& o) {
 Run add_partition_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("partition", "Split a model's layers over K ranks, balancing stage time within memory");
-  cmd->add_option("--model", o->model, "Model spec (YAML)")->required();
+  cmd->add_option("--model", o->model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--ranks,-k", o->ranks, "Ranks K (with a generator)")->check(kPositive);
   cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (default 1)")->check(kPositive);

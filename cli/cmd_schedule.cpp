@@ -146,7 +146,7 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
   cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");
   cmd->add_flag("--json", o->json, "Same as --format json");
-  auto* model = cmd->add_option("--model", o->model, "Model spec (YAML): fills the partition (layers per stage)");
+  auto* model = cmd->add_option("--model", o->model, "Model spec (YAML, or a Hugging Face config.json): fills the partition (layers per stage)");
   cmd->add_option("--hardware", o->hardware, "Hardware preset or YAML, for --model")->needs(model);
   model->needs(cmd->get_option("--hardware"));
   cmd->add_option("--partition", o->partition, "Partition method, with --model")

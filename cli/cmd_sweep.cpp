@@ -43,7 +43,7 @@ Run add_sweep_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto& spec = o->spec;
   auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M combination into one CSV");
-  cmd->add_option("--model", spec.model, "Model spec (YAML)")->required();
+  cmd->add_option("--model", spec.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", spec.hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--ranks,-k", spec.ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(kPositive);
   cmd->add_option("--microbatches,-m", spec.microbatches, "Micro-batches M, comma-separated")

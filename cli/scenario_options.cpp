@@ -25,7 +25,7 @@ CLI::Validator schedule_check() {
 }
 
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
-  cmd->add_option("--model", o.model, "Model spec (YAML)")->required();
+  cmd->add_option("--model", o.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--schedule,-s", o.schedule,
                   "A schedule generator (" + generator_names() +

@@ -117,6 +117,16 @@ at::ScalarType dtype_of(models::Precision p) {
   }
 }
 
+namespace {
+
+// The llm family's kinds have costs for the simulator and no LibTorch code.
+[[noreturn]] void simulated_only(const models::Layer& layer) {
+  throw Error("layer " + layer.name + " of kind " + std::string(models::kind_name(layer.kind)) +
+              " (family llm) is simulated only: the executor does not build it yet");
+}
+
+}  // namespace
+
 bool is_loss_layer(const models::Model& m, int index) { return index + 1 == static_cast<int>(m.layers.size()); }
 
 std::vector<std::int64_t> input_shape(const models::Model& m) {
@@ -124,6 +134,7 @@ std::vector<std::int64_t> input_shape(const models::Model& m) {
   switch (m.layers.front().kind) {
     case LayerKind::Embedding: return {s.seq_len};
     case LayerKind::Linear: return {s.in_features};
+    case LayerKind::LlmEmbedding: simulated_only(m.layers.front());
     default: return {s.in_channels, s.in_height, s.in_width};
   }
 }
@@ -141,6 +152,9 @@ std::vector<std::int64_t> output_shape(const models::Model& m, int index) {
     case LayerKind::Linear: return {s.out_features};
     case LayerKind::Add:
     case LayerKind::Concat: return {s.out_channels, s.in_height, s.in_width};
+    case LayerKind::LlmEmbedding:
+    case LayerKind::DecoderBlock:
+    case LayerKind::LlmHead: simulated_only(m.layers.at(index));
     default: return {s.out_channels, down(s.in_height, s.stride), down(s.in_width, s.stride)};
   }
 }
@@ -192,6 +206,9 @@ std::vector<at::Tensor> init_layer(const models::Model& m, int index, std::uint6
     case LayerKind::Pool:
     case LayerKind::Add:
     case LayerKind::Concat: break;
+    case LayerKind::LlmEmbedding:
+    case LayerKind::DecoderBlock:
+    case LayerKind::LlmHead: simulated_only(m.layers.at(index));
   }
   return p;
 }
@@ -230,6 +247,9 @@ at::Tensor forward_layer(const models::Model& m, int index, const std::vector<at
       return at::relu(y + skip);
     }
     case LayerKind::ClassifierHead: return cross_entropy(linear(in[0].mean({2, 3}), p[0], p[1]));
+    case LayerKind::LlmEmbedding:
+    case LayerKind::DecoderBlock:
+    case LayerKind::LlmHead: simulated_only(layer);
   }
   throw Error("exec: layer " + layer.name + " has a kind this executor cannot run");
 }

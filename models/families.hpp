@@ -4,6 +4,9 @@
 //   family: mlp           input, hidden: [..], output
 //   family: resnet        image, in_channels, stem_channels, stages: [..], classes
 //   family: amoebanet     cells (N), filters (F), image, in_channels, classes
+//   family: llm           decoder-only LLM, GPT- or Llama-style: layers, hidden, ffn_hidden, heads,
+//                         kv_heads, seq_len, vocab, mlp, norm, positions, tied_embeddings, bias, ...
+//   a Hugging Face config.json (a path ending in .json): the llm family, from its architecture
 #pragma once
 
 #include <string>
@@ -28,16 +31,68 @@ struct AmoebaNetSpec {
   std::int64_t cells = 0, filters = 0, image = 0, in_channels = 3, classes = 0;
 };
 
+// A decoder-only LLM (models/family_llm.cpp). GPT-2 style: gelu, layernorm,
+// learned positions, bias, tied, dropout; Llama style: swiglu, rmsnorm,
+// rotary, no bias, untied, no dropout, kv_heads < heads (GQA).
+struct LlmSpec {
+  enum class Mlp { SwiGlu, Gelu };
+  enum class Norm { RmsNorm, LayerNorm };
+  enum class Positions { Rotary, Learned };
+  std::int64_t layers = 0, hidden = 0, ffn_hidden = 0, heads = 0;
+  std::int64_t kv_heads = 0;       // key/value heads (GQA); 0: as many as heads
+  std::int64_t seq_len = 0;        // the training sequence, for the costs
+  std::int64_t vocab = 0;
+  std::int64_t max_positions = 0;  // rows of a learned position table; 0: seq_len
+  Mlp mlp = Mlp::SwiGlu;
+  Norm norm = Norm::RmsNorm;
+  Positions positions = Positions::Rotary;
+  bool tied_embeddings = false;  // the head reuses the token embedding
+  bool bias = false;             // every linear has a bias (GPT-2), the head excepted
+  bool attention_bias = false;   // q, k, v and output projections have biases (HF Llama's attention_bias)
+  bool qkv_bias = false;         // q, k, v projections have biases (Qwen2)
+  bool dropout = false;          // dropout after the embedding, attention and MLP (GPT); Llama has none
+
+  std::int64_t kv() const { return hidden / heads * (kv_heads > 0 ? kv_heads : heads); }  // width of K (and of V)
+  std::int64_t positions_table() const { return max_positions > 0 ? max_positions : seq_len; }
+};
+
 Model transformer_model(const TransformerSpec& spec, Precision precision, std::string name);
 Model mlp_model(const MlpSpec& spec, Precision precision, std::string name);
 Model resnet_model(const ResNetSpec& spec, Precision precision, std::string name);
 Model amoebanet_model(const AmoebaNetSpec& spec, Precision precision, std::string name);
+Model llm_model(const LlmSpec& spec, Precision precision, std::string name);
+
+// Parameters of the llm family, counted as the Hugging Face implementations
+// count them (models/family_llm.cpp): per decoder block, the embedding
+// (tokens and learned positions), and the head (final norm, and the output
+// matrix unless tied).
+std::int64_t llm_block_params(const LlmSpec& spec);
+std::int64_t llm_embedding_params(const LlmSpec& spec);
+std::int64_t llm_head_params(const LlmSpec& spec);
+// Weights of a block's matrix multiplications (no biases, no norms): the
+// FLOPs per token are 2 per weight.
+std::int64_t llm_block_matrix_params(const LlmSpec& spec);
+
+// A Hugging Face config.json (models/hf_config.cpp): LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel.
+struct HfConfig {
+  LlmSpec spec;
+  Precision precision = Precision::BF16;
+  std::string architecture;
+};
+HfConfig parse_hf_config(const std::string& text, const std::string& source);
+// True when `text` is a JSON object with an "architectures" field.
+bool looks_like_hf_config(const std::string& text);
 
 // Closed form of the Transformer's parameter count (for tests and docs):
 //   embeddings V·d + s·d, per block 4d² + 2·d·d_ff + 9d + d_ff, head 2d + d·V + V.
 std::int64_t transformer_params_closed_form(const TransformerSpec& spec);
 
 Model model_from_yaml(const YamlFields& fields);
+// A model spec's text: a Hugging Face config.json (named `name`: it names
+// no model), or else the YAML spec.
+Model model_from_text(const std::string& text, const std::string& source, const std::string& name);
+// A path ending in .json is a Hugging Face config.json, any other a YAML spec.
 Model load_model(const std::string& path);
 
 }  // namespace pipetwin::models

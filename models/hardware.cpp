@@ -267,7 +267,8 @@ const std::vector<std::string>& layer_kind_names() {
     std::vector<std::string> out;
     for (const auto k : {LayerKind::Embedding, LayerKind::TransformerBlock, LayerKind::LmHead, LayerKind::Linear,
                          LayerKind::Conv, LayerKind::SepConv, LayerKind::Pool, LayerKind::Add, LayerKind::Concat,
-                         LayerKind::ResidualBlock, LayerKind::ClassifierHead}) {
+                         LayerKind::ResidualBlock, LayerKind::ClassifierHead, LayerKind::LlmEmbedding,
+                         LayerKind::DecoderBlock, LayerKind::LlmHead}) {
       out.emplace_back(kind_name(k));
     }
     return out;

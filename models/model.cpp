@@ -36,6 +36,9 @@ std::string_view kind_name(LayerKind kind) {
     case LayerKind::Concat: return "concat";
     case LayerKind::ResidualBlock: return "residual_block";
     case LayerKind::ClassifierHead: return "classifier_head";
+    case LayerKind::LlmEmbedding: return "llm_embedding";
+    case LayerKind::DecoderBlock: return "decoder_block";
+    case LayerKind::LlmHead: return "llm_head";
   }
   return "?";
 }

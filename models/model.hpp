@@ -33,6 +33,9 @@ enum class LayerKind {
   Concat,            // channel concatenation of its inputs
   ResidualBlock,     // two 3 x 3 convs with batch norm and a skip (1 x 1 conv when shapes change)
   ClassifierHead,    // global average pool + linear to the classes, softmax cross-entropy
+  LlmEmbedding,      // decoder-only LLM (family llm): token (+ learned position) embedding
+  DecoderBlock,      // pre-norm (GQA) self-attention with flash attention + GELU or SwiGLU MLP
+  LlmHead,           // final norm, linear to the vocabulary (tied or not), cross-entropy
 };
 std::string_view kind_name(LayerKind kind);
 

@@ -136,6 +136,27 @@ double YamlFields::number_or(const std::string& key, double fallback) const {
   return has(key) ? non_negative_number(key) : fallback;
 }
 
+bool YamlFields::boolean_or(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const YAML::Node v = get(key);
+  bool x = false;
+  if (!v.IsScalar() || !YAML::convert<bool>::decode(v, x)) {
+    fail(key, "expected true or false, got '" + (v.IsScalar() ? v.Scalar() : std::string("a list or mapping")) + "'");
+  }
+  return x;
+}
+
+std::string YamlFields::choice_or(const std::string& key, const std::vector<std::string>& options) const {
+  if (!has(key)) return options.front();
+  const std::string v = text(key);
+  for (const auto& o : options) {
+    if (v == o) return v;
+  }
+  std::string valid;
+  for (const auto& o : options) valid += (valid.empty() ? "" : ", ") + o;
+  fail(key, "unknown value '" + v + "' (valid: " + valid + ")");
+}
+
 std::int64_t YamlFields::positive_int(const std::string& key, std::int64_t max) const {
   const YAML::Node v = get(key);
   std::int64_t x = 0;

@@ -28,6 +28,9 @@ class YamlFields {
   double positive_number(const std::string& key) const;
   double non_negative_number(const std::string& key) const;
   double number_or(const std::string& key, double fallback) const;  // >= 0
+  bool boolean_or(const std::string& key, bool fallback) const;       // true | false
+  // One of `options` (the first is the fallback when the key is absent).
+  std::string choice_or(const std::string& key, const std::vector<std::string>& options) const;
   std::vector<std::int64_t> positive_int_list(const std::string& key, std::size_t max_length = 100'000,
                                               std::int64_t max = 10'000'000) const;
   YamlFields child(const std::string& key) const;  // a nested mapping

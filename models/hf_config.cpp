@@ -1,0 +1,182 @@
+// A Hugging Face config.json as an llm-family model.
+//
+//   LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM:
+//     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+//     num_key_value_heads (default: the heads), vocab_size,
+//     max_position_embeddings, tie_word_embeddings (default false),
+//     hidden_act (silu: the MLP is SwiGLU); RMSNorm, rotary positions, no
+//     dropout kept (attention_dropout acts inside flash attention, which keeps
+//     no mask); biases: Llama's attention_bias (Q, K, V and output), Qwen2's
+//     Q, K and V always, Mistral none.
+//   GPT2LMHeadModel:
+//     n_embd, n_layer, n_head, n_positions, n_inner (null: 4·n_embd),
+//     vocab_size, tie_word_embeddings (default true), activation_function
+//     (gelu, gelu_new, ...); LayerNorm, learned positions, biases everywhere,
+//     dropout when any of resid_pdrop, embd_pdrop, attn_pdrop (default 0.1)
+//     is positive.
+//
+// The sequence length for the costs: the optional top-level key
+// "pipetwin_seq_len" (at most the model's positions), else 2048 clipped to
+// max_position_embeddings (n_positions): a config describes the model, not
+// the training run, and a 128k-token window is rarely what one trains with.
+// The precision: torch_dtype (bfloat16, float16, float32), bf16 without it.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "models/families.hpp"
+#include "schedule/error.hpp"
+
+namespace pipetwin::models {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kArchitectures{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                              "GPT2LMHeadModel"};
+
+class JsonFields {
+ public:
+  JsonFields(const json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(source_ + ": field '" + key + "': " + what);
+  }
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  std::int64_t positive_int(const std::string& key, std::int64_t max = 10'000'000) const {
+    if (!has(key)) fail(key, "missing");
+    const json& v = j_.at(key);
+    if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+    const auto x = v.get<std::int64_t>();
+    if (x <= 0) fail(key, "must be positive, got " + std::to_string(x));
+    if (x > max) fail(key, "must be at most " + std::to_string(max) + ", got " + std::to_string(x));
+    return x;
+  }
+  std::int64_t positive_int_or(const std::string& key, std::int64_t fallback, std::int64_t max = 10'000'000) const {
+    return has(key) ? positive_int(key, max) : fallback;
+  }
+  bool boolean_or(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_boolean()) fail(key, "expected true or false, got " + j_.at(key).dump());
+    return j_.at(key).get<bool>();
+  }
+  double number_or(const std::string& key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_number()) fail(key, "expected a number, got " + j_.at(key).dump());
+    return j_.at(key).get<double>();
+  }
+  std::string text_or(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_string()) fail(key, "expected a string, got " + j_.at(key).dump());
+    return j_.at(key).get<std::string>();
+  }
+
+ private:
+  const json& j_;
+  std::string source_;
+};
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+bool looks_like_hf_config(const std::string& text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("architectures");
+}
+
+HfConfig parse_hf_config(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(source + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw Error(source + ": expected a JSON object (a Hugging Face config.json)");
+  const JsonFields y(j, source);
+  if (!y.has("architectures")) y.fail("architectures", "missing (accepted: " + listed(kArchitectures) + ")");
+  const json& archs = j.at("architectures");
+  if (!archs.is_array() || archs.size() != 1 || !archs.front().is_string()) {
+    y.fail("architectures", "expected a list of one name (accepted: " + listed(kArchitectures) + "), got " + archs.dump());
+  }
+  HfConfig c;
+  c.architecture = archs.front().get<std::string>();
+  if (std::find(kArchitectures.begin(), kArchitectures.end(), c.architecture) == kArchitectures.end()) {
+    y.fail("architectures", "unknown architecture '" + c.architecture + "' (accepted: " + listed(kArchitectures) + ")");
+  }
+
+  // The bounds of the YAML spec (models/model_spec.cpp).
+  constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 100'000;
+  LlmSpec& t = c.spec;
+  std::string heads_key, hidden_key, positions_key;
+  if (c.architecture == "GPT2LMHeadModel") {
+    heads_key = "n_head", hidden_key = "n_embd", positions_key = "n_positions";
+    t.hidden = y.positive_int("n_embd", kWidth);
+    t.layers = y.positive_int("n_layer", kLayers);
+    t.heads = y.positive_int("n_head", kWidth);
+    t.max_positions = y.positive_int("n_positions", kSide);
+    t.ffn_hidden = y.positive_int_or("n_inner", 4 * t.hidden, kWidth);
+    t.vocab = y.positive_int("vocab_size");
+    t.tied_embeddings = y.boolean_or("tie_word_embeddings", true);
+    const std::string act = y.text_or("activation_function", "gelu_new");
+    if (act.rfind("gelu", 0) != 0) y.fail("activation_function", "expected a GELU (gelu, gelu_new, ...), got '" + act + "'");
+    t.mlp = LlmSpec::Mlp::Gelu;
+    t.norm = LlmSpec::Norm::LayerNorm;
+    t.positions = LlmSpec::Positions::Learned;
+    t.bias = true;
+    for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) t.dropout = t.dropout || y.number_or(key, 0.1) > 0;
+  } else {
+    heads_key = "num_attention_heads", hidden_key = "hidden_size", positions_key = "max_position_embeddings";
+    t.hidden = y.positive_int("hidden_size", kWidth);
+    t.ffn_hidden = y.positive_int("intermediate_size", kWidth);
+    t.layers = y.positive_int("num_hidden_layers", kLayers);
+    t.heads = y.positive_int("num_attention_heads", kWidth);
+    t.kv_heads = y.positive_int_or("num_key_value_heads", t.heads, kWidth);
+    t.vocab = y.positive_int("vocab_size");
+    t.max_positions = y.positive_int("max_position_embeddings", 100'000'000);
+    t.tied_embeddings = y.boolean_or("tie_word_embeddings", false);
+    const std::string act = y.text_or("hidden_act", "silu");
+    if (act != "silu") y.fail("hidden_act", "expected silu (a SwiGLU MLP), got '" + act + "'");
+    t.mlp = LlmSpec::Mlp::SwiGlu;
+    t.norm = LlmSpec::Norm::RmsNorm;
+    t.positions = LlmSpec::Positions::Rotary;
+    t.attention_bias = c.architecture == "LlamaForCausalLM" && y.boolean_or("attention_bias", false);
+    t.qkv_bias = c.architecture == "Qwen2ForCausalLM";
+    if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
+      y.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(t.heads) + "), got " +
+                                        std::to_string(t.kv_heads));
+    }
+  }
+  if (t.hidden % t.heads != 0) y.fail(heads_key, "must divide " + hidden_key + " (" + std::to_string(t.hidden) + ")");
+  if (y.has("pipetwin_seq_len")) {
+    t.seq_len = y.positive_int("pipetwin_seq_len", kSide);
+    if (t.seq_len > t.max_positions) {
+      y.fail("pipetwin_seq_len", "must be at most " + positions_key + " (" + std::to_string(t.max_positions) + "), got " +
+                                     std::to_string(t.seq_len));
+    }
+  } else {
+    t.seq_len = std::min<std::int64_t>(2048, t.max_positions);
+  }
+  // A rotary model has no position table: max_positions only bounds seq_len.
+  if (t.positions == LlmSpec::Positions::Rotary) t.max_positions = 0;
+  const std::string dtype = y.text_or("torch_dtype", "bfloat16");
+  if (dtype == "bfloat16") {
+    c.precision = Precision::BF16;
+  } else if (dtype == "float16") {
+    c.precision = Precision::FP16;
+  } else if (dtype == "float32") {
+    c.precision = Precision::FP32;
+  } else {
+    y.fail("torch_dtype", "unknown dtype '" + dtype + "' (valid: bfloat16, float16, float32)");
+  }
+  return c;
+}
+
+}  // namespace pipetwin::models
