@@ -103,6 +103,11 @@ Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
   emb.cost.params = llm_embedding_params(t);
   emb.cost.stashed_elems = t.dropout ? as_elems(s * h, precision) : 0;
   emb.cost.output_elems = t.seq_len * t.hidden;
+  // Vocabulary-parallel (Megatron-LM): one all-reduce of the output; its dropout mask stays whole.
+  emb.cost.tensor_split = true;
+  emb.cost.tp_forward_collectives = 1;
+  emb.cost.tp_collective_elems = t.seq_len * t.hidden;
+  emb.cost.tp_replicated_elems = emb.cost.stashed_elems;
   m.layers.push_back(emb);
 
   const double matrices = static_cast<double>(llm_block_matrix_params(t));
@@ -115,6 +120,14 @@ Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
     blk.cost.params = llm_block_params(t);
     blk.cost.stashed_elems = as_elems(s * (b * (stash.whole_elems + stash.split_elems) + stash.mask_bytes), precision);
     blk.cost.output_elems = t.seq_len * t.hidden;
+    // Attention and MLP each column- then row-parallel: an all-reduce after
+    // each in forward, one before each in backward; the norms' inputs and the
+    // dropout masks stay whole on every device without sequence parallelism.
+    blk.cost.tensor_split = true;
+    blk.cost.tp_forward_collectives = 2;
+    blk.cost.tp_backward_collectives = 2;
+    blk.cost.tp_collective_elems = t.seq_len * t.hidden;
+    blk.cost.tp_replicated_elems = as_elems(s * (b * stash.whole_elems + stash.mask_bytes), precision);
     m.layers.push_back(blk);
   }
 
@@ -125,6 +138,13 @@ Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
   head.cost.params = llm_head_params(t);
   head.cost.stashed_elems = 2 * t.seq_len * t.hidden + as_elems(4 * s * V, precision);
   head.cost.output_elems = 1;  // the loss
+  // Vocabulary-parallel projection and cross-entropy (their all-reduces of s
+  // numbers left out); the input gradient all-reduced in backward; the final
+  // norm's input and output stay whole without sequence parallelism.
+  head.cost.tensor_split = true;
+  head.cost.tp_backward_collectives = 1;
+  head.cost.tp_collective_elems = t.seq_len * t.hidden;
+  head.cost.tp_replicated_elems = 2 * t.seq_len * t.hidden;
   m.layers.push_back(head);
   return m;
 }

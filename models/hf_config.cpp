@@ -92,6 +92,59 @@ bool looks_like_hf_config(const std::string& text) {
   return j.is_object() && j.contains("architectures");
 }
 
+namespace {
+
+// The bounds of the YAML spec (models/model_spec.cpp).
+constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 100'000;
+
+// The keys that name heads, hidden size and positions in the messages.
+struct HfKeys {
+  std::string heads, hidden, positions;
+};
+
+HfKeys read_gpt2(const JsonFields& y, LlmSpec& t) {
+  t.hidden = y.positive_int("n_embd", kWidth);
+  t.layers = y.positive_int("n_layer", kLayers);
+  t.heads = y.positive_int("n_head", kWidth);
+  t.max_positions = y.positive_int("n_positions", kSide);
+  t.ffn_hidden = y.positive_int_or("n_inner", 4 * t.hidden, kWidth);
+  t.vocab = y.positive_int("vocab_size");
+  t.tied_embeddings = y.boolean_or("tie_word_embeddings", true);
+  const std::string act = y.text_or("activation_function", "gelu_new");
+  if (act.rfind("gelu", 0) != 0) y.fail("activation_function", "expected a GELU (gelu, gelu_new, ...), got '" + act + "'");
+  t.mlp = LlmSpec::Mlp::Gelu;
+  t.norm = LlmSpec::Norm::LayerNorm;
+  t.positions = LlmSpec::Positions::Learned;
+  t.bias = true;
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) t.dropout = t.dropout || y.number_or(key, 0.1) > 0;
+  return {"n_head", "n_embd", "n_positions"};
+}
+
+HfKeys read_llama_like(const JsonFields& y, const std::string& architecture, LlmSpec& t) {
+  t.hidden = y.positive_int("hidden_size", kWidth);
+  t.ffn_hidden = y.positive_int("intermediate_size", kWidth);
+  t.layers = y.positive_int("num_hidden_layers", kLayers);
+  t.heads = y.positive_int("num_attention_heads", kWidth);
+  t.kv_heads = y.positive_int_or("num_key_value_heads", t.heads, kWidth);
+  t.vocab = y.positive_int("vocab_size");
+  t.max_positions = y.positive_int("max_position_embeddings", 100'000'000);
+  t.tied_embeddings = y.boolean_or("tie_word_embeddings", false);
+  const std::string act = y.text_or("hidden_act", "silu");
+  if (act != "silu") y.fail("hidden_act", "expected silu (a SwiGLU MLP), got '" + act + "'");
+  t.mlp = LlmSpec::Mlp::SwiGlu;
+  t.norm = LlmSpec::Norm::RmsNorm;
+  t.positions = LlmSpec::Positions::Rotary;
+  t.attention_bias = architecture == "LlamaForCausalLM" && y.boolean_or("attention_bias", false);
+  t.qkv_bias = architecture == "Qwen2ForCausalLM";
+  if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
+    y.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(t.heads) + "), got " +
+                                      std::to_string(t.kv_heads));
+  }
+  return {"num_attention_heads", "hidden_size", "max_position_embeddings"};
+}
+
+}  // namespace
+
 HfConfig parse_hf_config(const std::string& text, const std::string& source) {
   json j;
   try {
@@ -112,48 +165,9 @@ HfConfig parse_hf_config(const std::string& text, const std::string& source) {
     y.fail("architectures", "unknown architecture '" + c.architecture + "' (accepted: " + listed(kArchitectures) + ")");
   }
 
-  // The bounds of the YAML spec (models/model_spec.cpp).
-  constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 100'000;
   LlmSpec& t = c.spec;
-  std::string heads_key, hidden_key, positions_key;
-  if (c.architecture == "GPT2LMHeadModel") {
-    heads_key = "n_head", hidden_key = "n_embd", positions_key = "n_positions";
-    t.hidden = y.positive_int("n_embd", kWidth);
-    t.layers = y.positive_int("n_layer", kLayers);
-    t.heads = y.positive_int("n_head", kWidth);
-    t.max_positions = y.positive_int("n_positions", kSide);
-    t.ffn_hidden = y.positive_int_or("n_inner", 4 * t.hidden, kWidth);
-    t.vocab = y.positive_int("vocab_size");
-    t.tied_embeddings = y.boolean_or("tie_word_embeddings", true);
-    const std::string act = y.text_or("activation_function", "gelu_new");
-    if (act.rfind("gelu", 0) != 0) y.fail("activation_function", "expected a GELU (gelu, gelu_new, ...), got '" + act + "'");
-    t.mlp = LlmSpec::Mlp::Gelu;
-    t.norm = LlmSpec::Norm::LayerNorm;
-    t.positions = LlmSpec::Positions::Learned;
-    t.bias = true;
-    for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) t.dropout = t.dropout || y.number_or(key, 0.1) > 0;
-  } else {
-    heads_key = "num_attention_heads", hidden_key = "hidden_size", positions_key = "max_position_embeddings";
-    t.hidden = y.positive_int("hidden_size", kWidth);
-    t.ffn_hidden = y.positive_int("intermediate_size", kWidth);
-    t.layers = y.positive_int("num_hidden_layers", kLayers);
-    t.heads = y.positive_int("num_attention_heads", kWidth);
-    t.kv_heads = y.positive_int_or("num_key_value_heads", t.heads, kWidth);
-    t.vocab = y.positive_int("vocab_size");
-    t.max_positions = y.positive_int("max_position_embeddings", 100'000'000);
-    t.tied_embeddings = y.boolean_or("tie_word_embeddings", false);
-    const std::string act = y.text_or("hidden_act", "silu");
-    if (act != "silu") y.fail("hidden_act", "expected silu (a SwiGLU MLP), got '" + act + "'");
-    t.mlp = LlmSpec::Mlp::SwiGlu;
-    t.norm = LlmSpec::Norm::RmsNorm;
-    t.positions = LlmSpec::Positions::Rotary;
-    t.attention_bias = c.architecture == "LlamaForCausalLM" && y.boolean_or("attention_bias", false);
-    t.qkv_bias = c.architecture == "Qwen2ForCausalLM";
-    if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
-      y.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(t.heads) + "), got " +
-                                        std::to_string(t.kv_heads));
-    }
-  }
+  const HfKeys keys = c.architecture == "GPT2LMHeadModel" ? read_gpt2(y, t) : read_llama_like(y, c.architecture, t);
+  const std::string &heads_key = keys.heads, &hidden_key = keys.hidden, &positions_key = keys.positions;
   if (t.hidden % t.heads != 0) y.fail(heads_key, "must divide " + hidden_key + " (" + std::to_string(t.hidden) + ")");
   if (y.has("pipetwin_seq_len")) {
     t.seq_len = y.positive_int("pipetwin_seq_len", kSide);

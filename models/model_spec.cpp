@@ -10,6 +10,50 @@
 
 namespace pipetwin::models {
 
+namespace {
+
+// The bounds below (model_from_yaml's comment says why).
+constexpr std::int64_t kLlmLayers = 100'000, kLlmWidth = 1'000'000, kLlmSide = 100'000;
+
+template <class Known>
+Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string& name, const Known& known) {
+  constexpr std::int64_t kLayers = kLlmLayers, kWidth = kLlmWidth, kSide = kLlmSide;
+  known({"layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "max_positions", "mlp", "norm",
+         "positions", "tied_embeddings", "bias", "attention_bias", "qkv_bias", "dropout"});
+  LlmSpec t;
+  t.layers = y.positive_int("layers", kLayers);
+  t.hidden = y.positive_int("hidden", kWidth);
+  t.ffn_hidden = y.positive_int("ffn_hidden", kWidth);
+  t.heads = y.positive_int("heads", kWidth);
+  t.kv_heads = y.positive_int_or("kv_heads", t.heads, kWidth);
+  t.seq_len = y.positive_int("seq_len", kSide);
+  t.vocab = y.positive_int("vocab");
+  t.mlp = y.choice_or("mlp", {"swiglu", "gelu"}) == "gelu" ? LlmSpec::Mlp::Gelu : LlmSpec::Mlp::SwiGlu;
+  t.norm = y.choice_or("norm", {"rmsnorm", "layernorm"}) == "layernorm" ? LlmSpec::Norm::LayerNorm : LlmSpec::Norm::RmsNorm;
+  t.positions = y.choice_or("positions", {"rotary", "learned"}) == "learned" ? LlmSpec::Positions::Learned
+                                                                              : LlmSpec::Positions::Rotary;
+  t.tied_embeddings = y.boolean_or("tied_embeddings", false);
+  t.bias = y.boolean_or("bias", false);
+  t.attention_bias = y.boolean_or("attention_bias", false);
+  t.qkv_bias = y.boolean_or("qkv_bias", false);
+  t.dropout = y.boolean_or("dropout", false);
+  if (t.hidden % t.heads != 0) y.fail("heads", "must divide hidden (" + std::to_string(t.hidden) + ")");
+  if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
+    y.fail("kv_heads", "must divide heads (" + std::to_string(t.heads) + "), got " + std::to_string(t.kv_heads));
+  }
+  if (y.has("max_positions")) {
+    if (t.positions != LlmSpec::Positions::Learned) y.fail("max_positions", "only a learned position table has rows");
+    t.max_positions = y.positive_int("max_positions", kSide);
+    if (t.max_positions < t.seq_len) {
+      y.fail("max_positions", "must be at least seq_len (" + std::to_string(t.seq_len) + "), got " +
+                                  std::to_string(t.max_positions));
+    }
+  }
+  return llm_model(t, precision, name);
+}
+
+}  // namespace
+
 Model model_from_yaml(const YamlFields& y) {
   const std::string family = y.text("family");
   const std::string name = y.has("name") ? y.line("name") : family;
@@ -71,40 +115,7 @@ Model model_from_yaml(const YamlFields& y) {
                             y.positive_int_or("in_channels", 3, kWidth), y.positive_int("classes")},
                            precision, name);
   }
-  if (family == "llm") {
-    known({"layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "max_positions", "mlp", "norm",
-           "positions", "tied_embeddings", "bias", "attention_bias", "qkv_bias", "dropout"});
-    LlmSpec t;
-    t.layers = y.positive_int("layers", kLayers);
-    t.hidden = y.positive_int("hidden", kWidth);
-    t.ffn_hidden = y.positive_int("ffn_hidden", kWidth);
-    t.heads = y.positive_int("heads", kWidth);
-    t.kv_heads = y.positive_int_or("kv_heads", t.heads, kWidth);
-    t.seq_len = y.positive_int("seq_len", kSide);
-    t.vocab = y.positive_int("vocab");
-    t.mlp = y.choice_or("mlp", {"swiglu", "gelu"}) == "gelu" ? LlmSpec::Mlp::Gelu : LlmSpec::Mlp::SwiGlu;
-    t.norm = y.choice_or("norm", {"rmsnorm", "layernorm"}) == "layernorm" ? LlmSpec::Norm::LayerNorm : LlmSpec::Norm::RmsNorm;
-    t.positions = y.choice_or("positions", {"rotary", "learned"}) == "learned" ? LlmSpec::Positions::Learned
-                                                                                : LlmSpec::Positions::Rotary;
-    t.tied_embeddings = y.boolean_or("tied_embeddings", false);
-    t.bias = y.boolean_or("bias", false);
-    t.attention_bias = y.boolean_or("attention_bias", false);
-    t.qkv_bias = y.boolean_or("qkv_bias", false);
-    t.dropout = y.boolean_or("dropout", false);
-    if (t.hidden % t.heads != 0) y.fail("heads", "must divide hidden (" + std::to_string(t.hidden) + ")");
-    if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
-      y.fail("kv_heads", "must divide heads (" + std::to_string(t.heads) + "), got " + std::to_string(t.kv_heads));
-    }
-    if (y.has("max_positions")) {
-      if (t.positions != LlmSpec::Positions::Learned) y.fail("max_positions", "only a learned position table has rows");
-      t.max_positions = y.positive_int("max_positions", kSide);
-      if (t.max_positions < t.seq_len) {
-        y.fail("max_positions", "must be at least seq_len (" + std::to_string(t.seq_len) + "), got " +
-                                    std::to_string(t.max_positions));
-      }
-    }
-    return llm_model(t, precision, name);
-  }
+  if (family == "llm") return llm_from_yaml(y, precision, name, known);
   y.fail("family", "unknown family '" + family + "' (valid: transformer, mlp, resnet, amoebanet, llm)");
 }
 

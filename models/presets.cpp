@@ -90,8 +90,67 @@ constexpr const char* kH100Sheet =
     "(50 GB/s each way)";
 const Efficiency kTpuCurve{0.6, 4e9, {}};
 
-const std::map<std::string, std::function<Hardware()>>& table() {
-  static const std::map<std::string, std::function<Hardware()>> presets{
+using PresetTable = std::map<std::string, std::function<Hardware()>>;
+
+// GPU nodes of 8 and the clusters they make (topology `cluster`).
+PresetTable node_presets() {
+  return {
+      {"dgx-a100-40gb",
+       [] {
+         return Hardware{"dgx-a100-40gb",
+                         std::string("DGX A100 nodes of 8 A100 SXM4 40 GB (HBM2, 1,555 GB/s). ") + kA100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         a100_sxm4(40, 1555), cluster(8, 300, 8, 200), {}};
+       }},
+      {"dgx-a100-80gb",
+       [] {
+         return Hardware{"dgx-a100-80gb",
+                         std::string("DGX A100 nodes of 8 A100 SXM4 80 GB (HBM2e, 2,039 GB/s). ") + kA100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200), {}};
+       }},
+      {"dgx-h100",
+       [] {
+         return Hardware{"dgx-h100",
+                         std::string("DGX H100 nodes of 8 H100 SXM5 80 GB (HBM3, 3.35 TB/s). ") + kH100Sheet +
+                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         h100_sxm5(), cluster(8, 450, 8, 400), {}};
+       }},
+      {"hgx-h200",
+       [] {
+         return Hardware{"hgx-h200",
+                         "HGX H200 nodes of 8 H200 SXM 141 GB (H200 datasheet: HBM3e, 4.8 TB/s; the H100's GH100 die, "
+                         "67 TFLOPS fp32, 989 TFLOPS bf16 dense; NVLink 4, 900 GB/s per GPU, 450 each way), 8 ConnectX-7 "
+                         "400 Gb/s NICs (50 GB/s each way). Fat-tree of 32 nodes a leaf, full bisection (a default)",
+                         device("H200 SXM", 67 * T, 989 * T, 141, 4800, kGpuCurve, 6, 4), cluster(8, 450, 8, 400), {}};
+       }},
+      {"pcie-8gpu",
+       [] {
+         return Hardware{"pcie-8gpu",
+                         "a PCIe server of 8 L40S 48 GB, no NVLink (L40S datasheet: 91.6 TFLOPS fp32, 362.05 TFLOPS "
+                         "bf16 dense, GDDR6 864 GB/s, PCIe Gen4 x16 64 GB/s both ways: 31.5 GB/s each way after "
+                         "128b/130b coding, the port each GPU reaches the others through the host by), 2 NICs of "
+                         "200 Gb/s (25 GB/s each way) shared by 4 GPUs each. Fat-tree of 32 nodes a leaf, full "
+                         "bisection (a default)",
+                         device("L40S", 91.6 * T, 362.05 * T, 48, 864, kGpuCurve, 8, 5), cluster(8, 31.5, 2, 200), {}};
+       }},
+      {"selene",
+       [] {
+         return Hardware{"selene",
+                         std::string("NVIDIA Selene: DGX A100 80 GB nodes (560 nodes; Microsoft and NVIDIA's MT-NLG "
+                                     "post, 2021), 8 HDR 200 Gb/s compute NICs per node (Narayanan et al., SC 2021), "
+                                     "a rail-optimised full fat-tree with scalable units of 20 nodes (DGX SuperPOD "
+                                     "reference architecture RA-09950-001): a rail network, 20 nodes a pod, 1:1. ") +
+                             kA100Sheet,
+                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200, Network::Rail, 20, 1), {}};
+       }},
+  };
+}
+
+const PresetTable& table() {
+  static const PresetTable presets = [] {
+    PresetTable all = node_presets();
+    all.merge(PresetTable{
       {"tpu-v2",
        [] {
          return Hardware{"tpu-v2",
@@ -143,55 +202,6 @@ const std::map<std::string, std::function<Hardware()>>& table() {
                          "NVLink 4 through NVSwitch, 450 GB/s per GPU and direction",
                          device("H100 SXM5", 67 * T, 989 * T, 80, 3350, kGpuCurve, 6, 4), all_to_all(2, 450), {}};
        }},
-      {"dgx-a100-40gb",
-       [] {
-         return Hardware{"dgx-a100-40gb",
-                         std::string("DGX A100 nodes of 8 A100 SXM4 40 GB (HBM2, 1,555 GB/s). ") + kA100Sheet +
-                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
-                         a100_sxm4(40, 1555), cluster(8, 300, 8, 200), {}};
-       }},
-      {"dgx-a100-80gb",
-       [] {
-         return Hardware{"dgx-a100-80gb",
-                         std::string("DGX A100 nodes of 8 A100 SXM4 80 GB (HBM2e, 2,039 GB/s). ") + kA100Sheet +
-                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
-                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200), {}};
-       }},
-      {"dgx-h100",
-       [] {
-         return Hardware{"dgx-h100",
-                         std::string("DGX H100 nodes of 8 H100 SXM5 80 GB (HBM3, 3.35 TB/s). ") + kH100Sheet +
-                             ". Fat-tree of 32 nodes a leaf, full bisection (a default)",
-                         h100_sxm5(), cluster(8, 450, 8, 400), {}};
-       }},
-      {"hgx-h200",
-       [] {
-         return Hardware{"hgx-h200",
-                         "HGX H200 nodes of 8 H200 SXM 141 GB (H200 datasheet: HBM3e, 4.8 TB/s; the H100's GH100 die, "
-                         "67 TFLOPS fp32, 989 TFLOPS bf16 dense; NVLink 4, 900 GB/s per GPU, 450 each way), 8 ConnectX-7 "
-                         "400 Gb/s NICs (50 GB/s each way). Fat-tree of 32 nodes a leaf, full bisection (a default)",
-                         device("H200 SXM", 67 * T, 989 * T, 141, 4800, kGpuCurve, 6, 4), cluster(8, 450, 8, 400), {}};
-       }},
-      {"pcie-8gpu",
-       [] {
-         return Hardware{"pcie-8gpu",
-                         "a PCIe server of 8 L40S 48 GB, no NVLink (L40S datasheet: 91.6 TFLOPS fp32, 362.05 TFLOPS "
-                         "bf16 dense, GDDR6 864 GB/s, PCIe Gen4 x16 64 GB/s both ways: 31.5 GB/s each way after "
-                         "128b/130b coding, the port each GPU reaches the others through the host by), 2 NICs of "
-                         "200 Gb/s (25 GB/s each way) shared by 4 GPUs each. Fat-tree of 32 nodes a leaf, full "
-                         "bisection (a default)",
-                         device("L40S", 91.6 * T, 362.05 * T, 48, 864, kGpuCurve, 8, 5), cluster(8, 31.5, 2, 200), {}};
-       }},
-      {"selene",
-       [] {
-         return Hardware{"selene",
-                         std::string("NVIDIA Selene: DGX A100 80 GB nodes (560 nodes; Microsoft and NVIDIA's MT-NLG "
-                                     "post, 2021), 8 HDR 200 Gb/s compute NICs per node (Narayanan et al., SC 2021), "
-                                     "a rail-optimised full fat-tree with scalable units of 20 nodes (DGX SuperPOD "
-                                     "reference architecture RA-09950-001): a rail network, 20 nodes a pod, 1:1. ") +
-                             kA100Sheet,
-                         a100_sxm4(80, 2039), cluster(8, 300, 8, 200, Network::Rail, 20, 1), {}};
-       }},
       {"cpu",
        [] {
          return Hardware{"cpu",
@@ -199,7 +209,9 @@ const std::map<std::string, std::function<Hardware()>>& table() {
                          "per core assumed; Gloo over loopback measured at ~30 us and ~3 GB/s (DEPENDENCIES)",
                          device("cpu core", 50 * G, 50 * G, 24, 20, {0.5, 1e7, {}}, 5, 0), shared_host(2, 30, 3), {}};
        }},
-  };
+    });
+    return all;
+  }();
   return presets;
 }
 
