@@ -257,7 +257,17 @@ schedule::TraceMetadata Scenario::configuration() const {
   return m;
 }
 
-nlohmann::json Scenario::describe() const { return configuration().configuration_json(); }
+nlohmann::json Scenario::describe() const {
+  auto j = configuration().configuration_json();
+  if (!program.is_pipeline_only()) {  // absent for a pipeline alone, as in its traces
+    j["tensor_parallel"] = program.tensor_parallel;
+    j["data_parallel"] = program.data_parallel;
+    j["sequence_parallel"] = program.sequence_parallel;
+    j["shard_optimizer"] = program.shard_optimizer;
+    j["devices"] = program.num_devices();
+  }
+  return j;
+}
 
 schedule::TraceMetadata trace_metadata(const Scenario& sc, const ScenarioSpec& o, std::string producer) {
   auto m = sc.configuration();

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Published GPU runs side by side: Narayanan et al. (SC'21), Table 1.
+
+Each row of bench/narayanan-sc21.csv (a GPT trained on Selene with tensor
+parallelism T, a pipeline of K stages and D = GPUs / (T K) data-parallel
+replicas, full recompute, interleaved 1F1B) is simulated by `pipetwin
+simulate` on the `selene` preset, and the predicted teraFLOP/s per GPU (the
+paper's Appendix formula over the predicted step time) is set beside the
+paper's.
+
+Calibration, by the method of `pipetwin calibrate` (least squares on the
+logarithm of time): the A100's efficiency curve eff(w) = max · w / (w + half)
+is fitted on the rows named by --calibrate (default the 1.7 B, 18.4 B and
+145.6 B rows: the smallest model and two spread over the sizes, chosen before
+any prediction was seen), and the other rows are predicted with it. For each
+half on a log grid, the compute of every action scales as 1 / max, so two
+simulations of a row (max 1 and max 1/2) give its step time as
+a / max + c; max is then the least-squares solution over the calibration
+rows, and the (max, half) pair of least error is kept. Every figure printed
+comes from a simulation with the fitted curve itself.
+
+A row's micro-batch size b and V (stages per rank) are the paper's
+unpublished choices: for each row the twin takes the (b, V) it predicts
+fastest with the preset's own curve, before calibrating (what `pipetwin plan`
+would answer), among b in {1, 2, 4} and V in {1, 2, 4} (V 1 where K = 1).
+"""
+import argparse
+import concurrent.futures
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SEQ, VOCAB = 2048, 51200
+
+
+def rows(path):
+    with open(path) as f:
+        lines = [line for line in f if not line.startswith("#")]
+    out = []
+    for r in csv.DictReader(lines):
+        t, k, n = int(r["tensor"]), int(r["pipeline"]), int(r["gpus"])
+        out.append({
+            "name": r["params_b"] + "B", "heads": int(r["heads"]), "h": int(r["hidden"]), "l": int(r["layers"]),
+            "t": t, "k": k, "d": n // (t * k), "gpus": n, "batch": int(r["batch"]),
+            "paper": float(r["achieved_tflops"]),
+        })
+    return out
+
+
+def paper_flops(r):
+    """FLOPs of one iteration, Narayanan et al.'s Appendix (full recompute: 4 forward passes' worth)."""
+    B, s, l, h, V = r["batch"], SEQ, r["l"], r["h"], VOCAB
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def write_model(r, folder):
+    path = os.path.join(folder, "gpt-%s.yaml" % r["name"])
+    with open(path, "w") as f:
+        f.write("# Narayanan et al. (SC'21), Table 1: the %s-parameter GPT\n" % r["name"])
+        f.write("family: llm\nname: gpt-%s\nlayers: %d\nhidden: %d\nffn_hidden: %d\nheads: %d\n"
+                "seq_len: %d\nvocab: %d\nmlp: gelu\nnorm: layernorm\npositions: learned\n"
+                "tied_embeddings: true\nbias: true\ndropout: true\nprecision: bf16\n"
+                % (r["name"], r["l"], r["h"], 4 * r["h"], r["heads"], SEQ, VOCAB))
+    return path
+
+
+def write_hardware(folder, eff_max, half):
+    path = os.path.join(folder, "selene-%.6g-%.6g.yaml" % (eff_max, half))
+    with open(path, "w") as f:
+        f.write("preset: selene\nname: selene\ndevice:\n  efficiency:\n    max: %.17g\n    half_flops: %.17g\n"
+                % (eff_max, half))
+    return path
+
+
+def simulate(pipetwin, model, hardware, r, b, v):
+    m = r["batch"] // (r["d"] * b)
+    schedule = "interleaved-1f1b" if v > 1 else "1f1b"
+    cmd = [pipetwin, "simulate", "--model", model, "--hardware", hardware, "-s", schedule, "-k", str(r["k"]),
+           "-m", str(m), "-t", str(r["t"]), "-d", str(r["d"]), "--batch", str(r["batch"]), "--recompute", "full",
+           "--json"]
+    if v > 1:
+        cmd += ["-v", str(v)]
+    if r["t"] > 1:
+        cmd += ["--sequence-parallel"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip().splitlines()[-1] if (p.stderr or p.stdout).strip() else "failed"}
+    j = json.loads(p.stdout)
+    s = j["summary"]
+    return {"step": s["step_time_s"], "fits": s["fits"], "engine": s["engine"], "wall": wall,
+            "actions": j.get("simulated_actions", 0), "m": m}
+
+
+def choices(r):
+    out = []
+    for b in (1, 2, 4):
+        if r["batch"] % (r["d"] * b):
+            continue
+        m = r["batch"] // (r["d"] * b)
+        for v in ((1, 2, 4) if r["k"] > 1 else (1,)):
+            if r["l"] < r["k"] * v or (v > 1 and m % r["k"]):
+                continue  # a stage needs a layer; Megatron's interleaving needs M a multiple of K
+            out.append((b, v))
+    return out
+
+
+def tflops(r, step):
+    return paper_flops(r) / step / r["gpus"] / 1e12
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pipetwin", default=os.path.join(ROOT, "build", "cli", "pipetwin"))
+    ap.add_argument("--rows", default=os.path.join(ROOT, "bench", "narayanan-sc21.csv"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "narayanan"))
+    ap.add_argument("--calibrate", default="1.7B,18.4B,145.6B", help="rows fitted (names as in the table)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    table = rows(a.rows)
+    names = [r["name"] for r in table]
+    fitted = a.calibrate.split(",")
+    for n in fitted:
+        if n not in names:
+            sys.exit("bench_narayanan: --calibrate names row %s, not in %s (%s)" % (n, a.rows, ", ".join(names)))
+    models = {r["name"]: write_model(r, a.out) for r in table}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs)
+
+    def run_all(jobs):
+        futures = [pool.submit(simulate, a.pipetwin, models[r["name"]], hw, r, b, v) for (r, hw, b, v) in jobs]
+        return [f.result() for f in futures]
+
+    # 1. Each row's (b, V): the fastest the preset's own curve predicts, among those that fit.
+    preset_hw = os.path.join(a.out, "selene-preset.yaml")
+    with open(preset_hw, "w") as f:
+        f.write("preset: selene\n")
+    jobs = [(r, preset_hw, b, v) for r in table for (b, v) in choices(r)]
+    results = run_all(jobs)
+    best = {}
+    for (r, _, b, v), res in zip(jobs, results):
+        if "error" in res or not res["fits"]:
+            continue
+        if r["name"] not in best or res["step"] < best[r["name"]][2]:
+            best[r["name"]] = (b, v, res["step"])
+    for r in table:
+        if r["name"] not in best:
+            sys.exit("bench_narayanan: no micro-batch size and V of row %s fits in memory" % r["name"])
+    print("shapes (the preset's fastest that fit): " +
+          ", ".join("%s b=%d V=%d" % (n, best[n][0], best[n][1]) for n in names))
+
+    # 2. Fit (max, half) on the calibration rows: step = a / max + c for each half.
+    cal = [r for r in table if r["name"] in fitted]
+    halves = [10 ** e for e in (8, 9, 9.5, 10, 10.5, 11, 11.5, 12)]
+    fits = []
+    for half in halves:
+        jobs = []
+        for r in cal:
+            b, v, _ = best[r["name"]]
+            jobs += [(r, write_hardware(a.out, 1.0, half), b, v), (r, write_hardware(a.out, 0.5, half), b, v)]
+        res = run_all(jobs)
+        if any("error" in x for x in res):
+            continue
+        lines = []
+        for i, r in enumerate(cal):
+            t1, t2 = res[2 * i]["step"], res[2 * i + 1]["step"]
+            lines.append((r, t1 - (t2 - t1), t2 - t1))  # step(max) = c + a / max with a = t2 - t1 (max 1/2 doubles a)
+        # Least squares on log(step) over max in (0, 1]: a golden-section search (one minimum: every step decreases in max).
+        def err(mx):
+            return sum((math.log((c + aa / mx) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"])))) ** 2
+                       for r, c, aa in lines)
+        lo, hi = 0.05, 1.0
+        for _ in range(60):
+            m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+            lo, hi = (lo, m2) if err(m1) < err(m2) else (m1, hi)
+        mx = (lo + hi) / 2
+        fits.append((err(mx), mx, half))
+    if not fits:
+        sys.exit("bench_narayanan: no calibration simulation succeeded")
+    _, eff_max, half = min(fits)
+    print("calibrated on %s: max %.4f, half_flops %.3g" % (", ".join(fitted), eff_max, half))
+
+    # 3. Every row with the fitted curve.
+    hw = write_hardware(a.out, eff_max, half)
+    final = run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table])
+    print()
+    print("| model | T | K | D | GPUs | batch | b | V | paper TFLOP/s | predicted | error | role | sim wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    errors = []
+    for r, res in zip(table, final):
+        if "error" in res:
+            print("| %s | failed: %s |" % (r["name"], res["error"]))
+            continue
+        pred = tflops(r, res["step"])
+        e = (pred - r["paper"]) / r["paper"]
+        role = "fitted" if r["name"] in fitted else "predicted"
+        if role == "predicted":
+            errors.append(abs(e))
+        print("| %s | %d | %d | %d | %d | %d | %d | %d | %g | %.1f | %+.1f%% | %s | %.1f |" % (
+            r["name"], r["t"], r["k"], r["d"], r["gpus"], r["batch"], best[r["name"]][0], best[r["name"]][1],
+            r["paper"], pred, 100 * e, role, res["wall"]))
+    if errors:
+        print()
+        print("predicted rows: median error %.1f%%, worst %.1f%% (%d rows)" % (
+            100 * statistics.median(errors), 100 * max(errors), len(errors)))
+
+
+if __name__ == "__main__":
+    main()
