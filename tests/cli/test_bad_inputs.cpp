@@ -51,7 +51,7 @@ const std::string kMlp = "family: mlp\ninput: 8\nhidden: [8, 8]\noutput: 2\n";
 const std::string kT = "family: transformer\nlayers: 2\nd_model: 16\nd_ff: 32\nheads: 2\nseq_len: 4\nvocab: 10\n";
 const std::string kSweepHeader =
     "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
-    "max_stage_memory_gb,engine,reason\n";
+    "max_stage_memory_gb,engine,reason,tensor,data\n";
 const std::string kSched2 =
     "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n";
 
@@ -345,6 +345,10 @@ std::vector<Bad> catalogue() {
        "out.csv: its rows were computed with another model"},
       {"cli_sweep_rows_without_inputs", {{"m.yaml", kT}, {"out.csv", kSweepHeader}},
        "sweep --hardware a100 -s gpipe -k 1 -m 1 --model {}/m.yaml --out {}/out.csv", "out.csv.inputs beside it"},
+      // --batch splits over M micro-batches on each of D replicas.
+      {"cli_sweep_batch_uneven_over_data", {{"m.yaml", kT}},
+       "sweep --hardware a100 -s gpipe -k 1 -m 2 -d 2 --batch 6 --model {}/m.yaml --out {}/out.csv",
+       "--batch 6 does not split into 2 equal micro-batches (--microbatches) on each of 2 replicas (--data)"},
       {"cli_partition_file_too_short", {{"m.yaml", kT}, {"p.txt", "0:1 1:2\n"}},
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition {}/p.txt", "but transformer has 4 layers"},
       {"cli_out_in_missing_dir", {}, "schedule -s gpipe -k 2 -m 2 --out {}/no/dir/s.txt", "cannot open"},
