@@ -42,7 +42,7 @@ int run(Options& o) {
 Run add_sweep_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto& spec = o->spec;
-  auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M combination into one CSV");
+  auto* cmd = app.add_subcommand("sweep", "Predict every schedule x recompute x micro-batch size x K x M x T x D combination into one CSV");
   cmd->add_option("--model", spec.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", spec.hardware, "Hardware preset name or YAML file")->required();
   cmd->add_option("--ranks,-k", spec.ranks, "Ranks K, comma-separated")->required()->delimiter(',')->check(kPositive);
@@ -61,7 +61,17 @@ Run add_sweep_command(CLI::App& app) {
       ->delimiter(',')
       ->check(kPositive)
       ->capture_default_str();
-  cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / M (GPipe's Table 2 setting)")
+  cmd->add_option("--tensor,-t", spec.tensor, "Tensor-parallel degrees T, comma-separated (the CSV's column tensor)")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--data,-d", spec.data, "Data-parallel replicas D, comma-separated (the CSV's column data; batch = M x micro-batch size x D)")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_flag("--sequence-parallel", spec.sequence_parallel, "Sequence parallelism on every row with T > 1");
+  cmd->add_flag("--zero1", spec.shard_optimizer, "The optimizer state sharded over the data group (ZeRO-1) on every row with D > 1");
+  cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");
   cmd->add_option("--virtual,-v", spec.virtual_stages, "V for the generators with several stages per rank (interleaved-1f1b, interleaved-zb, looped-bfs)")->check(kPositive)->capture_default_str();

@@ -17,6 +17,8 @@ Run add_info_command(CLI::App& app);
 Run add_partition_command(CLI::App& app);
 Run add_simulate_command(CLI::App& app);
 Run add_sweep_command(CLI::App& app);
+Run add_plan_command(CLI::App& app);
+Run add_merge_command(CLI::App& app);
 Run add_run_command(CLI::App& app);
 Run add_calibrate_command(CLI::App& app);
 Run add_compare_command(CLI::App& app);

@@ -263,7 +263,7 @@ def load_sweep(path: str) -> list[dict]:
                         row[c] = float(raw[c]) if raw[c] not in ("", None) else None
                 except (TypeError, ValueError):
                     raise PlotError(f"{path}:{line}: not a sweep row (a number field does not parse)") from None
-                row["microbatch_size"] = row["batch"] / row["microbatches"]
+                row["microbatch_size"] = row["batch"] / row["microbatches"] / int(raw.get("data") or 1)
                 row["_line"] = line
                 rows.append(row)
     except FileNotFoundError:

@@ -36,12 +36,15 @@ namespace {
 
 const char* kHeader =
     "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
-    "max_stage_memory_gb,engine,reason";
+    "max_stage_memory_gb,engine,reason,tensor,data";
+// The key: the first six columns and the last two (T and D, appended after
+// the reason so that readers of the first thirteen columns read on).
 constexpr int kKeyColumns = 6;
+constexpr int kColumns = 15;
 
 struct Config {
   std::string schedule, recompute;
-  int microbatch_size, ranks, microbatches;
+  int microbatch_size, ranks, microbatches, tensor = 1, data = 1;
 };
 
 std::string csv_field(const std::string& s) {
@@ -63,26 +66,34 @@ class Sweep {
       : o_(o),
         model_(models::in_topological_order(models::load_model(o.model))),
         hardware_(models::load_hardware(o.hardware)) {
-    if (o.batch > 0) {
-      for (const int m : o.microbatches) {
-        if (o.batch % m != 0) {
-          throw Error("--batch " + std::to_string(o.batch) + " does not split into " + std::to_string(m) +
-                      " equal micro-batches (--microbatches)");
-        }
-      }
-    }
+    check_batch();
     const std::vector<int> sizes = o.batch > 0 ? std::vector<int>{0} : o.microbatch_sizes;
     for (const auto& s : o.schedules)
       for (const auto& r : o.recompute)
         for (const int b : sizes)
           for (const int k : o.ranks)
-            for (const int m : o.microbatches) configs_.push_back({s, r, b > 0 ? b : o.batch / m, k, m});
+            for (const int m : o.microbatches)
+              for (const int t : o.tensor)
+                for (const int d : o.data) configs_.push_back({s, r, b > 0 ? b : o.batch / (m * d), k, m, t, d});
     rows_.resize(configs_.size());
     ready_ = std::make_unique<std::atomic<bool>[]>(configs_.size());
     inputs_ = describe_inputs();
     load_existing();
     // Written before the first row: whatever rows OUT holds, OUT.inputs says what they were computed from.
     schedule::write_file_atomic(inputs_path(), inputs_);
+  }
+
+  // --batch splits into M equal micro-batches on each of the D replicas.
+  void check_batch() const {
+    if (o_.batch <= 0) return;
+    for (const int m : o_.microbatches) {
+      for (const int d : o_.data) {
+        if (o_.batch % (m * d) == 0) continue;
+        throw Error("--batch " + std::to_string(o_.batch) + " does not split into " + std::to_string(m) +
+                    " equal micro-batches (--microbatches)" +
+                    (d > 1 ? " on each of " + std::to_string(d) + " replicas (--data)" : ""));
+      }
+    }
   }
 
   SweepReport run(const SweepProgress& report_progress) {
@@ -139,7 +150,11 @@ class Sweep {
     s.ranks = c.ranks;
     s.microbatches = c.microbatches;
     s.virtual_stages = virtual_of(c.schedule);
-    s.batch = c.microbatches * c.microbatch_size;
+    s.batch = c.microbatches * c.microbatch_size * c.data;
+    s.tensor_parallel = c.tensor;
+    s.data_parallel = c.data;
+    s.sequence_parallel = o_.sequence_parallel && c.tensor > 1;
+    s.shard_optimizer = o_.shard_optimizer && c.data > 1;
     s.recompute = c.recompute;
     s.partition = o_.partition;
     s.optimizer = o_.optimizer;
@@ -232,11 +247,14 @@ class Sweep {
     return 1;
   }
 
-  std::string key(const Config& c) const {
+  // The row's first six columns, and its last two (T, D): the configuration.
+  std::string head(const Config& c) const {
     const int v = virtual_of(c.schedule);
     return c.schedule + "," + c.recompute + "," + std::to_string(c.ranks) + "," + std::to_string(v) + "," +
-           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size);
+           std::to_string(c.microbatches) + "," + std::to_string(c.microbatches * c.microbatch_size * c.data);
   }
+  static std::string tail(const Config& c) { return std::to_string(c.tensor) + "," + std::to_string(c.data); }
+  std::string key(const Config& c) const { return head(c) + "," + tail(c); }
 
   std::string inputs_path() const { return o_.out + ".inputs"; }
 
@@ -258,7 +276,8 @@ class Sweep {
     };
     return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
-           "\n";
+           "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.shard_optimizer ? "yes" : "no") +
+           "\ncolumns: " + kHeader + "\n";
   }
 
   void load_existing() {
@@ -295,6 +314,7 @@ class Sweep {
       const auto cells = checked_row(line, number);
       std::string row_key = cells[0];
       for (int c = 1; c < kKeyColumns; ++c) row_key += "," + cells[c];
+      row_key += "," + cells[kColumns - 2] + "," + cells[kColumns - 1];
       const auto it = index.find(row_key);
       if (it != index.end()) {
         rows_[it->second] = line;
@@ -307,8 +327,8 @@ class Sweep {
 
   // A row taken back on resume must be one this command wrote: the status
   // known, the numbers numbers (an edited or damaged row would otherwise be
-  // kept, and counted as done). Returns its 13 cells (the reason, last, may
-  // hold commas).
+  // kept, and counted as done). Returns its 15 cells (the reason, the 13th,
+  // may hold commas; T and D after it are whole numbers).
   std::vector<std::string> checked_row(const std::string& line, int number) const {
     std::vector<std::string> cells;
     std::size_t from = 0;
@@ -318,12 +338,29 @@ class Sweep {
       cells.push_back(line.substr(from, comma - from));
       from = comma + 1;
     }
-    cells.push_back(line.substr(from));
+    std::string rest = line.substr(from);
+    std::vector<std::string> last;
+    for (int c = 0; c < 2 && cells.size() == 12; ++c) {
+      const auto comma = rest.rfind(',');
+      if (comma == std::string::npos) break;
+      last.insert(last.begin(), rest.substr(comma + 1));
+      rest.erase(comma);
+    }
+    cells.push_back(rest);
+    cells.insert(cells.end(), last.begin(), last.end());
     const auto damaged = [&](const std::string& what) {
       return Error(o_.out + ":" + std::to_string(number) + ": " + what +
                    ": not a row this sweep wrote; remove the file (or the row) to compute it again");
     };
-    if (cells.size() < 13) throw damaged("the row has " + std::to_string(cells.size()) + " columns, not 13");
+    if (cells.size() < kColumns) {
+      throw damaged("the row has " + std::to_string(cells.size()) + " columns, not " + std::to_string(kColumns));
+    }
+    for (int c = kColumns - 2; c < kColumns; ++c) {
+      const std::string& cell = cells[c];
+      if (cell.empty() || cell.find_first_not_of("0123456789") != std::string::npos || cell[0] == '0') {
+        throw damaged(std::string("column '") + (c == kColumns - 2 ? "tensor" : "data") + "' is '" + cell + "'");
+      }
+    }
     const std::string& status = cells[6];
     if (status != "ok" && status != "oom" && status != "error") throw damaged("column 'status' is '" + status + "'");
     static const char* names[] = {"step_time_s", "throughput_samples_per_s", "bubble_fraction", "max_stage_memory_gb"};
@@ -359,9 +396,9 @@ class Sweep {
     if (status.empty()) status = s.fits() ? "ok" : "oom";
     const bool ran = !s.busy_s.empty();
     if (!ran) ++not_runnable_;
-    rows_[i] = key(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
+    rows_[i] = head(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
                (ran ? num(s.throughput) : "") + "," + (ran ? num(s.bubble) : "") + "," +
-               (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why);
+               (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why) + "," + tail(configs_[i]);
     ready_[i].store(true, std::memory_order_release);
     ++completed_;
   }

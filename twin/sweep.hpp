@@ -1,5 +1,5 @@
 // The sweep: every combination of schedules x recompute x micro-batch size x
-// K x M into one CSV. The fast path evaluates configurations in this process
+// K x M x T x D into one CSV. The fast path evaluates configurations in this process
 // on `jobs` threads; configurations with contention (or all of them with the
 // SimGrid engine) go to SimGrid, `jobs` child processes at a time. Rows come
 // in a fixed order; the file on disk is always whole (rewritten through a
@@ -23,7 +23,11 @@ struct SweepSpec {
   std::vector<int> ranks, microbatches, microbatch_sizes{1};
   std::vector<std::string> schedules, recompute{"none"};
   int virtual_stages = 2, jobs = 0;  // V applies to the generators with stages per rank; jobs 0: the cores
-  int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / M
+  int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / (M x D)
+  std::vector<int> tensor{1}, data{1};  // T and D; the CSV's last columns
+  // Applied to every row where they mean something: sequence parallelism
+  // where T > 1, ZeRO-1 where D > 1.
+  bool sequence_parallel = false, shard_optimizer = false;
   std::string partition = "auto", optimizer = "adam";
 };
 

@@ -51,7 +51,24 @@ const std::string kMlp = "family: mlp\ninput: 8\nhidden: [8, 8]\noutput: 2\n";
 const std::string kT = "family: transformer\nlayers: 2\nd_model: 16\nd_ff: 32\nheads: 2\nseq_len: 4\nvocab: 10\n";
 const std::string kSweepHeader =
     "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
-    "max_stage_memory_gb,engine,reason\n";
+    "max_stage_memory_gb,engine,reason,tensor,data\n";
+// A part of a plan (pipetwin plan --shard I/N -o), its inputs named `inputs`,
+// of `enumerated` candidates (default: N, one per shard), holding a row for
+// each of its candidates (but the last when it is `short_by_one`).
+std::string plan_part(const std::string& inputs, int shard, int shards, int enumerated = 0, bool short_by_one = false) {
+  const int total = enumerated > 0 ? enumerated : shards;
+  std::string text = "# pipetwin plan inputs " + inputs + ": tiny on a100\n# shard " + std::to_string(shard) + "/" +
+                     std::to_string(shards) + " of " + std::to_string(total) + " candidates\n" +
+                     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,"
+                     "sequence_parallel,zero1,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,"
+                     "tflops_per_gpu,bubble_fraction,tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason\n";
+  std::vector<int> mine;
+  for (int i = shard; i < total; i += shards) mine.push_back(i);
+  if (short_by_one) mine.pop_back();
+  for (const int i : mine) text += std::to_string(i) + ",1f1b,1,1,1,1,1,1,none,0,0,ok,fast,1,1,0,0,0,0,0,1,\n";
+  return text;
+}
+
 const std::string kSched2 =
     "rank 0: 0F0 0SEND_F0 0RECV_B0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0\n";
 
@@ -345,6 +362,37 @@ std::vector<Bad> catalogue() {
        "out.csv: its rows were computed with another model"},
       {"cli_sweep_rows_without_inputs", {{"m.yaml", kT}, {"out.csv", kSweepHeader}},
        "sweep --hardware a100 -s gpipe -k 1 -m 1 --model {}/m.yaml --out {}/out.csv", "out.csv.inputs beside it"},
+      // --batch splits over M micro-batches on each of D replicas.
+      {"cli_sweep_batch_uneven_over_data", {{"m.yaml", kT}},
+       "sweep --hardware a100 -s gpipe -k 1 -m 2 -d 2 --batch 6 --model {}/m.yaml --out {}/out.csv",
+       "--batch 6 does not split into 2 equal micro-batches (--microbatches) on each of 2 replicas (--data)"},
+      // plan: inputs that leave no candidate, unknown model or hardware, a bad shard.
+      {"cli_plan_batch_splits_no_way", {{"m.yaml", kT}},
+       "plan --hardware a100 --gpus 2 --global-batch 3 --microbatch-sizes 2 --model {}/m.yaml -o {}/p.csv",
+       "--gpus 2 and --global-batch 3: no candidate"},
+      {"cli_plan_unknown_hardware", {{"m.yaml", kT}},
+       "plan --hardware nope --gpus 2 --global-batch 4 --model {}/m.yaml -o {}/p.csv", "--hardware nope: hardware 'nope' is neither a preset"},
+      {"cli_plan_missing_model", {}, "plan --hardware a100 --gpus 2 --global-batch 4 --model {}/none.yaml -o {}/p.csv",
+       "--model {}/none.yaml: "},
+      {"cli_plan_shard_out_of_range", {{"m.yaml", kT}},
+       "plan --hardware a100 --gpus 2 --global-batch 4 --shard 3/3 --model {}/m.yaml -o {}/p.csv",
+       "--shard 3/3: I must be at least 0 and below N"},
+      {"cli_plan_shard_not_a_fraction", {{"m.yaml", kT}},
+       "plan --hardware a100 --gpus 2 --global-batch 4 --shard half --model {}/m.yaml -o {}/p.csv",
+       "--shard 'half' is not I/N"},
+      // merge: parts of one plan, every shard once.
+      {"cli_merge_missing_shard", {{"p0.csv", plan_part("a", 0, 2)}}, "merge {}/out.csv {}/p0.csv",
+       "merge: shard 1/2 missing"},
+      {"cli_merge_duplicate_shard", {{"p0.csv", plan_part("a", 0, 2)}, {"again.csv", plan_part("a", 0, 2)}},
+       "merge {}/out.csv {}/p0.csv {}/again.csv", "{}/again.csv: shard 0/2 again ({}/p0.csv is shard 0/2 too)"},
+      {"cli_merge_other_inputs", {{"p0.csv", plan_part("a", 0, 2)}, {"p1.csv", plan_part("b", 1, 2)}},
+       "merge {}/out.csv {}/p0.csv {}/p1.csv", "{}/p1.csv: a part of another plan"},
+      {"cli_merge_shard_counts_differ", {{"p0.csv", plan_part("a", 0, 2)}, {"p1.csv", plan_part("a", 1, 3, 2)}},
+       "merge {}/out.csv {}/p0.csv {}/p1.csv", "{}/p1.csv: shard 1/3, but {}/p0.csv is shard 0/2"},
+      {"cli_merge_not_a_part", {{"p0.csv", kSweepHeader}}, "merge {}/out.csv {}/p0.csv",
+       "{}/p0.csv:1: not a results file of pipetwin plan"},
+      {"cli_merge_incomplete_part", {{"p0.csv", plan_part("a", 0, 1, 3, true)}}, "merge {}/out.csv {}/p0.csv",
+       "{}/p0.csv: 2 candidates, but shard 0/1 of 3 has 3: an incomplete part"},
       {"cli_partition_file_too_short", {{"m.yaml", kT}, {"p.txt", "0:1 1:2\n"}},
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition {}/p.txt", "but transformer has 4 layers"},
       {"cli_out_in_missing_dir", {}, "schedule -s gpipe -k 2 -m 2 --out {}/no/dir/s.txt", "cannot open"},

@@ -1,0 +1,196 @@
+// `pipetwin plan`: the T x K x D x b x schedule x recompute candidates of a
+// model on N GPUs at a global batch, predicted and ranked (twin/plan.hpp);
+// `pipetwin merge`: the parts of a sharded plan joined, ranked the same way.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "schedule/generators.hpp"
+#include "twin/plan.hpp"
+
+namespace pipetwin::cli {
+namespace {
+
+struct Output {
+  int top = 5;
+  bool json = false;
+};
+
+std::string percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+  return buf;
+}
+
+std::string engine_words(const std::string& engine) {
+  if (engine == "fast") return "evaluator (exact: no contention)";
+  if (engine == "simgrid") return "SimGrid";
+  return "evaluator without the data-parallel reductions and contention (an upper bound; not among the best --top-sim)";
+}
+
+nlohmann::json candidate_json(const twin::Candidate& c, int rank) {
+  return {{"rank", rank},
+          {"index", c.index},
+          {"tensor", c.tensor},
+          {"pipeline", c.pipeline},
+          {"data", c.data},
+          {"virtual", c.virtual_stages},
+          {"microbatches", c.microbatches},
+          {"microbatch_size", c.microbatch_size},
+          {"schedule", c.schedule},
+          {"recompute", c.recompute},
+          {"sequence_parallel", c.sequence_parallel},
+          {"zero1", c.zero1},
+          {"engine", c.engine},
+          {"step_time_s", c.step_s},
+          {"throughput_samples_per_s", c.samples_per_s},
+          {"tokens_per_s", c.tokens_per_s},
+          {"model_tflops_per_gpu", c.tflops_per_gpu},
+          {"why",
+           {{"bubble_fraction", c.bubble},
+            {"tp_collectives_s", c.tp_comm_s},
+            {"dp_exposed_s", c.dp_exposed_s},
+            {"memory_headroom_gb", c.headroom_gb}}}};
+}
+
+void print_json(const twin::PlanResult& r, const std::vector<const twin::Candidate*>& best, const Output& o) {
+  nlohmann::json j = {{"inputs", {{"fingerprint", r.fingerprint}, {"description", r.description}}},
+                      {"shard", std::to_string(r.shard) + "/" + std::to_string(r.shards)},
+                      {"candidates",
+                       {{"enumerated", r.enumerated},
+                        {"evaluated", r.candidates.size()},
+                        {"fit", r.count("ok")},
+                        {"out_of_memory", r.count("oom")},
+                        {"errors", r.count("error")}}},
+                      {"engines",
+                       {{"fast", r.count_engine("fast")},
+                        {"simgrid", r.count_engine("simgrid")},
+                        {"fast_bound", r.count_engine("fast-bound")}}},
+                      {"wall_s", r.wall_s},
+                      {"top", nlohmann::json::array()}};
+  for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
+    j["top"].push_back(candidate_json(*best[i], static_cast<int>(i) + 1));
+  }
+  std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+void print_text(const twin::PlanResult& r, const std::vector<const twin::Candidate*>& best, const Output& o) {
+  std::printf("plan: %s\n", r.description.c_str());
+  std::printf("candidates: %zu enumerated, %zu evaluated%s: %zu fit, %zu out of memory, %zu not runnable\n", r.enumerated,
+              r.candidates.size(),
+              r.shards > 1 ? (" (shard " + std::to_string(r.shard) + "/" + std::to_string(r.shards) + ")").c_str() : "",
+              r.count("ok"), r.count("oom"), r.count("error"));
+  std::printf("figures: %zu from the evaluator (exact), %zu from SimGrid, %zu from the evaluator as an upper bound%s\n",
+              r.count_engine("fast"), r.count_engine("simgrid"), r.count_engine("fast-bound"),
+              r.wall_s > 0 ? (" (" + std::to_string(r.wall_s).substr(0, 5) + " s)").c_str() : "");
+  if (best.empty()) {
+    std::printf("no candidate fits in memory\n");
+    return;
+  }
+  std::printf("%3s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-6s %10s %10s %11s %9s  %s\n", "#", "T", "K", "D", "V", "M",
+              "b", "schedule", "recompute", "SP", "ZeRO-1", "samples/s", "tokens/s", "TFLOP/s/GPU", "step (s)", "engine");
+  for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
+    const auto& c = *best[i];
+    const std::string tokens = c.tokens_per_s > 0 ? std::to_string(static_cast<long long>(c.tokens_per_s + 0.5)) : "-";
+    std::printf("%3zu %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-6s %10.2f %10s %11.1f %9.4f  %s\n", i + 1, c.tensor,
+                c.pipeline, c.data, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
+                c.recompute.c_str(), c.sequence_parallel ? "on" : "off", c.zero1 ? "on" : "off", c.samples_per_s,
+                tokens.c_str(), c.tflops_per_gpu, c.step_s, c.engine.c_str());
+    std::printf("    why: bubble %s, TP collectives %.3g s/step, DP reduction exposed %.3g s, memory headroom %.1f GB; %s\n",
+                percent(c.bubble).c_str(), c.tp_comm_s, c.dp_exposed_s, c.headroom_gb, engine_words(c.engine).c_str());
+  }
+}
+
+void report(const twin::PlanResult& r, const Output& o) {
+  const auto best = twin::ranking(r);
+  if (o.json) {
+    print_json(r, best, o);
+  } else {
+    print_text(r, best, o);
+  }
+}
+
+void add_output_options(CLI::App* cmd, Output& o) {
+  cmd->add_option("--top", o.top, "Candidates shown, best first")->check(kPositive)->capture_default_str();
+  cmd->add_flag("--json", o.json, "Machine-readable ranking");
+}
+
+struct PlanOptions {
+  twin::PlanSpec spec;
+  Output output;
+  std::string out, shard;
+};
+
+}  // namespace
+
+Run add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto& s = o->spec;
+  auto* cmd = app.add_subcommand(
+      "plan", "Rank every T x K x D x micro-batch size x schedule x recompute way to train a model on N GPUs at a global batch");
+  cmd->add_option("--model", s.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
+  cmd->add_option("--hardware", s.hardware, "Hardware preset name or YAML file")->required();
+  cmd->add_option("--gpus,-n", s.gpus, "GPUs N = T x K x D")->required()->check(kPositive);
+  cmd->add_option("--global-batch,-b", s.global_batch, "Samples per step, all replicas: M x micro-batch size x D")
+      ->required()
+      ->check(kPositive);
+  cmd->add_option("--microbatch-sizes", s.microbatch_sizes, "Micro-batch sizes tried, comma-separated")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  std::vector<std::string> names;
+  for (const auto& g : schedule::generators()) names.emplace_back(g.name);
+  cmd->add_option("--schedules,-s", s.schedules, "Schedules tried, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+  cmd->add_option("--virtual,-v", s.virtual_stages,
+                  "V tried with the generators with several stages per rank (K x V at most the layers), comma-separated")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--recompute", s.recompute, "Recompute policies tried, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->capture_default_str();
+  cmd->add_option("--max-pp", s.max_pp, "K at most (default: the model's layers)")->check(kPositive);
+  cmd->add_flag("--also-without-sequence-parallel", s.also_without_sequence_parallel,
+                "With T > 1, try sequence parallelism off too (it is always tried on)");
+  cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--top-sim", s.top_sim,
+                  "The best N candidates' figures exact: those with contention (D > 1) among them replayed in SimGrid, in rounds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--jobs,-j", s.jobs, "Threads / SimGrid processes (default: cores)")->check(kPositive);
+  cmd->add_option("--shard", o->shard, "I/N: only the candidates whose index mod N is I (merge joins the parts)");
+  cmd->add_option("--out,-o", o->out, "Every evaluated candidate as CSV (pipetwin merge reads it)");
+  add_output_options(cmd, o->output);
+  return [o] {
+    if (!o->shard.empty()) std::tie(o->spec.shard, o->spec.shards) = twin::parse_shard(o->shard);
+    const auto result = twin::run_plan(o->spec);
+    if (!o->out.empty()) twin::write_plan_csv(o->out, result);
+    report(result, o->output);
+    return 0;
+  };
+}
+
+Run add_merge_command(CLI::App& app) {
+  struct MergeOptions {
+    std::string out;
+    std::vector<std::string> parts;
+    Output output;
+  };
+  auto o = std::make_shared<MergeOptions>();
+  auto* cmd = app.add_subcommand("merge", "Join the parts of a sharded plan (plan --shard I/N -o PART.csv) and rank them");
+  cmd->add_option("out", o->out, "The joined CSV")->required();
+  cmd->add_option("parts", o->parts, "Every part, one per shard")->required();
+  add_output_options(cmd, o->output);
+  return [o] {
+    const auto merged = twin::merge_plans(o->parts);
+    twin::write_plan_csv(o->out, merged);
+    report(merged, o->output);
+    return 0;
+  };
+}
+
+}  // namespace pipetwin::cli

@@ -1,0 +1,183 @@
+// `pipetwin plan` and `pipetwin merge` as a user runs them, and the sweep's
+// T and D columns.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "schedule/io.hpp"
+#include "tests/support/shell.hpp"
+
+namespace {
+
+using pipetwin::test::has;
+using pipetwin::test::Result;
+using pipetwin::test::run_shell;
+using nlohmann::json;
+
+const std::string kTiny = std::string(PIPETWIN_TEST_DATA_DIR) + "/tiny-llm.yaml";
+const std::string kPlan = "plan --model " + kTiny + " --hardware dgx-a100-80gb --gpus 16 --global-batch 64 ";
+
+Result run(const std::string& args) { return run_shell(std::string(PIPETWIN_BINARY) + " " + args + " 2>&1"); }
+Result run_stdout(const std::string& args) { return run_shell(std::string(PIPETWIN_BINARY) + " " + args + " 2>/dev/null"); }
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> cells_of(const std::string& line) {
+  std::vector<std::string> cells;
+  std::istringstream in(line);
+  for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
+  return cells;
+}
+
+class Plan : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = pipetwin::test::scratch_dir("plan", ::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+  void TearDown() override { pipetwin::test::remove_tree(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Plan, RanksTheCandidatesThatFitByThroughput) {
+  const auto r = run_stdout(kPlan + "--top-sim 2 --top 1000 --json -o " + path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  const auto& top = j["top"];
+  ASSERT_GT(top.size(), 10u) << r.out;
+  EXPECT_EQ(top.size(), j["candidates"]["fit"].get<std::size_t>());
+  EXPECT_EQ(j["engines"]["simgrid"].get<int>() + j["engines"]["fast"].get<int>() + j["engines"]["fast_bound"].get<int>(),
+            j["candidates"]["fit"].get<int>());
+  // The best --top-sim 2 are exact: SimGrid where they have contention.
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_NE(top[i]["engine"], "fast-bound") << top[i];
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    const auto& c = top[i];
+    EXPECT_GE(c["why"]["memory_headroom_gb"].get<double>(), 0) << c;
+    EXPECT_EQ(c["tensor"].get<int>() * c["pipeline"].get<int>() * c["data"].get<int>(), 16) << c;
+    EXPECT_EQ(c["microbatches"].get<int>() * c["microbatch_size"].get<int>() * c["data"].get<int>(), 64) << c;
+    EXPECT_NEAR(c["tokens_per_s"].get<double>(), 512 * c["throughput_samples_per_s"].get<double>(), 1e-6 * c["tokens_per_s"].get<double>());
+    if (i > 0) {
+      EXPECT_GE(top[i - 1]["throughput_samples_per_s"].get<double>(), c["throughput_samples_per_s"].get<double>());
+    }
+  }
+  // Every candidate in the CSV, the ranked ones among them with their figures.
+  const auto csv = lines_of(pipetwin::schedule::read_file(path("p.csv")));
+  ASSERT_GE(csv.size(), 3u);
+  EXPECT_EQ(csv.size() - 3, j["candidates"]["evaluated"].get<std::size_t>());
+  EXPECT_EQ(j["candidates"]["evaluated"], j["candidates"]["enumerated"]);
+  // The text form: a header, the best five, each with why.
+  const auto text = run(kPlan + "--top-sim 2");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_TRUE(has(text.out, "TFLOP/s/GPU")) << text.out;
+  int why = 0;
+  for (const auto& line : lines_of(text.out)) why += has(line, "    why: bubble ");
+  EXPECT_EQ(why, 5) << text.out;
+}
+
+TEST_F(Plan, LeavesOutAndCountsTheCandidatesThatDoNotFit) {
+  // GPT 1.7B on one A100: micro-batches of 16 and 32 sequences overflow its 80 GB.
+  const std::string gpt = std::string(PIPETWIN_EXAMPLES_DIR) + "/gpt-1.7b.yaml";
+  const auto r = run_stdout("plan --model " + gpt + " --hardware dgx-a100-80gb --gpus 1 --global-batch 32 --microbatch-sizes 4,16,32 --json -o " +
+                            path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  EXPECT_EQ(j["candidates"]["out_of_memory"].get<int>(), 4) << r.out;
+  EXPECT_EQ(j["candidates"]["fit"].get<int>(), 2) << r.out;
+  ASSERT_EQ(j["top"].size(), 2u) << r.out;
+  for (const auto& c : j["top"]) {
+    EXPECT_GE(c["why"]["memory_headroom_gb"].get<double>(), 0) << c;
+    EXPECT_EQ(c["microbatch_size"], 4) << c;
+  }
+  int oom = 0;
+  for (const auto& line : lines_of(pipetwin::schedule::read_file(path("p.csv")))) oom += has(line, ",oom,");
+  EXPECT_EQ(oom, j["candidates"]["out_of_memory"].get<int>());
+  // Llama 3 70B on one GPU: nothing fits; said, and counted.
+  const auto none = run("plan --model " + std::string(PIPETWIN_SOURCE_DIR) +
+                        "/tests/models/data/llama-3-70b.json --hardware dgx-a100-80gb --gpus 1 --global-batch 4");
+  ASSERT_EQ(none.code, 0) << none.out;
+  EXPECT_TRUE(has(none.out, "0 fit, 6 out of memory")) << none.out;
+  EXPECT_TRUE(has(none.out, "no candidate fits in memory")) << none.out;
+}
+
+TEST_F(Plan, ShardsMergedAreThePlan) {
+  const std::string args = kPlan + "--max-pp 4 --top-sim 1000 --json --top 1000";
+  const auto whole = run_stdout(args + " -o " + path("whole.csv"));
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  std::string parts;
+  for (int i = 0; i < 3; ++i) {
+    const auto part = path("part-" + std::to_string(i) + ".csv");
+    const auto r = run_stdout(args + " --shard " + std::to_string(i) + "/3 -o " + part);
+    ASSERT_EQ(r.code, 0) << r.out;
+    parts += " " + part;
+  }
+  const auto merged = run_stdout("merge --json --top 1000 " + path("merged.csv") + parts);
+  ASSERT_EQ(merged.code, 0) << merged.out;
+  EXPECT_EQ(pipetwin::schedule::read_file(path("merged.csv")), pipetwin::schedule::read_file(path("whole.csv")));
+  auto a = json::parse(whole.out), b = json::parse(merged.out);
+  EXPECT_EQ(a["top"], b["top"]);
+  EXPECT_EQ(a["candidates"], b["candidates"]);
+  EXPECT_EQ(a["inputs"], b["inputs"]);
+  // With the default --top-sim 8 a shard replays more than the whole plan does,
+  // but the best eight are exact in both, so they rank the same.
+  const std::string few = kPlan + "--max-pp 4 --json --top 8";
+  const auto whole8 = run_stdout(few);
+  std::string parts8;
+  for (int i = 0; i < 3; ++i) {
+    const auto part = path("p8-" + std::to_string(i) + ".csv");
+    ASSERT_EQ(run_stdout(few + " --shard " + std::to_string(i) + "/3 -o " + part).code, 0);
+    parts8 += " " + part;
+  }
+  const auto merged8 = run_stdout("merge --json --top 8 " + path("merged8.csv") + parts8);
+  ASSERT_EQ(merged8.code, 0) << merged8.out;
+  EXPECT_EQ(json::parse(whole8.out)["top"], json::parse(merged8.out)["top"]);
+  // A part of a plan with other inputs, a missing part, a part twice: refused, naming the file, nothing written.
+  ASSERT_EQ(run_stdout(kPlan + "--max-pp 2 --top-sim 0 --shard 2/3 -o " + path("other.csv")).code, 0);
+  const auto other = run("merge " + path("o.csv") + " " + path("part-0.csv") + " " + path("part-1.csv") + " " + path("other.csv"));
+  EXPECT_EQ(other.code, 1) << other.out;
+  EXPECT_TRUE(has(other.out, path("other.csv") + ": a part of another plan")) << other.out;
+  const auto missing = run("merge " + path("o.csv") + " " + path("part-0.csv") + " " + path("part-2.csv"));
+  EXPECT_EQ(missing.code, 1) << missing.out;
+  EXPECT_TRUE(has(missing.out, "shard 1/3 missing")) << missing.out;
+  const auto twice = run("merge " + path("o.csv") + parts + " " + path("part-1.csv"));
+  EXPECT_EQ(twice.code, 1) << twice.out;
+  EXPECT_TRUE(has(twice.out, path("part-1.csv") + ": shard 1/3 again")) << twice.out;
+  EXPECT_FALSE(std::filesystem::exists(path("o.csv")));
+}
+
+TEST_F(Plan, SweepRowsCarryTensorAndData) {
+  const std::string sweep = "sweep --model " + kTiny + " --hardware dgx-a100-80gb -k 1,2 -m 2,4 -s 1f1b,gpipe -j 2 ";
+  ASSERT_EQ(run(sweep + "--out " + path("plain.csv")).code, 0);
+  const auto r = run(sweep + "-t 1,2 -d 1,2 --out " + path("td.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto plain = lines_of(pipetwin::schedule::read_file(path("plain.csv")));
+  const auto td = lines_of(pipetwin::schedule::read_file(path("td.csv")));
+  ASSERT_EQ(plain.size(), 1u + 8);
+  ASSERT_EQ(td.size(), 1u + 8 * 4);
+  EXPECT_TRUE(has(td[0], ",reason,tensor,data")) << td[0];
+  std::vector<std::string> ones;
+  int by_td[3][3] = {};
+  for (std::size_t i = 1; i < td.size(); ++i) {
+    const auto cells = cells_of(td[i]);
+    ASSERT_EQ(cells.size(), 15u) << td[i];
+    const int t = std::stoi(cells[13]), d = std::stoi(cells[14]);
+    ASSERT_TRUE((t == 1 || t == 2) && (d == 1 || d == 2)) << td[i];
+    ++by_td[t][d];
+    EXPECT_EQ(cells[6], "ok") << td[i];
+    // The batch column: M x micro-batch size (1) x D.
+    EXPECT_EQ(std::stoi(cells[5]), std::stoi(cells[4]) * d) << td[i];
+    if (t == 1 && d == 1) ones.push_back(td[i]);
+  }
+  EXPECT_EQ(by_td[1][1] + by_td[1][2] + by_td[2][1] + by_td[2][2], 32);
+  EXPECT_EQ(by_td[2][2], 8);
+  ASSERT_EQ(ones.size(), 8u);
+  for (std::size_t i = 0; i < ones.size(); ++i) EXPECT_EQ(ones[i], plain[i + 1]) << "T = D = 1 differs from the sweep without -t/-d";
+}

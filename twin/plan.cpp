@@ -1,0 +1,282 @@
+// run_plan: the enumeration, the evaluator's pass on threads, SimGrid's pass
+// in child processes, and each candidate's figures.
+#include "twin/plan.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "models/contention.hpp"
+#include "models/layer_graph.hpp"
+#include "models/partition.hpp"
+#include "models/stage_table.hpp"
+#include "models/summary.hpp"
+#include "schedule/dry_run.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/io.hpp"
+#include "twin/plan_parts.hpp"
+#include "twin/scenario.hpp"
+
+namespace pipetwin::twin {
+namespace {
+
+std::string fnv(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// A spec file by its contents (the same file elsewhere on another machine is
+// the same input), a preset by its name.
+std::string input_id(const std::string& spec) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(spec, ec)) return spec + " (preset)";
+  return std::filesystem::path(spec).filename().string() + " (contents " + fnv(schedule::read_file(spec)) + ")";
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ",") + w;
+  return out;
+}
+
+std::string joined(const std::vector<int>& numbers) {
+  std::vector<std::string> words;
+  for (const int n : numbers) words.push_back(std::to_string(n));
+  return joined(words);
+}
+
+bool has_virtual_stages(const std::string& schedule) {
+  for (const auto& g : schedule::generators()) {
+    if (g.name == schedule) return g.virtual_stages;
+  }
+  return false;
+}
+
+// T: powers of two up to a cluster node's GPUs (1 on other topologies) that
+// divide N, the attention heads and the hidden size, where every layer splits.
+std::vector<int> tensor_degrees(const models::Model& model, const models::Hardware& hw, int gpus) {
+  const int limit = hw.topology.kind == models::TopologyKind::Cluster ? hw.topology.devices_per_host : 1;
+  bool splits = true;
+  std::int64_t heads = 0, hidden = 0;
+  for (const auto& layer : model.layers) {
+    splits = splits && layer.cost.tensor_split;
+    if (layer.shape.heads > 0) heads = layer.shape.heads, hidden = layer.shape.d_model;
+  }
+  std::vector<int> out{1};
+  for (int t = 2; t <= limit && splits; t *= 2) {
+    if (gpus % t != 0 || (heads > 0 && (heads % t != 0 || hidden % t != 0))) continue;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// The schedules' (name, V) pairs for K ranks.
+std::vector<std::pair<std::string, int>> schedule_shapes(const PlanSpec& o, int ranks, int layers) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& s : o.schedules) {
+    if (!has_virtual_stages(s)) {
+      out.emplace_back(s, 1);
+      continue;
+    }
+    if (ranks == 1) continue;  // V stages on one rank: the same work, more cuts
+    for (const int v : o.virtual_stages) {
+      if (static_cast<std::int64_t>(ranks) * v <= layers) out.emplace_back(s, v);
+    }
+  }
+  return out;
+}
+
+void add_variants(const PlanSpec& o, Candidate c, std::vector<Candidate>& out) {
+  std::vector<bool> sp{c.tensor > 1};
+  if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
+  std::vector<bool> zero{false};
+  if (c.data > 1) zero.push_back(true);
+  for (const auto& r : o.recompute) {
+    for (const bool s : sp) {
+      for (const bool z : zero) {
+        c.recompute = r;
+        c.sequence_parallel = s;
+        c.zero1 = z;
+        c.index = out.size();
+        out.push_back(c);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Model& model, const models::Hardware& hw) {
+  const int n = static_cast<int>(model.layers.size());
+  const int max_k = o.max_pp > 0 ? std::min(o.max_pp, n) : n;
+  std::vector<Candidate> out;
+  for (const int t : tensor_degrees(model, hw, o.gpus)) {
+    for (int k = 1; k <= max_k && k <= o.gpus / t; ++k) {
+      if ((o.gpus / t) % k != 0) continue;
+      const int d = o.gpus / (t * k);
+      for (const int b : o.microbatch_sizes) {
+        const std::int64_t per_microbatch = static_cast<std::int64_t>(d) * b;
+        if (o.global_batch % per_microbatch != 0) continue;
+        const int m = static_cast<int>(o.global_batch / per_microbatch);
+        for (const auto& [schedule, v] : schedule_shapes(o, k, n)) {
+          if (v > 1 && m < k) continue;  // interleaving needs a micro-batch per rank in flight
+          Candidate c;
+          c.schedule = schedule;
+          c.tensor = t, c.pipeline = k, c.data = d, c.virtual_stages = v, c.microbatches = m, c.microbatch_size = b;
+          add_variants(o, c, out);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string plan_fingerprint(const std::string& description) { return fnv(description); }
+
+std::string describe_plan(const PlanSpec& o, const models::Model& model) {
+  return model.name + " [" + input_id(o.model) + "] on " + input_id(o.hardware) + ", " + std::to_string(o.gpus) +
+         " GPUs, global batch " + std::to_string(o.global_batch) + "; micro-batch sizes " + joined(o.microbatch_sizes) +
+         "; schedules " + joined(o.schedules) + "; V " + joined(o.virtual_stages) + "; recompute " + joined(o.recompute) +
+         "; max-pp " + (o.max_pp > 0 ? std::to_string(o.max_pp) : "any") + "; sequence parallel " +
+         (o.also_without_sequence_parallel ? "on and off" : "on") + "; optimizer " + o.optimizer + "; top-sim " +
+         std::to_string(o.top_sim);
+}
+
+ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
+  ScenarioSpec s;
+  s.schedule = c.schedule;
+  s.ranks = c.pipeline;
+  s.microbatches = c.microbatches;
+  s.virtual_stages = c.virtual_stages;
+  s.batch = o.global_batch;
+  s.recompute = c.recompute;
+  s.partition = "auto";
+  s.optimizer = o.optimizer;
+  s.tensor_parallel = c.tensor;
+  s.data_parallel = c.data;
+  s.sequence_parallel = c.sequence_parallel;
+  s.shard_optimizer = c.zero1;
+  return s;
+}
+
+namespace {
+
+// The data-parallel reduction's exposed time: on the rank whose step ends
+// last, from the end of its last backward to that end, less its optimizer steps.
+double exposed_reduction_s(const schedule::Timeline& timeline) {
+  double end = -1, exposed = 0;
+  for (const auto& rank : timeline.ranks) {
+    if (rank.empty() || rank.back().end <= end) continue;
+    end = rank.back().end;
+    double last_backward = 0, steps = 0;
+    for (const auto& a : rank) {
+      const auto op = a.action.op;
+      if (op == schedule::Op::B || op == schedule::Op::W || op == schedule::Op::I) last_backward = std::max(last_backward, a.end);
+    }
+    for (const auto& a : rank) {
+      if (a.action.op == schedule::Op::STEP && a.start >= last_backward) steps += a.end - a.start;
+    }
+    exposed = std::max(0.0, end - last_backward - steps);
+  }
+  return exposed;
+}
+
+// The slowest rank's tensor-parallel collectives per step.
+double tp_collectives_s(const Scenario& sc) {
+  const auto& p = sc.program;
+  std::vector<double> per_rank(p.num_ranks, 0);
+  for (int s = 0; s < p.num_stages(); ++s) {
+    const auto [i, j] = p.partition.at(s);
+    per_rank[p.rank_of(schedule::StageId{s}).value] += sc.costs->tp_collective_s(i, j, s) * p.num_microbatches;
+  }
+  return *std::max_element(per_rank.begin(), per_rank.end());
+}
+
+double headroom_gb(const models::RunSummary& s) {
+  double least = 1e300;
+  if (!s.rank_memory.empty()) {
+    for (const auto& r : s.rank_memory) least = std::min(least, r.capacity_bytes - r.peak_bytes);
+  } else {
+    for (const auto& m : s.memory) least = std::min(least, m.capacity_bytes - m.peak_bytes);
+  }
+  return least / 1e9;
+}
+
+}  // namespace
+
+void set_figures(Candidate& c, const Scenario& sc, const schedule::Timeline& timeline, const std::string& engine,
+                 const ModelRates& rates) {
+  const auto s = models::summarize(timeline, sc.samples, *sc.costs, sc.program.partition, engine, &sc.program);
+  c.engine = engine;
+  c.step_s = s.step_time_s;
+  c.samples_per_s = s.throughput;
+  c.tokens_per_s = s.throughput * rates.tokens_per_sample;
+  c.tflops_per_gpu = rates.flops_per_sample * s.throughput / sc.program.num_devices() / 1e12;
+  c.bubble = s.bubble;
+  c.tp_comm_s = tp_collectives_s(sc);
+  c.dp_exposed_s = sc.program.data_parallel > 1 ? exposed_reduction_s(timeline) : 0;
+  c.headroom_gb = headroom_gb(s);
+  c.status = s.fits() ? "ok" : "oom";
+  c.reason = s.fits() ? "" : "does not fit: " + std::to_string(-c.headroom_gb) + " GB over on its fullest rank";
+}
+
+ModelRates model_rates(const models::Model& model) {
+  ModelRates r;
+  for (const auto& layer : model.layers) {
+    r.flops_per_sample += layer.cost.forward_flops + layer.cost.backward_flops();
+    if (r.tokens_per_sample == 0 && layer.shape.seq_len > 0) r.tokens_per_sample = static_cast<double>(layer.shape.seq_len);
+  }
+  return r;
+}
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  int i = -1, n = 0;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    std::size_t used = 0;
+    i = std::stoi(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("trailing");
+    n = std::stoi(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw Error("--shard '" + text + "' is not I/N (shard I of N, 0 <= I < N)");
+  }
+  if (n < 1 || i < 0 || i >= n) throw Error("--shard " + text + ": I must be at least 0 and below N (shard I of N)");
+  return {i, n};
+}
+
+std::size_t PlanResult::count(std::string_view status) const {
+  return static_cast<std::size_t>(
+      std::count_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.status == status; }));
+}
+
+std::size_t PlanResult::count_engine(std::string_view engine) const {
+  return static_cast<std::size_t>(std::count_if(candidates.begin(), candidates.end(), [&](const Candidate& c) {
+    return c.status == "ok" && c.engine == engine;
+  }));
+}
+
+std::vector<const Candidate*> ranking(const PlanResult& result) {
+  std::vector<const Candidate*> out;
+  for (const auto& c : result.candidates) {
+    if (c.status == "ok") out.push_back(&c);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate* a, const Candidate* b) {
+    if (a->samples_per_s != b->samples_per_s) return a->samples_per_s > b->samples_per_s;
+    return a->index < b->index;
+  });
+  return out;
+}
+
+}  // namespace pipetwin::twin

@@ -1,0 +1,97 @@
+// The plan: every way to train a model on N GPUs with a global batch B, as
+// T (tensor) x K (pipeline) x D (data) with a micro-batch size b, M = B /
+// (D x b) micro-batches, a schedule (and its V), a recompute policy, ZeRO-1
+// and sequence parallelism; each candidate predicted, the ones that do not
+// fit in memory counted and left out, the rest ranked by throughput.
+//
+// Two passes: the timed evaluator (schedule/dry_run) answers every
+// candidate; it is exact where the configuration provably has no contention
+// (models/contention). The others (D > 1: the evaluator does not time the
+// data-parallel reductions, and they share links) are an upper bound there;
+// those among the best `top_sim` are replayed in SimGrid, in child
+// processes, in rounds (a replayed figure only falls, which may bring others
+// up) until the best `top_sim` hold none: their figures, and so the ranking's
+// first `top_sim`, are exact. The rest keep the evaluator's bound, and say so.
+// Upper bounds outside them do not change which are the best `top_sim`, so
+// the parts of a sharded plan, merged, rank the same first `top_sim`.
+//
+// The enumeration is deterministic: a candidate's index names it, so that
+// shard I of N (the candidates whose index mod N is I) can run on its own
+// machine and `merge` joins the parts (twin/plan_csv.cpp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipetwin::twin {
+
+struct PlanSpec {
+  std::string model, hardware;       // model spec file; preset or file
+  int gpus = 0, global_batch = 0;    // N, B
+  int max_pp = 0;                    // K at most (0: the model's layers)
+  std::vector<int> microbatch_sizes{1, 2, 4, 8};
+  std::vector<std::string> schedules{"1f1b", "interleaved-1f1b"};
+  std::vector<int> virtual_stages{2, 4};  // V of the generators with several stages per rank
+  std::vector<std::string> recompute{"none", "full"};
+  bool also_without_sequence_parallel = false;  // where T > 1 (it is always tried on)
+  std::string optimizer = "adam";
+  int top_sim = 8, jobs = 0;  // jobs 0: the cores
+  int shard = 0, shards = 1;
+};
+
+// What a figure's engine was.
+//   fast        the evaluator, exact (no contention)
+//   simgrid     the SimGrid replay
+//   fast-bound  the evaluator, reductions and contention not timed (an upper
+//               bound: not among the best top_sim)
+struct Candidate {
+  std::size_t index = 0;
+  std::string schedule, recompute;
+  int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1, microbatch_size = 1;
+  bool sequence_parallel = false, zero1 = false;
+  // Its prediction. status: ok, oom (does not fit: left out of the
+  // ranking), error (cannot be built or run: the reason says why).
+  std::string status, engine, reason;
+  double step_s = 0, samples_per_s = 0, tokens_per_s = 0, tflops_per_gpu = 0, bubble = 0;
+  // Why: the slowest rank's tensor-parallel collectives per step (its
+  // micro-batches' forward, backward and recompute), the data-parallel
+  // reduction's exposed time (on the rank that ends the step: from its last
+  // backward to the step's end, less its optimizer step), and the memory
+  // headroom (the least over the ranks of capacity - peak).
+  double tp_comm_s = 0, dp_exposed_s = 0, headroom_gb = 0;
+  bool needs_simgrid = false;  // the evaluator found contention (not written)
+};
+
+struct PlanResult {
+  std::string fingerprint, description;  // of the inputs: shards of one plan share them
+  int shard = 0, shards = 1;
+  std::size_t enumerated = 0;            // the full enumeration's candidates
+  std::vector<Candidate> candidates;     // this shard's, in index order
+  double wall_s = 0;
+  std::size_t count(std::string_view status) const;
+  std::size_t count_engine(std::string_view engine) const;  // of the ok ones
+};
+
+// Throws pipetwin::Error naming the option at fault (an unknown model or
+// hardware, N or B that no candidate splits, a bad shard).
+PlanResult run_plan(const PlanSpec& spec);
+
+// The ok candidates, best first (throughput, then index).
+std::vector<const Candidate*> ranking(const PlanResult& result);
+
+// "I/N" -> {I, N}; throws pipetwin::Error naming --shard.
+std::pair<int, int> parse_shard(const std::string& text);
+
+// The results CSV: two comment lines (the inputs' fingerprint and
+// description; the shard and the enumeration's size), a header, one row per
+// candidate. Written through a temporary and a rename.
+void write_plan_csv(const std::string& path, const PlanResult& result);
+PlanResult read_plan_csv(const std::string& path);  // throws naming the file and line
+// The parts of one plan joined (as shard 0/1); refused, naming the file, when
+// they come from other inputs, repeat a shard, lack one or count shards
+// differently.
+PlanResult merge_plans(const std::vector<std::string>& paths);
+
+}  // namespace pipetwin::twin
