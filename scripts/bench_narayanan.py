@@ -117,80 +117,63 @@ def tflops(r, step):
     return paper_flops(r) / step / r["gpus"] / 1e12
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pipetwin", default=os.path.join(ROOT, "build", "cli", "pipetwin"))
-    ap.add_argument("--rows", default=os.path.join(ROOT, "bench", "narayanan-sc21.csv"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "narayanan"))
-    ap.add_argument("--calibrate", default="1.7B,18.4B,145.6B", help="rows fitted (names as in the table)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    table = rows(a.rows)
-    names = [r["name"] for r in table]
-    fitted = a.calibrate.split(",")
-    for n in fitted:
-        if n not in names:
-            sys.exit("bench_narayanan: --calibrate names row %s, not in %s (%s)" % (n, a.rows, ", ".join(names)))
-    models = {r["name"]: write_model(r, a.out) for r in table}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs)
+class Bench:
+    def __init__(self, args, table):
+        self.a, self.table = args, table
+        self.models = {r["name"]: write_model(r, args.out) for r in table}
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
 
-    def run_all(jobs):
-        futures = [pool.submit(simulate, a.pipetwin, models[r["name"]], hw, r, b, v) for (r, hw, b, v) in jobs]
+    def run_all(self, jobs):
+        futures = [self.pool.submit(simulate, self.a.pipetwin, self.models[r["name"]], hw, r, b, v)
+                   for (r, hw, b, v) in jobs]
         return [f.result() for f in futures]
 
-    # 1. Each row's (b, V): the fastest the preset's own curve predicts, among those that fit.
-    preset_hw = os.path.join(a.out, "selene-preset.yaml")
-    with open(preset_hw, "w") as f:
-        f.write("preset: selene\n")
-    jobs = [(r, preset_hw, b, v) for r in table for (b, v) in choices(r)]
-    results = run_all(jobs)
-    best = {}
-    for (r, _, b, v), res in zip(jobs, results):
-        if "error" in res or not res["fits"]:
-            continue
-        if r["name"] not in best or res["step"] < best[r["name"]][2]:
-            best[r["name"]] = (b, v, res["step"])
-    for r in table:
-        if r["name"] not in best:
-            sys.exit("bench_narayanan: no micro-batch size and V of row %s fits in memory" % r["name"])
-    print("shapes (the preset's fastest that fit): " +
-          ", ".join("%s b=%d V=%d" % (n, best[n][0], best[n][1]) for n in names))
+    def shapes(self):
+        """Each row's (b, V): the fastest the preset's own curve predicts, among those that fit."""
+        preset_hw = os.path.join(self.a.out, "selene-preset.yaml")
+        with open(preset_hw, "w") as f:
+            f.write("preset: selene\n")
+        jobs = [(r, preset_hw, b, v) for r in self.table for (b, v) in choices(r)]
+        best = {}
+        for (r, _, b, v), res in zip(jobs, self.run_all(jobs)):
+            if "error" in res or not res["fits"]:
+                continue
+            if r["name"] not in best or res["step"] < best[r["name"]][2]:
+                best[r["name"]] = (b, v, res["step"])
+        for r in self.table:
+            if r["name"] not in best:
+                sys.exit("bench_narayanan: no micro-batch size and V of row %s fits in memory" % r["name"])
+        return best
 
-    # 2. Fit (max, half) on the calibration rows: step = a / max + c for each half.
-    cal = [r for r in table if r["name"] in fitted]
-    halves = [10 ** e for e in (8, 9, 9.5, 10, 10.5, 11, 11.5, 12)]
-    fits = []
-    for half in halves:
-        jobs = []
-        for r in cal:
-            b, v, _ = best[r["name"]]
-            jobs += [(r, write_hardware(a.out, 1.0, half), b, v), (r, write_hardware(a.out, 0.5, half), b, v)]
-        res = run_all(jobs)
-        if any("error" in x for x in res):
-            continue
-        lines = []
-        for i, r in enumerate(cal):
-            t1, t2 = res[2 * i]["step"], res[2 * i + 1]["step"]
-            lines.append((r, t1 - (t2 - t1), t2 - t1))  # step(max) = c + a / max with a = t2 - t1 (max 1/2 doubles a)
-        # Least squares on log(step) over max in (0, 1]: a golden-section search (one minimum: every step decreases in max).
-        def err(mx):
-            return sum((math.log((c + aa / mx) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"])))) ** 2
-                       for r, c, aa in lines)
-        lo, hi = 0.05, 1.0
-        for _ in range(60):
-            m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
-            lo, hi = (lo, m2) if err(m1) < err(m2) else (m1, hi)
-        mx = (lo + hi) / 2
-        fits.append((err(mx), mx, half))
-    if not fits:
-        sys.exit("bench_narayanan: no calibration simulation succeeded")
-    _, eff_max, half = min(fits)
-    print("calibrated on %s: max %.4f, half_flops %.3g" % (", ".join(fitted), eff_max, half))
+    def fit(self, cal, best):
+        """(max, half) of least squared log error on the rows `cal`: step = c + a / max for each half."""
+        fits = []
+        for half in [10 ** e for e in (8, 9, 9.5, 10, 10.5, 11, 11.5, 12)]:
+            jobs = []
+            for r in cal:
+                b, v, _ = best[r["name"]]
+                jobs += [(r, write_hardware(self.a.out, 1.0, half), b, v), (r, write_hardware(self.a.out, 0.5, half), b, v)]
+            res = self.run_all(jobs)
+            if any("error" in x for x in res):
+                continue
+            # max 1/2 doubles a: a = t(1/2) - t(1), c = t(1) - a.
+            lines = [(r, 2 * res[2 * i]["step"] - res[2 * i + 1]["step"], res[2 * i + 1]["step"] - res[2 * i]["step"])
+                     for i, r in enumerate(cal)]
 
-    # 3. Every row with the fitted curve.
-    hw = write_hardware(a.out, eff_max, half)
-    final = run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table])
+            def err(mx):
+                return sum(math.log((c + aa / mx) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"]))) ** 2
+                           for r, c, aa in lines)
+            lo, hi = 0.05, 1.0  # golden section: the error has one minimum, every step falling with max
+            for _ in range(60):
+                m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+                lo, hi = (lo, m2) if err(m1) < err(m2) else (m1, hi)
+            fits.append((err((lo + hi) / 2), (lo + hi) / 2, half))
+        if not fits:
+            sys.exit("bench_narayanan: no calibration simulation succeeded")
+        return min(fits)[1:]
+
+
+def report(table, final, best, fitted):
     print()
     print("| model | T | K | D | GPUs | batch | b | V | paper TFLOP/s | predicted | error | role | sim wall s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -211,6 +194,31 @@ def main():
         print()
         print("predicted rows: median error %.1f%%, worst %.1f%% (%d rows)" % (
             100 * statistics.median(errors), 100 * max(errors), len(errors)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pipetwin", default=os.path.join(ROOT, "build", "cli", "pipetwin"))
+    ap.add_argument("--rows", default=os.path.join(ROOT, "bench", "narayanan-sc21.csv"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "narayanan"))
+    ap.add_argument("--calibrate", default="1.7B,18.4B,145.6B", help="rows fitted (names as in the table)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    table = rows(a.rows)
+    names = [r["name"] for r in table]
+    fitted = a.calibrate.split(",")
+    for n in fitted:
+        if n not in names:
+            sys.exit("bench_narayanan: --calibrate names row %s, not in %s (%s)" % (n, a.rows, ", ".join(names)))
+    bench = Bench(a, table)
+    best = bench.shapes()
+    print("shapes (the preset's fastest that fit): " +
+          ", ".join("%s b=%d V=%d" % (n, best[n][0], best[n][1]) for n in names))
+    eff_max, half = bench.fit([r for r in table if r["name"] in fitted], best)
+    print("calibrated on %s: max %.4f, half_flops %.3g" % (", ".join(fitted), eff_max, half))
+    hw = write_hardware(a.out, eff_max, half)
+    report(table, bench.run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table]), best, fitted)
 
 
 if __name__ == "__main__":
