@@ -22,7 +22,8 @@ comes from a simulation with the fitted curve itself.
 A row's micro-batch size b and V (stages per rank) are the paper's
 unpublished choices: for each row the twin takes the (b, V) it predicts
 fastest with the preset's own curve, before calibrating (what `pipetwin plan`
-would answer), among b in {1, 2, 4} and V in {1, 2, 4} (V 1 where K = 1).
+would answer), among b in {1, 2, 4} and, where K > 1, the interleavings the
+paper ran (V > 1 dividing the layers per rank, as Megatron-LM requires).
 """
 import argparse
 import concurrent.futures
@@ -101,14 +102,19 @@ def simulate(pipetwin, model, hardware, r, b, v):
 
 
 def choices(r):
+    """The (b, V) a row may take: b in {1, 2, 4}; V, where K > 1, the interleaving the paper
+    ran, each stage holding the same number of layers (V divides layers / K, Megatron's rule;
+    V > 1) and M a multiple of K (its interleaved schedule's)."""
     out = []
     for b in (1, 2, 4):
         if r["batch"] % (r["d"] * b):
             continue
         m = r["batch"] // (r["d"] * b)
-        for v in ((1, 2, 4) if r["k"] > 1 else (1,)):
-            if r["l"] < r["k"] * v or (v > 1 and m % r["k"]):
-                continue  # a stage needs a layer; Megatron's interleaving needs M a multiple of K
+        per_rank = r["l"] // r["k"] if r["l"] % r["k"] == 0 else 0
+        vs = [v for v in range(2, per_rank + 1) if per_rank % v == 0] if r["k"] > 1 else [1]
+        for v in vs:
+            if v > 1 and m % r["k"]:
+                continue
             out.append((b, v))
     return out
 

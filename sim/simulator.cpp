@@ -350,7 +350,11 @@ ps::Timeline simulate_here(const SimInput& in) {
   // tighter, so that the replay agrees with the closed forms to 1e-9 relative.
   engine.set_config("surf/precision:1e-14");
   engine.set_config("maxmin/precision:1e-9");
+  // PIPETWIN_SIM_PROFILE=FILE: where the replay's time goes, appended to FILE.
+  const char* profile = std::getenv("PIPETWIN_SIM_PROFILE");
+  const auto t0 = std::chrono::steady_clock::now();
   const auto hosts = build_platform(in.topology, p);
+  const auto t1 = std::chrono::steady_clock::now();
   const int D = p.data_parallel, K = p.num_ranks;
 
   // One actor per pipeline rank of each data-parallel replica (a tensor-
@@ -383,7 +387,22 @@ ps::Timeline simulate_here(const SimInput& in) {
       });
     }
   }
+  const auto t2 = std::chrono::steady_clock::now();
   engine.run();
+  if (profile) {
+    const auto t3 = std::chrono::steady_clock::now();
+    const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    std::size_t actions = 0;
+    for (const auto& rank : p.ranks) actions += rank.size();
+    if (FILE* f = std::fopen(profile, "a")) {
+      std::fprintf(f,
+                   "actors %d (K %d x D %d), actions %zu per replica, %zu in all; platform %.3f s (%zu hosts, "
+                   "%zu links), actors %.3f s, replay %.3f s (%.2f us per action)\n",
+                   K * D, K, D, actions, actions * D, secs(t0, t1), hosts.size(), engine.get_link_count(),
+                   secs(t1, t2), secs(t2, t3), 1e6 * secs(t2, t3) / std::max<double>(1, actions * D));
+      std::fclose(f);
+    }
+  }
   std::string blocked;
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < K; ++r) {
