@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -330,6 +331,23 @@ ps::Timeline decode(const std::string& in) {
   return t;
 }
 
+// PIPETWIN_SIM_PROFILE's line: the replay's phases at times t[0..3].
+void write_profile(const char* file, const ps::Program& p, const std::array<std::chrono::steady_clock::time_point, 4>& t,
+                   std::size_t hosts, std::size_t links) {
+  const auto secs = [&](int a, int b) { return std::chrono::duration<double>(t[b] - t[a]).count(); };
+  const int K = p.num_ranks, D = p.data_parallel;
+  std::size_t actions = 0;
+  for (const auto& rank : p.ranks) actions += rank.size();
+  if (FILE* f = std::fopen(file, "a")) {
+    std::fprintf(f,
+                 "actors %d (K %d x D %d), actions %zu per replica, %zu in all; platform %.3f s (%zu hosts, "
+                 "%zu links), actors %.3f s, replay %.3f s (%.2f us per action)\n",
+                 K * D, K, D, actions, actions * D, secs(0, 1), hosts, links, secs(1, 2), secs(2, 3),
+                 1e6 * secs(2, 3) / std::max<double>(1, static_cast<double>(actions) * D));
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 
 ps::Timeline simulate_here(const SimInput& in) {
@@ -390,18 +408,7 @@ ps::Timeline simulate_here(const SimInput& in) {
   const auto t2 = std::chrono::steady_clock::now();
   engine.run();
   if (profile) {
-    const auto t3 = std::chrono::steady_clock::now();
-    const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-    std::size_t actions = 0;
-    for (const auto& rank : p.ranks) actions += rank.size();
-    if (FILE* f = std::fopen(profile, "a")) {
-      std::fprintf(f,
-                   "actors %d (K %d x D %d), actions %zu per replica, %zu in all; platform %.3f s (%zu hosts, "
-                   "%zu links), actors %.3f s, replay %.3f s (%.2f us per action)\n",
-                   K * D, K, D, actions, actions * D, secs(t0, t1), hosts.size(), engine.get_link_count(),
-                   secs(t1, t2), secs(t2, t3), 1e6 * secs(t2, t3) / std::max<double>(1, actions * D));
-      std::fclose(f);
-    }
+    write_profile(profile, p, {t0, t1, t2, std::chrono::steady_clock::now()}, hosts.size(), engine.get_link_count());
   }
   std::string blocked;
   for (int d = 0; d < D; ++d) {
