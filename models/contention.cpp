@@ -83,10 +83,10 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
       const double flight = a.action.op == schedule::Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
       if (flight <= 0) continue;
       const int src = p.rank_of(a.action.stage).value, dst = schedule::peer_of(p, a.action).value;
-      // A tensor-parallel group of T devices per rank: replica 0's groups, devices T D k ...
-      const int width = p.tensor_parallel, first = width * p.data_parallel;
-      const auto hops = width == 1 ? topo.route(std::min(src, dst), std::max(src, dst))
-                                   : topo.route_group(first * std::min(src, dst), first * std::max(src, dst), width);
+      // Replica 0's tensor-parallel groups at the two ranks (Program::first_device).
+      const int lo = p.first_device(0, schedule::RankId{std::min(src, dst)});
+      const int hi = p.first_device(0, schedule::RankId{std::max(src, dst)});
+      const auto hops = p.tensor_parallel == 1 ? topo.route(lo, hi) : topo.route_group(lo, hi, p.tensor_parallel);
       const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;
       for (std::size_t h = 0; h < hops.size(); ++h) {
         const bool up = (h < half) == (src < dst) || topo.kind == TopologyKind::SharedHost;

@@ -226,6 +226,8 @@ struct Topology {
   // ports), intra.bandwidth}. All-to-all: the pair link, intra. Throws as
   // route_group does when groups of `width` do not fit.
   Link group_ring_link(int width) const;
+  // route_group as one link (as path() is route()).
+  Link path_group(int from, int to, int width) const;
   // Closed-form ring collectives over `width` devices of `bytes` each
   // (Patarasuk and Yuan, JPDC 2009; NCCL's ring): all-reduce
   // 2(w-1)·(latency + bytes/(w·bandwidth)); all-gather and reduce-scatter

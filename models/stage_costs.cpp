@@ -45,6 +45,11 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   const int T = tensor_parallel_;
   init_tensor_parallel(r.microbatch_size);
   const int K = r.ranks();
+  if (!hw.devices.empty() && T * data_parallel_ > 1) {
+    throw Error("hardware " + hw.name + " lists its devices one by one (`devices:`), one per pipeline rank; with T = " +
+                std::to_string(T) + " and D = " + std::to_string(data_parallel_) +
+                " every device of a group and a replica must be the same: give one `device`");
+  }
   devices_ = r.devices.empty() ? hw.rank_devices(K) : r.devices;
   if (static_cast<int>(devices_.size()) != K) {
     throw Error("partition: " + std::to_string(devices_.size()) + " devices given for " + std::to_string(K) + " ranks");
@@ -163,7 +168,9 @@ double StageCostModel::transfer_s(int i, int j, int s) const {
   const int S = static_cast<int>(stage_rank_.size()), n = static_cast<int>(model_.layers.size());
   double t = 0;
   const auto hop = [&](int a, int b, double bytes) {
-    const Link l = hardware_.topology.path(rank_of(a), rank_of(b));
+    // Replica 0's tensor-parallel groups at the two ranks (Program::first_device).
+    const int T = tensor_parallel_, TD = tensor_parallel_ * data_parallel_;
+    const Link l = hardware_.topology.path_group(TD * rank_of(a), TD * rank_of(b), T);
     return 2 * (device_of(a).transfer_overhead_s + l.seconds(bytes));  // activations forward, gradients backward
   };
   if (i > 0 && s > 0 && rank_of(s - 1) != rank_of(s)) t += hop(s - 1, s, cut_bytes(i));

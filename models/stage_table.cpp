@@ -13,19 +13,10 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
   if (static_cast<int>(program.partition.size()) != S) {
     throw Error("the program has no partition (layers per stage); partition it first");
   }
-  // The first device of replica 0's group at stage s's rank (Megatron-LM's order: T(d + D k)).
+  // Replica 0's groups: stage s's rank's first device and the route between two groups.
   const int T = program.tensor_parallel;
-  const auto rank = [&](int s) { return T * program.data_parallel * program.rank_of(schedule::StageId{s}).value; };
-  const auto path = [&](int a, int b) {
-    if (T == 1) return hw.topology.path(a, b);
-    Link total{0, 0};
-    for (const auto& hop : hw.topology.route_group(a, b, T)) {
-      total.latency_s += hop.spec.latency_s;
-      total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
-    }
-    if (total.bandwidth == 0) total.bandwidth = 1e300;
-    return total;
-  };
+  const auto rank = [&](int s) { return program.first_device(0, program.rank_of(schedule::StageId{s})); };
+  const auto path = [&](int a, int b) { return hw.topology.path_group(a, b, T); };
   std::vector<schedule::StageCosts> table;
   for (int s = 0; s < S; ++s) {
     const auto [i, j] = program.partition[s];

@@ -145,6 +145,17 @@ std::vector<Hop> Topology::route(int a, int b) const {
   return {};
 }
 
+Link Topology::path_group(int a, int b, int width) const {
+  if (width == 1) return path(a, b);
+  Link total{0, 0};
+  for (const auto& hop : route_group(a, b, width)) {
+    total.latency_s += hop.spec.latency_s;
+    total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
+  }
+  if (total.bandwidth == 0) total.bandwidth = 1e300;  // same group: no transfer cost
+  return total;
+}
+
 Link Topology::path(int a, int b) const {
   Link total{0, 0};
   for (const auto& hop : route(a, b)) {

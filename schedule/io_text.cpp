@@ -361,7 +361,7 @@ Program parse_csv(std::string_view text, const std::string& source, std::vector<
     }
     if (fsdp > 0) notes->push_back(std::to_string(fsdp) + " UNSHARD/RESHARD (FSDP) left out: no-ops in time here");
     if (reduces > 0) {
-      notes->push_back(std::to_string(reduces) + " REDUCE_GRAD kept as no-ops in time (no data-parallel replicas here)");
+      notes->push_back(std::to_string(reduces) + " REDUCE_GRAD: no-ops in time for one replica; rings over the data group with --data D > 1");
     }
     if (moved > 0) {
       notes->push_back(std::to_string(moved) + " receives waited for where their data is used, not where they stand: "

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -76,7 +77,14 @@ Program lower(Program p) {
 }
 
 Program insert_gradient_reductions(Program p) {
-  if (p.data_parallel <= 1 || holds(p, Op::REDUCE_GRAD)) return p;
+  if (p.data_parallel <= 1) return p;
+  // A stage that already has its reductions (a PyTorch CSV's) keeps them.
+  std::set<int> reduced;
+  for (const auto& actions : p.ranks) {
+    for (const auto& a : actions) {
+      if (a.op == Op::REDUCE_GRAD) reduced.insert(a.stage.value);
+    }
+  }
   for (auto& actions : p.ranks) {
     std::vector<Action> out;
     out.reserve(actions.size() + 2 * static_cast<std::size_t>(p.stages_per_rank));
@@ -86,7 +94,7 @@ Program insert_gradient_reductions(Program p) {
     for (const auto& a : actions) {
       if (a.op == Op::STEP) {
         const auto it = last_backward.find(a.stage.value);
-        if (it != last_backward.end()) inserts.push_back({it->second + 1, a.stage.value});
+        if (it != last_backward.end() && !reduced.count(a.stage.value)) inserts.push_back({it->second + 1, a.stage.value});
         last_backward.erase(a.stage.value);
       }
       out.push_back(a);

@@ -29,7 +29,7 @@ Program lower(Program program);
 
 // Data parallelism (D > 1): a REDUCE_GRAD(s) right after the last backward (B
 // or W) of stage s before each of its STEPs, unless the program already holds
-// REDUCE_GRAD actions. The reduction runs asynchronously from there, over what
+// a REDUCE_GRAD of that stage (a PyTorch CSV's own). The reduction runs asynchronously from there, over what
 // follows on the rank (the cool-down's other stages), and its STEP waits for it.
 Program insert_gradient_reductions(Program program);
 

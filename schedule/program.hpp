@@ -67,6 +67,11 @@ struct Program {
   std::int64_t num_devices() const {
     return static_cast<std::int64_t>(tensor_parallel) * num_ranks * data_parallel;
   }
+  // The first device of replica d's group at pipeline rank k, Megatron-LM's
+  // order (device t + T (d + D k)); validate() keeps T x K x D within an int.
+  int first_device(int replica, RankId rank) const {
+    return tensor_parallel * (replica + data_parallel * rank.value);
+  }
   bool is_pipeline_only() const {
     return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && !shard_optimizer;
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -296,6 +297,12 @@ void check_shape(const Program& p) {
   if (p.data_parallel < 1 || p.data_parallel > kMaxParallel) {
     bad("data_parallel must be between 1 and " + std::to_string(kMaxParallel) + ", got " + std::to_string(p.data_parallel));
   }
+  if (p.num_devices() > std::numeric_limits<int>::max()) {
+    bad("tensor_parallel x ranks x data_parallel is " + std::to_string(p.num_devices()) + " devices, more than " +
+        std::to_string(std::numeric_limits<int>::max()));
+  }
+  if (p.sequence_parallel && p.tensor_parallel == 1) bad("sequence_parallel needs tensor_parallel > 1");
+  if (p.shard_optimizer && p.data_parallel == 1) bad("shard_optimizer (ZeRO-1) needs data_parallel > 1");
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

@@ -129,11 +129,9 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::P
 }
 
 // A ring over the data group of one stage: `steps` rounds, each sending
-// `chunk` bytes (rounded up to a whole byte) to the next replica and waiting
-// for the previous one's. An all-reduce is 2(D-1) rounds of bytes / D
-// (reduce-scatter, then all-gather): 2(D-1) · (latency + ⌈bytes / D⌉ / bandwidth)
-// alone on its links. Both ends meet as in a real collective: a round's
-// message flows once the next replica has entered the ring too.
+// `chunk` bytes (a whole number) to the next replica and waiting for the
+// previous one's; an all-reduce, 2(D-1) rounds of bytes / D, takes 2(D-1) ·
+// (latency + ⌈bytes / D⌉ / bandwidth) alone. Both ends meet, as in a collective.
 void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag) {
   static int payload = 0;
   const auto box = [&](int to, int i) {
@@ -195,7 +193,9 @@ class SimBackend final : public ps::Backend {
   // the ring does.
   void reduce(const ps::Action& a) {
     const int D = in_.program.data_parallel, s = a.stage.value;
-    const double bytes = in_.stages.at(s).reduce_bytes;
+    // Each of the group's T devices reduces its own share over its own link:
+    // the group's merged route carries T shares (Topology::route_group).
+    const double bytes = in_.stages.at(s).reduce_bytes * in_.program.tensor_parallel;
     out_.push_back({a, sg4::Engine::get_clock(), sg4::Engine::get_clock()});
     if (D <= 1 || bytes <= 0) return;
     const std::size_t at = out_.size() - 1;
@@ -211,14 +211,16 @@ class SimBackend final : public ps::Backend {
   void wait_reductions(int stage) {
     const auto it = pending_.find(stage);
     if (it == pending_.end()) return;
+    give_core();  // it waits: its core goes to a rank that has work
     it->second->join();
     pending_.erase(it);
   }
   // ZeRO-1: after its step on its shard, each device all-gathers the updated weights (in STEP's time).
   void gather(const ps::Action& a) {
     const int D = in_.program.data_parallel, s = a.stage.value;
-    const double bytes = in_.stages.at(s).gather_bytes;
+    const double bytes = in_.stages.at(s).gather_bytes * in_.program.tensor_parallel;  // T shares, as reduce()
     if (D <= 1 || bytes <= 0) return;
+    give_core();  // a ring waits for its peers: no core held meanwhile
     ring(s, replica_, D, D - 1, bytes / D, "AG");
     out_.back().end = sg4::Engine::get_clock();
   }

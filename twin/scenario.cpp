@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -93,6 +94,11 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   p.shard_optimizer = o.shard_optimizer;
   if (p.sequence_parallel && p.tensor_parallel == 1) throw Error("--sequence-parallel needs --tensor T > 1");
   if (p.shard_optimizer && p.data_parallel == 1) throw Error("--zero1 needs --data D > 1 (it shards over the data group)");
+  if (p.num_devices() > std::numeric_limits<int>::max()) {
+    throw Error("--tensor " + std::to_string(p.tensor_parallel) + " x --ranks " + std::to_string(p.num_ranks) +
+                " x --data " + std::to_string(p.data_parallel) + " makes " + std::to_string(p.num_devices()) +
+                " devices, more than pipetwin numbers");
+  }
 }
 
 // The Program of a schedule file: K, V, M, the placement and the recompute
@@ -115,6 +121,11 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
   } else {
     contradicts("--tensor", o.tensor_parallel, p.tensor_parallel, "as its tensor-parallel degree");
     contradicts("--data", o.data_parallel, p.data_parallel, "data-parallel replicas");
+    const auto flag = [&](const char* option, bool given, bool in_file, const char* what) {
+      if (given && !in_file) throw Error(std::string(option) + " contradicts the schedule file " + o.schedule + ", which has " + what + " off");
+    };
+    flag("--sequence-parallel", o.sequence_parallel, p.sequence_parallel, "sequence_parallel");
+    flag("--zero1", o.shard_optimizer, p.shard_optimizer, "shard_optimizer");
   }
   models::check_stage_count(model, p.num_stages());
   if (!o.recompute.empty()) {

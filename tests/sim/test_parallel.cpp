@@ -85,6 +85,46 @@ TEST(DataParallel, RingAllReduceAloneIsTheClosedForm) {
   }
 }
 
+// A tensor-parallel group of T devices reduces T shares at once, each device
+// over its own link: on the group's merged route (T links' bandwidth), the
+// ring of one device's share alone.
+TEST(DataParallel, AGroupsDevicesReduceTheirSharesSideBySide) {
+  const double lat = 2e-6, bw = 25e9, share = 3e8;
+  for (const int T : {2, 4}) {
+    SimInput in;
+    in.program = parallel("gpipe", 1, 1, 2);
+    in.program.tensor_parallel = T;
+    ps::StageCosts c;
+    c.reduce_bytes = share;
+    in.stages = {c};
+    in.topology = links(lat, bw);
+    const double want = 2.0 * (std::ceil(T * share / 2) / (T * bw) + lat);
+    EXPECT_NEAR(pipetwin::sim::simulate(in).timeline.makespan(), want, 1e-9 * want) << "T=" << T;
+  }
+}
+
+// A shared host whose ranks keep their core until they wait: a rank waiting
+// for its reduction or inside a ring gives its core up, so one core serves
+// every replica.
+TEST(DataParallel, OneSharedCoreServesEveryReplica) {
+  SimInput in;
+  in.program = parallel("1f1b", 2, 4, 2, /*zero1=*/true);
+  ps::StageCosts c;
+  c.forward_s = 1e-3, c.backward_s = 2e-3, c.step_s = 1e-3;
+  c.activation_bytes = c.gradient_bytes = 1e5;
+  c.reduce_bytes = 1e6, c.gather_bytes = 1e6;
+  in.stages.assign(2, c);
+  in.stages[0].gradient_bytes = 0;
+  in.stages[1].activation_bytes = 0;
+  in.topology.kind = pm::TopologyKind::SharedHost;
+  in.topology.host_cores = 1;
+  in.topology.run_to_completion = true;
+  in.topology.intra = {1e-6, 1e9};
+  const auto t = pipetwin::sim::simulate(in).timeline;
+  // Four ranks' compute on one core: at least the sum of their work.
+  EXPECT_GE(t.makespan(), 2 * 2 * (4 * 3e-3 + 1e-3) - 1e-12);
+}
+
 // ZeRO-1: a reduce-scatter (D-1 rounds) before the step and an all-gather
 // (D-1 rounds) after it, of the gradients' and the weights' bytes.
 TEST(DataParallel, ZeroOneIsAReduceScatterThenAnAllGather) {
@@ -194,7 +234,29 @@ TEST(DataParallel, ReduceGradStandsAfterEachStagesLastBackward) {
                                                    [](const ps::Action& a) { return a.op == ps::Op::REDUCE_GRAD; }));
     }
     EXPECT_EQ(reductions, p.num_stages()) << g;
-    // Once only, and not at all for one replica.
+    // Once only, and not at all for one replica; a stage whose reduction is
+    // already there (a PyTorch CSV's) keeps it, the others get theirs.
+    auto partial = ps::build_schedule(g, {4, 8, V, ps::RecomputePolicy::None});
+    partial.data_parallel = 3;
+    for (auto& actions : partial.ranks) {
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        if (actions[i].op == ps::Op::STEP && actions[i].stage.value == 0) {
+          actions.insert(actions.begin() + static_cast<std::ptrdiff_t>(i), ps::make_stage_action(ps::Op::REDUCE_GRAD, 0));
+          break;
+        }
+      }
+    }
+    partial = ps::insert_gradient_reductions(std::move(partial));
+    int of_stage0 = 0, all = 0;
+    for (const auto& actions : partial.ranks) {
+      for (const auto& a : actions) {
+        if (a.op != ps::Op::REDUCE_GRAD) continue;
+        ++all;
+        of_stage0 += a.stage.value == 0;
+      }
+    }
+    EXPECT_EQ(of_stage0, 1) << g;
+    EXPECT_EQ(all, partial.num_stages()) << g;
     EXPECT_EQ(ps::insert_gradient_reductions(p), p);
     auto alone = ps::build_schedule(g, {4, 8, V, ps::RecomputePolicy::None});
     EXPECT_EQ(ps::insert_gradient_reductions(alone), alone);
@@ -213,6 +275,14 @@ TEST(DataParallel, TheFormatsCarryTAndD) {
   EXPECT_EQ(ps::to_json(alone).find("parallel"), std::string::npos);
   EXPECT_THROW(ps::parse_text("tensor_parallel 0\nrank 0: 0F0\n", "bad.txt"), pipetwin::Error);
   EXPECT_THROW(ps::parse_text("sequence_parallel yes\nrank 0: 0F0\n", "bad.txt"), pipetwin::Error);
+  // Sequence parallelism without a tensor-parallel group, ZeRO-1 without a data group: invalid.
+  auto lone = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
+  lone.sequence_parallel = true;
+  EXPECT_THROW(ps::validate(lone), pipetwin::Error);
+  lone.sequence_parallel = false, lone.shard_optimizer = true;
+  EXPECT_THROW(ps::validate(lone), pipetwin::Error);
+  lone.shard_optimizer = false, lone.tensor_parallel = 1 << 16, lone.data_parallel = 1 << 16;
+  EXPECT_THROW(ps::validate(lone), pipetwin::Error);  // 2^33 devices
   try {
     ps::parse_text("data_parallel -2\nrank 0: 0F0\n", "bad.txt");
     FAIL();
