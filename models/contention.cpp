@@ -86,7 +86,7 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
       // Replica 0's tensor-parallel groups at the two ranks (Program::first_device).
       const int lo = p.first_device(0, schedule::RankId{std::min(src, dst)});
       const int hi = p.first_device(0, schedule::RankId{std::max(src, dst)});
-      const auto hops = p.tensor_parallel == 1 ? topo.route(lo, hi) : topo.route_group(lo, hi, p.tensor_parallel);
+      const auto hops = topo.route_group(lo, hi, p.tensor_parallel);  // width 1: route(lo, hi)
       const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;
       for (std::size_t h = 0; h < hops.size(); ++h) {
         const bool up = (h < half) == (src < dst) || topo.kind == TopologyKind::SharedHost;

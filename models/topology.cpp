@@ -145,25 +145,23 @@ std::vector<Hop> Topology::route(int a, int b) const {
   return {};
 }
 
-Link Topology::path_group(int a, int b, int width) const {
-  if (width == 1) return path(a, b);
+namespace {
+
+// A route as one link: latencies add up, the narrowest hop sets the bandwidth.
+Link as_one_link(const std::vector<Hop>& hops) {
   Link total{0, 0};
-  for (const auto& hop : route_group(a, b, width)) {
+  for (const auto& hop : hops) {
     total.latency_s += hop.spec.latency_s;
     total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
   }
-  if (total.bandwidth == 0) total.bandwidth = 1e300;  // same group: no transfer cost
+  if (total.bandwidth == 0) total.bandwidth = 1e300;  // same device or group: no transfer cost
   return total;
 }
 
-Link Topology::path(int a, int b) const {
-  Link total{0, 0};
-  for (const auto& hop : route(a, b)) {
-    total.latency_s += hop.spec.latency_s;
-    total.bandwidth = total.bandwidth == 0 ? hop.spec.bandwidth : std::min(total.bandwidth, hop.spec.bandwidth);
-  }
-  if (total.bandwidth == 0) total.bandwidth = 1e300;  // same device: no transfer cost
-  return total;
-}
+}  // namespace
+
+Link Topology::path_group(int a, int b, int width) const { return as_one_link(route_group(a, b, width)); }
+
+Link Topology::path(int a, int b) const { return as_one_link(route(a, b)); }
 
 }  // namespace pipetwin::models

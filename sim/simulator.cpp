@@ -106,7 +106,7 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::P
                         ->seal());
   }
   const auto add = [&](int a, int b) {
-    const auto hops = T == 1 ? topo.route(a, b) : topo.route_group(T * a, T * b, T);
+    const auto hops = topo.route_group(T * a, T * b, T);  // width 1: route(a, b)
     std::vector<sg4::LinkInRoute> route;
     const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;  // a's side goes up, b's side down
     for (std::size_t h = 0; h < hops.size(); ++h) {
