@@ -50,7 +50,8 @@ nlohmann::json noise_json(const exec::RunNoise& noise) {
 nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& rank : r.ranks) {
-    ranks.push_back({{"rank", rank.rank}, {"host", rank.host}, {"threads", rank.threads},
+    ranks.push_back({{"rank", rank.rank}, {"pipeline_rank", rank.pipeline_rank < 0 ? rank.rank : rank.pipeline_rank},
+                     {"replica", rank.replica}, {"host", rank.host}, {"threads", rank.threads},
                      {"host_cores", rank.host_cores},
                      {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
@@ -225,11 +226,8 @@ Run add_run_command(CLI::App& app) {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
     const auto sc = twin::build_scenario(o->scenario);
-    if (!sc->program.is_pipeline_only()) {
-      throw Error("run: --tensor, --data, --sequence-parallel and --zero1 are simulated only (pipetwin simulate): the "
-                  "executor runs a pipeline alone, T = D = 1");
-    }
-    const int ranks = sc->program.num_ranks;
+    exec::check_runnable(sc->program);
+    const int ranks = static_cast<int>(sc->program.num_devices());
     check_outputs(*o);
     exec::check_device(exec::parse_device(o->device), ranks);
     exec::launch_local(command_line(), {ranks, o->master_port, o->timeout, 5.0});

@@ -54,13 +54,21 @@ std::string message_of(const std::exception& e) {
   return first;
 }
 
-std::string explain(const std::string& what, const ps::Program& p, const ps::Action& a) {
-  if (!ps::is_transfer(a.op)) return what;
-  const int peer = ps::peer_of(p, a).value;
+std::string explain(const std::string& what, const ps::Program& p, const Placement& where, const ps::Action& a) {
   const bool lost = what.find("onnection closed") != std::string::npos || what.find("reset by peer") != std::string::npos ||
                     what.find("Broken pipe") != std::string::npos || what.find("EOF") != std::string::npos;
+  const bool late = what.find("imed out") != std::string::npos;
+  if (!ps::is_transfer(a.op)) {
+    // STEP and REDUCE_GRAD wait on the stage's data group.
+    if (where.data <= 1 || (a.op != ps::Op::STEP && a.op != ps::Op::REDUCE_GRAD) || (!lost && !late)) return what;
+    std::string group;
+    for (const int d : where.data_group(where.pipeline_rank)) group += (group.empty() ? "" : ", ") + std::to_string(d);
+    return std::string(lost ? "lost a rank of its data group (ranks " : "a rank of its data group (ranks ") + group +
+           (lost ? ") while reducing the stage's gradients (it exited or died): " : ") did not answer in time: ") + what;
+  }
+  const int peer = where.device_at(ps::peer_of(p, a).value);
   if (lost) return "lost rank " + std::to_string(peer) + " (it closed the connection: it exited or died): " + what;
-  if (what.find("imed out") != std::string::npos) return "rank " + std::to_string(peer) + " did not answer in time: " + what;
+  if (late) return "rank " + std::to_string(peer) + " did not answer in time: " + what;
   return what;
 }
 
@@ -189,10 +197,14 @@ class ProgressWatch {
   std::thread thread_;
 };
 
-std::string peers_of(const ps::Program& p, int rank) {
+std::string peers_of(const ps::Program& p, const Placement& where) {
   std::set<int> peers;
-  for (const auto& a : p.ranks.at(rank)) {
-    if (ps::is_transfer(a.op)) peers.insert(ps::peer_of(p, a).value);
+  for (const auto& a : p.ranks.at(where.pipeline_rank)) {
+    if (ps::is_transfer(a.op)) peers.insert(where.device_at(ps::peer_of(p, a).value));
+  }
+  if (where.data > 1) {
+    for (const int d : where.data_group(where.pipeline_rank)) peers.insert(d);
+    peers.erase(where.device_at(where.pipeline_rank));
   }
   std::string out;
   for (const int r : peers) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -213,17 +225,26 @@ void save_weights(const std::string& dir, const TorchBackend& backend) {
 
 // One mini-batch: every action of this rank's list in its order, then its
 // timeline and (on the last stage) its loss into the report.
+// This replica's share of the mini-batch: the samples [d M b, (d + 1) M b).
+Batch share(Batch batch, const Placement& where, std::int64_t per_replica) {
+  if (where.data == 1) return batch;
+  batch.inputs = batch.inputs.narrow(0, where.replica * per_replica, per_replica);
+  batch.targets = batch.targets.narrow(0, where.replica * per_replica, per_replica);
+  return batch;
+}
+
 void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& backend, const SyntheticTask& task,
               std::optional<ProgressWatch>& watch, RankReport& report) {
+  const Placement where = Placement::of(p, env.rank);
   const std::string me = "rank " + std::to_string(env.rank);
   const std::string at_step = me + ", step " + std::to_string(step);
   if (watch) watch->at(at_step + ", its start");
   try {
-    backend.begin_step(step, task.minibatch(step));
+    backend.begin_step(step, share(task.minibatch(step), where, task.batch() / where.data));
   } catch (const std::exception& e) {
     throw Error(at_step + ", its start: " + message_of(e));
   }
-  ps::RankInterpreter interpreter(p, ps::RankId{env.rank});
+  ps::RankInterpreter interpreter(p, ps::RankId{where.pipeline_rank});
   while (!interpreter.done()) {
     const ps::Action action = interpreter.next();
     if (watch) {
@@ -234,14 +255,14 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& 
       interpreter.step(backend);
     } catch (const std::exception& e) {
       throw Error(me + ", step " + std::to_string(step) + ", action " + ps::to_string(action) + " (#" +
-                  std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, action));
+                  std::to_string(interpreter.position()) + " of its list): " + explain(message_of(e), p, where, action));
     }
   }
   if (watch) watch->at(me + ", end of step " + std::to_string(step));
   try {
     ps::Timeline t;
     t.ranks.resize(p.num_ranks);
-    t.ranks[env.rank] = backend.end_step();
+    t.ranks[where.pipeline_rank] = backend.end_step();
     report.steps.push_back(std::move(t));
   } catch (const std::exception& e) {
     throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
@@ -258,6 +279,23 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& 
 
 }  // namespace
 
+void check_runnable(const ps::Program& p) {
+  if (p.tensor_parallel > 1 || p.sequence_parallel) {
+    throw Error("run: tensor parallelism (-t " + std::to_string(p.tensor_parallel) +
+                (p.sequence_parallel ? ", --sequence-parallel" : "") +
+                ") is simulated only (pipetwin simulate); the executor runs pipelines and data-parallel replicas (-d)");
+  }
+  if (p.data_parallel > 1) {
+    for (const int v : p.weight_versions) {
+      if (v > 1) {
+        throw Error("run: -d " + std::to_string(p.data_parallel) + " with weight stashing (" + std::to_string(v) +
+                    " weight versions): asynchronous replicas would each hold their own versions; use a synchronous "
+                    "schedule, or -d 1");
+      }
+    }
+  }
+}
+
 void check_device(Device device, int ranks_here) {
   if (const auto why = device_problem(device, ranks_here); !why.empty()) throw Error(why);
 }
@@ -265,10 +303,15 @@ void check_device(Device device, int ranks_here) {
 std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   const auto& p = c.program;
   const std::string me = "rank " + std::to_string(env.rank);
-  if (env.world_size != p.num_ranks) {
+  if (env.world_size != p.num_devices()) {
     throw Error(me + ": WORLD_SIZE is " + std::to_string(env.world_size) + " but the schedule has " +
-                std::to_string(p.num_ranks) + " ranks");
+                (p.is_pipeline_only() ? std::to_string(p.num_ranks) + " ranks"
+                                      : std::to_string(p.num_devices()) + " devices (T " + std::to_string(p.tensor_parallel) +
+                                            " x K " + std::to_string(p.num_ranks) + " x D " +
+                                            std::to_string(p.data_parallel) + ")"));
   }
+  check_runnable(p);
+  const Placement where = Placement::of(p, env.rank);
   if (p.partition.size() != static_cast<std::size_t>(p.num_stages())) throw Error("the program has no partition");
   const at::Device device = pick_device(c, env);
   if (device.is_cuda()) {
@@ -285,9 +328,13 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   std::optional<ProgressWatch> watch;
   Comm comm(env, device.is_cuda(), std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
   TorchBackend backend(c, comm, device, meter);
-  const SyntheticTask task(c.model, c.seed, c.microbatch_size * p.num_microbatches);
+  // Every replica derives the whole mini-batch (M b D samples) and takes its share.
+  const SyntheticTask task(c.model, c.seed, c.microbatch_size * p.num_microbatches * p.data_parallel);
   RankReport report;
   report.rank = env.rank;
+  report.pipeline_rank = where.pipeline_rank;
+  report.replica = where.replica;
+  report.member = where.member;
   report.host = comm.host();
   report.threads = threads;
   report.host_cores = cores;
@@ -302,7 +349,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
     report.baseline_bytes = static_cast<double>(MemoryMeter::cuda_live_bytes(device.index()));
   }
 
-  if (device.is_cuda() && p.num_ranks > 1) watch.emplace(c.timeout_s, peers_of(p, env.rank));
+  if (device.is_cuda() && p.num_devices() > 1) watch.emplace(c.timeout_s, peers_of(p, where));
   try {
     report.host_samples.push_back(sample_host(true));
     for (int step = 0; step < c.steps; ++step) {
@@ -319,7 +366,8 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   for (const auto& [s, stage] : backend.stages()) report.stage_peak_versions.emplace_back(s, stage->peak_versions());
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));
   report.peak_rss_bytes = static_cast<double>(MemoryMeter::peak_rss_bytes());
-  if (!c.save_weights.empty()) save_weights(c.save_weights, backend);
+  // The replicas hold the same weights (their reductions are the same sums): replica 0's are saved.
+  if (!c.save_weights.empty() && where.replica == 0) save_weights(c.save_weights, backend);
 
   comm.publish("report/" + std::to_string(env.rank), report.to_json().dump());
   if (env.rank != 0) return std::nullopt;

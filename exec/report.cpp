@@ -2,6 +2,7 @@
 // reports to rank 0, and how rank 0 assembles the run from the reports.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "exec/report.hpp"
@@ -66,12 +67,31 @@ std::optional<RankEnv> rank_env_from_environment() {
   return e;
 }
 
+Placement Placement::of(const schedule::Program& p, int device) {
+  Placement w;
+  w.tensor = p.tensor_parallel;
+  w.data = p.data_parallel;
+  w.member = device % w.tensor;
+  w.replica = (device / w.tensor) % w.data;
+  w.pipeline_rank = device / (w.tensor * w.data);
+  return w;
+}
+
+std::vector<int> Placement::data_group(int k) const {
+  std::vector<int> out;
+  for (int d = 0; d < data; ++d) out.push_back(member + tensor * (d + data * k));
+  return out;
+}
+
 nlohmann::json RankReport::to_json() const {
   nlohmann::json samples = nlohmann::json::array();
   for (const auto& s : host_samples) samples.push_back(s.to_json());
   nlohmann::json steps_json = nlohmann::json::array();
   for (const auto& t : steps) steps_json.push_back(timeline_to_json(t));
   return {{"rank", rank},
+          {"pipeline_rank", pipeline_rank},
+          {"replica", replica},
+          {"member", member},
           {"host", host},
           {"threads", threads},
           {"host_cores", host_cores},
@@ -90,6 +110,9 @@ nlohmann::json RankReport::to_json() const {
 RankReport RankReport::from_json(const nlohmann::json& j) {
   RankReport r;
   r.rank = j.at("rank").get<int>();
+  r.pipeline_rank = j.value("pipeline_rank", -1);
+  r.replica = j.value("replica", 0);
+  r.member = j.value("member", 0);
   r.host = j.at("host").get<std::string>();
   r.threads = j.at("threads").get<int>();
   r.host_cores = j.value("host_cores", 0);
@@ -106,23 +129,69 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   return r;
 }
 
+namespace {
+
+// Each replica's reports (tensor member 0) by pipeline rank: the timeline of
+// a step is read from them.
+std::vector<std::vector<const RankReport*>> by_replica(const std::vector<RankReport>& reports, std::size_t k) {
+  std::map<int, std::vector<const RankReport*>> groups;
+  for (const auto& r : reports) {
+    if (r.member == 0) groups[r.replica].push_back(&r);
+  }
+  std::vector<std::vector<const RankReport*>> out;
+  for (auto& [d, group] : groups) {
+    if (group.size() != k) {
+      throw Error("replica " + std::to_string(d) + " reported " + std::to_string(group.size()) + " pipeline ranks, not " +
+                  std::to_string(k));
+    }
+    out.push_back(std::move(group));
+  }
+  return out;
+}
+
+// Replica `group`'s timeline of step s, on rank 0's clock.
+schedule::Timeline replica_step(const std::vector<const RankReport*>& group, std::size_t s, std::size_t steps) {
+  schedule::Timeline t;
+  t.ranks.resize(group.size());
+  for (const RankReport* r : group) {
+    const int k = r->pipeline_rank < 0 ? r->rank : r->pipeline_rank;
+    if (r->steps.size() != steps) throw Error("rank " + std::to_string(r->rank) + " reported a different number of steps");
+    if (k < 0 || k >= static_cast<int>(group.size())) throw Error("rank " + std::to_string(r->rank) + " reported pipeline rank " + std::to_string(k));
+    t.ranks[k] = r->steps[s].ranks.at(k);
+  }
+  return t;
+}
+
+double last_end(const schedule::Timeline& t) {
+  double end = -1e300;
+  for (const auto& rank : t.ranks) {
+    for (const auto& a : rank) end = std::max(end, a.end);
+  }
+  return end;
+}
+
+}  // namespace
+
 RunResult assemble(std::vector<RankReport> reports, int stages) {
   std::sort(reports.begin(), reports.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   RunResult out;
-  const std::size_t k = reports.size();
-  const std::size_t steps = k == 0 ? 0 : reports.front().steps.size();
+  const std::size_t k = reports.empty() || reports.front().steps.empty() ? reports.size() : reports.front().steps.front().ranks.size();
+  const std::size_t steps = reports.empty() ? 0 : reports.front().steps.size();
+  const auto replicas = by_replica(reports, k);
   double first = 0, last = 0;
   for (std::size_t s = 0; s < steps; ++s) {
+    // The step ends when its slowest replica's does (the next one waits for its reductions).
     schedule::Timeline t;
-    t.ranks.resize(k);
+    for (const auto& group : replicas) {
+      schedule::Timeline one = replica_step(group, s, steps);
+      if (t.ranks.empty() || last_end(one) > last_end(t)) t = std::move(one);
+    }
     // The step begins with its first computation (the first stage's first
     // forward): a rank that finished the previous step early and already
     // waits in a receive is idle from then on, as in the simulator.
     double begin = 1e300, any = 1e300, end = -1e300;
-    for (std::size_t r = 0; r < k; ++r) {
-      if (reports[r].steps.size() != steps) throw Error("rank " + std::to_string(r) + " reported a different number of steps");
-      t.ranks[r] = reports[r].steps[s].ranks.at(r);
-      for (const auto& a : t.ranks[r]) {
+    for (const auto& rank : t.ranks) {
+      for (const auto& a : rank) {
         if (schedule::is_compute(a.action.op)) begin = std::min(begin, a.start);
         any = std::min(any, a.start);
         end = std::max(end, a.end);
@@ -149,11 +218,21 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
   out.representative_step = order.empty() ? 0 : order[(order.size() - 1) / 2];
   out.stage_peak_stash_bytes.assign(stages, 0);
   out.stage_weight_versions.assign(stages, 1);
+  int holders = 0;  // the last stage's ranks: one per replica (and tensor member)
   for (const auto& r : reports) {
-    for (const auto& [stage, bytes] : r.stage_peak_stash_bytes) out.stage_peak_stash_bytes.at(stage) = bytes;
-    for (const auto& [stage, versions] : r.stage_peak_versions) out.stage_weight_versions.at(stage) = versions;
-    if (!r.losses.empty()) out.losses = r.losses;
+    for (const auto& [stage, bytes] : r.stage_peak_stash_bytes) {
+      out.stage_peak_stash_bytes.at(stage) = std::max(out.stage_peak_stash_bytes.at(stage), bytes);
+    }
+    for (const auto& [stage, versions] : r.stage_peak_versions) {
+      out.stage_weight_versions.at(stage) = std::max(out.stage_weight_versions.at(stage), versions);
+    }
+    if (r.losses.empty() || r.member != 0) continue;
+    if (out.losses.empty()) out.losses.assign(r.losses.size(), 0.0);
+    if (r.losses.size() != out.losses.size()) throw Error("rank " + std::to_string(r.rank) + " reported a different number of losses");
+    for (std::size_t i = 0; i < r.losses.size(); ++i) out.losses[i] += r.losses[i];
+    ++holders;
   }
+  for (auto& l : out.losses) l /= holders;
   std::vector<std::vector<HostSample>> samples;
   std::vector<std::string> hosts;
   for (const auto& r : reports) {

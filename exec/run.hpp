@@ -36,6 +36,19 @@ struct RankEnv {
 // Throws pipetwin::Error naming the variable that is malformed.
 std::optional<RankEnv> rank_env_from_environment();
 
+// Where a process sits in the T x K x D layout (Megatron-LM's order: device
+// t + T (d + D k), Program::first_device): its tensor-parallel member t, its
+// replica d, its pipeline rank k (whose action list it runs).
+struct Placement {
+  int tensor = 1, data = 1;   // T, D
+  int member = 0, replica = 0, pipeline_rank = 0;
+  static Placement of(const schedule::Program& p, int device);
+  // The device of this process's counterpart (same t, same d) at pipeline rank k.
+  int device_at(int k) const { return member + tensor * (replica + data * k); }
+  // The devices of pipeline rank k's data group (same t, every d), by replica.
+  std::vector<int> data_group(int k) const;
+};
+
 // Where the stages run: the CPU (c10d Gloo) or CUDA GPUs (c10d NCCL).
 enum class Device { Cpu, Cuda };
 Device parse_device(std::string_view name);  // "cpu", "cuda"; throws pipetwin::Error
@@ -59,6 +72,8 @@ struct RunConfig {
 // What one rank measured, sent to rank 0 at the end.
 struct RankReport {
   int rank = 0;
+  int pipeline_rank = -1;          // k: the slot of `steps` it fills; -1: `rank` (T = D = 1)
+  int replica = 0, member = 0;     // d, t
   std::string host;
   int threads = 1;
   int host_cores = 0;              // CPUs this rank's process may run on (its affinity); 0: unknown
@@ -77,10 +92,12 @@ struct RankReport {
 // Everything rank 0 gathered.
 struct RunResult {
   std::vector<RankReport> ranks;
-  std::vector<schedule::Timeline> steps;  // every rank, each step shifted to start at 0
+  // Every pipeline rank, each step shifted to start at 0; with D > 1, the
+  // replica whose step ended last (the step waits for it), as simulated.
+  std::vector<schedule::Timeline> steps;
   std::vector<double> step_times_s;
   std::vector<double> bubble_fractions;  // per step: mean over ranks of its share not in compute
-  std::vector<double> losses;
+  std::vector<double> losses;             // per step; with D > 1 the mean over the replicas
   double wall_s = 0;                      // all steps, first action to last
   int representative_step = 0;            // the median step (warm-up excluded)
   std::vector<double> stage_peak_stash_bytes;
@@ -93,6 +110,10 @@ struct RunResult {
 // two ranks of one communicator on the same GPU, one GPU per rank on this
 // host. Throws pipetwin::Error saying which and why; nothing for cpu.
 void check_device(Device device, int ranks_here);
+
+// Refuses what the executor does not run (tensor parallelism, weight
+// stashing across replicas), naming the option. Throws pipetwin::Error.
+void check_runnable(const schedule::Program& p);
 
 // Runs this process's rank to the end. Rank 0 returns what it gathered, the
 // other ranks nullopt. Throws pipetwin::Error naming the rank, step and action

@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "schedule/error.hpp"
 
@@ -82,13 +83,21 @@ std::unique_ptr<ActionClock> make_clock(const Comm& comm, bool cuda) {
 }
 
 TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device device, MemoryMeter* meter)
-    : config_(config), comm_(comm), device_(device), meter_(meter), clock_(make_clock(comm, device.is_cuda())) {
+    : config_(config),
+      comm_(comm),
+      where_(Placement::of(config.program, comm.rank())),
+      device_(device),
+      meter_(meter),
+      clock_(make_clock(comm, device.is_cuda())) {
   const auto& p = config.program;
+  if (p.data_parallel > 1) {
+    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer, config.optimizer, config.lr);
+  }
   if (static_cast<double>(p.num_stages()) * p.num_microbatches * 4 * kMaxCutTensors > 2e9) {
     throw Error("too many stages x micro-batches for c10d message tags (" + std::to_string(p.num_stages()) + " x " +
                 std::to_string(p.num_microbatches) + ")");
   }
-  for (const auto s : p.stages_of(ps::RankId{comm.rank()})) {
+  for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);
     stages_[s.value] = std::make_unique<Stage>(config.model, s.value, p.partition.at(s.value), p.is_last_stage(s),
                                                versions, config.seed, device, config.optimizer, config.lr);
@@ -106,7 +115,7 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
   const char* ahead = std::getenv("PIPETWIN_POST_AHEAD");
   post_ahead_ = !device.is_cuda() && (ahead == nullptr || std::string(ahead) != "0");
   if (post_ahead_) {
-    for (const auto& a : p.ranks.at(comm.rank())) {
+    for (const auto& a : p.ranks.at(where_.pipeline_rank)) {
       if (ps::is_recv(a.op)) receives_.push_back(a);
     }
   }
@@ -133,6 +142,7 @@ void TorchBackend::begin_step(int step, const Batch& batch) {
   batch_ = batch;
   loss_sum_ = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   timed_.clear();
+  reductions_.clear();
   clock_->begin_step();
   next_receive_ = 0;
   post_ahead();  // this step's first receive
@@ -149,6 +159,7 @@ std::vector<ps::TimedAction> TorchBackend::end_step() {
   const auto times = clock_->resolve();
   std::vector<ps::TimedAction> out;
   for (const auto& [action, token] : timed_) out.push_back({action, times[token].first, times[token].second});
+  for (const auto& [index, id] : reductions_) std::tie(out[index].start, out[index].end) = dp_->times(id);
   return out;
 }
 
@@ -178,7 +189,7 @@ void TorchBackend::release_outputs(const Stage& st, const std::vector<at::Tensor
 
 void TorchBackend::deliver(const ps::MessageKey& key, std::vector<at::Tensor> tensors, int from_stage,
                            std::int64_t in_flight) {
-  const bool local = config_.program.rank_of(key.to_stage).value == comm_.rank();
+  const bool local = config_.program.rank_of(key.to_stage).value == where_.pipeline_rank;
   if (local) {
     inbox_[key] = std::move(tensors);
     in_flight_[from_stage] -= in_flight;  // becomes the next stage's stashed input
@@ -210,6 +221,8 @@ void TorchBackend::account_cuda_stash(int s, std::int64_t delta) { cuda_stash_[s
 
 void TorchBackend::compute(ps::RankId, const ps::Action& a) {
   const int s = a.stage.value, mb = a.microbatch ? a.microbatch->value : 0;
+  // The wait for the stage's reduction is idle time, not the step's.
+  if (a.op == ps::Op::STEP && dp_) dp_->wait(stage(s));
   const std::size_t token = clock_->start();
   switch (a.op) {
     case ps::Op::F: forward(s, mb); break;
@@ -217,9 +230,12 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     case ps::Op::B: backward(s, mb, false); break;
     case ps::Op::I: backward(s, mb, true); break;
     case ps::Op::W: weight_grad(s, mb); break;
-    case ps::Op::STEP: stage(s).step(); break;
-    case ps::Op::REDUCE_GRAD: break;  // a data group of this one replica: nothing to reduce
-    default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run (no data parallelism)");
+    case ps::Op::STEP: dp_ ? dp_->step(stage(s)) : stage(s).step(); break;
+    case ps::Op::REDUCE_GRAD:
+      // A data group of one replica has nothing to reduce.
+      if (dp_) reductions_[timed_.size()] = dp_->reduce(stage(s));
+      break;
+    default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run");
   }
   clock_->stop(token);
   timed_.emplace_back(a, token);
@@ -369,7 +385,7 @@ void TorchBackend::send(ps::RankId, const ps::Action& a, ps::RankId peer) {
   // message's in-flight bytes are released with its last tensor.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     std::vector<at::Tensor> one{tensors[i]};
-    auto work = comm_.send(one, peer.value, tag(key) + static_cast<int>(i));
+    auto work = comm_.send(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i));
     const bool last = i + 1 == tensors.size();
     sending_.push_back({std::move(work), std::move(one), from_stage, last ? in_flight : 0});
   }
@@ -403,9 +419,9 @@ TorchBackend::Posted TorchBackend::post(const ps::Action& a, ps::RankId peer) {
   for (std::size_t i = 0; i < out.buffers.size(); ++i) {
     std::vector<at::Tensor> one{out.buffers[i]};
     if (post_ahead_) {
-      out.works.push_back(comm_.post_recv(one, peer.value, tag(key) + static_cast<int>(i)));
+      out.works.push_back(comm_.post_recv(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i)));
     } else {
-      comm_.recv(one, peer.value, tag(key) + static_cast<int>(i));
+      comm_.recv(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i));
     }
   }
   return out;

@@ -9,6 +9,8 @@
 //   B  backward from the received gradient (the loss on the last stage)
 //   I  the same, linear weight gradients queued;   W  run that queue
 //   STEP  the stage's optimizer step
+//   REDUCE_GRAD  the stage's gradients over its data group (D > 1, posted;
+//      STEP waits for it, see DataParallel)
 //   SEND_*  post an asynchronous c10d send;  RECV_*  wait for a c10d receive
 //      (Gloo: posted ahead, when the previous RECV of the rank's list runs;
 //      NCCL: posted by the RECV itself)
@@ -22,6 +24,7 @@
 
 #include "exec/run.hpp"
 #include "exec/torch_comm.hpp"
+#include "exec/torch_data_parallel.hpp"
 #include "exec/torch_layers.hpp"
 #include "exec/torch_memory.hpp"
 #include "exec/torch_stage.hpp"
@@ -99,6 +102,9 @@ class TorchBackend final : public schedule::Backend {
 
   const RunConfig& config_;
   Comm& comm_;
+  Placement where_;                   // this process's (t, d, k): it runs pipeline rank k's list
+  std::unique_ptr<DataParallel> dp_;  // D > 1
+  std::map<std::size_t, int> reductions_;  // index in timed_ -> its reduction's id (timed when it completes)
   at::Device device_;
   MemoryMeter* meter_;  // null on CUDA
   std::unique_ptr<ActionClock> clock_;

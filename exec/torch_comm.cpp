@@ -55,7 +55,7 @@ double monotonic_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : env_(env), cuda_(cuda) {
+Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : env_(env), cuda_(cuda), timeout_(timeout) {
   const std::string me = "rank " + std::to_string(env.rank);
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(env.master_port);
@@ -105,6 +105,29 @@ Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : e
   } catch (const std::exception& e) {
     const std::string what = e.what();
     throw Error(me + ": Gloo could not connect the ranks (" + what.substr(0, what.find('\n')) + ")");
+  }
+}
+
+c10::intrusive_ptr<c10d::Backend> Comm::subgroup(const std::string& name, const std::vector<int>& members) const {
+  const auto me = std::find(members.begin(), members.end(), env_.rank);
+  if (me == members.end()) throw Error("rank " + std::to_string(env_.rank) + " is not in its own " + name + " group");
+  const int index = static_cast<int>(me - members.begin()), size = static_cast<int>(members.size());
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+  if (cuda_) {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = 2 * timeout_ + std::chrono::seconds(30);  // as the pipeline's groups
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, index, size, opts);
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  try {
+    opts->devices.push_back(ifname != nullptr && *ifname != '\0' ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                                                 : c10d::ProcessGroupGloo::createDeviceForHostname(host_));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, opts);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw Error("rank " + std::to_string(env_.rank) + ": Gloo could not connect its " + name + " group (" +
+                what.substr(0, what.find('\n')) + ")");
   }
 }
 

@@ -49,6 +49,12 @@ class Comm {
   // flow while this rank computes.
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag);
 
+  // A process group of its own over `members` (devices, this one among
+  // them, in their group order) for a data or tensor group's collectives:
+  // Gloo, or NCCL on CUDA. `name` keeps its rendezvous keys apart; only the
+  // members call it.
+  c10::intrusive_ptr<c10d::Backend> subgroup(const std::string& name, const std::vector<int>& members) const;
+
   // This rank's clock, aligned to rank 0's (seconds).
   double now() const;
   double clock_offset() const { return offset_s_; }
@@ -72,6 +78,7 @@ class Comm {
   c10::intrusive_ptr<c10d::Backend> group_;       // Gloo, or NCCL lower -> higher
   c10::intrusive_ptr<c10d::Backend> group_down_;  // NCCL higher -> lower
   double offset_s_ = 0, uncertainty_s_ = 0;
+  std::chrono::milliseconds timeout_{0};
 };
 
 // Seconds on this process's monotonic clock.

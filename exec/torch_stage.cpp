@@ -31,6 +31,16 @@ std::vector<CutTensor> cut_tensors(const models::Model& model, int position) {
   return out;
 }
 
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr) {
+  switch (kind) {
+    case models::Optimizer::Adam: return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+    case models::Optimizer::Momentum:
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9));
+    case models::Optimizer::SGD: break;
+  }
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
+}
+
 Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
              std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr)
     : model_(model),
@@ -56,17 +66,7 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
     }
   }
   if (all.empty()) return;
-  switch (optimizer) {
-    case models::Optimizer::Adam:
-      optimizer_ = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(lr));
-      break;
-    case models::Optimizer::Momentum:
-      optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr).momentum(0.9));
-      break;
-    case models::Optimizer::SGD:
-      optimizer_ = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(lr));
-      break;
-  }
+  optimizer_ = make_optimizer(optimizer, std::move(all), lr);
 }
 
 std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
@@ -145,6 +145,18 @@ void Stage::step() {
     optimizer_->step();
     optimizer_->zero_grad();
   }
+  ++version_;
+  std::erase_if(versions_, [&](const auto& v) { return !users_.count(v.first); });
+}
+
+std::vector<at::Tensor> Stage::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& layer : live_) out.insert(out.end(), layer.begin(), layer.end());
+  return out;
+}
+
+void Stage::advance() {
+  for (auto& t : parameters()) t.mutable_grad() = at::Tensor();
   ++version_;
   std::erase_if(versions_, [&](const auto& v) { return !users_.count(v.first); });
 }

@@ -33,6 +33,9 @@ std::vector<CutTensor> cut_tensors(const models::Model& model, int position);
 
 using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
 
+// The optimizer `kind` over `params` (the same hyper-parameters everywhere).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr);
+
 class Stage {
  public:
   Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
@@ -62,6 +65,12 @@ class Stage {
   int peak_versions() const { return peak_versions_; }
 
   void step();  // optimizer step, gradients cleared, version + 1
+  // The live weights (every layer's, in order), for a data group's reduction.
+  std::vector<at::Tensor> parameters() const;
+  // After the caller updated the live weights itself (ZeRO-1): gradients
+  // cleared, version + 1, as step().
+  void advance();
+  bool versioned() const { return versioned_; }
   // Every layer's parameters as CPU tensors, by layer index.
   std::map<int, std::vector<at::Tensor>> weights() const;
 

@@ -26,6 +26,7 @@ class SyntheticTask {
   SyntheticTask(const models::Model& model, std::uint64_t seed, int batch);
   // The whole mini-batch of step `step`, on the CPU.
   Batch minibatch(int step) const;
+  int batch() const { return batch_; }
 
  private:
   const models::Model& model_;

@@ -90,23 +90,28 @@ Program insert_gradient_reductions(Program p) {
     out.reserve(actions.size() + 2 * static_cast<std::size_t>(p.stages_per_rank));
     // Where each stage's latest backward since its last STEP stands in `out`.
     std::map<int, std::size_t> last_backward;
-    std::vector<std::pair<std::size_t, int>> inserts;  // (position in out, stage), in order
+    // (position in out, the reduction): a STEP per micro-batch (PipeDream's) gets a reduction per micro-batch.
+    std::vector<std::pair<std::size_t, Action>> inserts;
     for (const auto& a : actions) {
       if (a.op == Op::STEP) {
         const auto it = last_backward.find(a.stage.value);
-        if (it != last_backward.end() && !reduced.count(a.stage.value)) inserts.push_back({it->second + 1, a.stage.value});
+        if (it != last_backward.end() && !reduced.count(a.stage.value)) {
+          Action r = make_stage_action(Op::REDUCE_GRAD, a.stage.value);
+          r.microbatch = a.microbatch;
+          inserts.push_back({it->second + 1, r});
+        }
         last_backward.erase(a.stage.value);
       }
       out.push_back(a);
       if (a.op == Op::B || a.op == Op::W) last_backward[a.stage.value] = out.size() - 1;
     }
-    std::stable_sort(inserts.begin(), inserts.end());
+    std::stable_sort(inserts.begin(), inserts.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<Action> merged;
     merged.reserve(out.size() + inserts.size());
     std::size_t next = 0;
     for (std::size_t i = 0; i <= out.size(); ++i) {
       for (; next < inserts.size() && inserts[next].first == i; ++next) {
-        merged.push_back(make_stage_action(Op::REDUCE_GRAD, inserts[next].second));
+        merged.push_back(inserts[next].second);
       }
       if (i < out.size()) merged.push_back(out[i]);
     }

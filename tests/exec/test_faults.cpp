@@ -168,6 +168,45 @@ TEST(Faults, WithoutLauncherThePeersOfAKilledRankExitNamingIt) {
   EXPECT_TRUE(has(log, "lost rank 1")) << log;
 }
 
+// A rank of a data group (replica 1 of pipeline rank 0, with -d 2): its
+// pipeline peer and its data group's peer both lose it.
+TEST(Faults, ADataParallelRankKilledMidStepStopsEveryRank) {
+  const auto dir = scratch("kill_dp");
+  const pid_t launcher = spawn(run_args(2, 100000, {"-d", "2"}), {}, dir / "log");
+  const auto ranks = wait_for_ranks(launcher, 4);
+  ASSERT_EQ(ranks.size(), 4u) << slurp(dir / "log");
+  const auto t0 = Clock::now();
+  ASSERT_EQ(::kill(ranks.at(1), SIGKILL), 0);
+  const auto status = wait_for(launcher, 30);
+  ASSERT_TRUE(status.has_value()) << "the launcher did not exit within 30 s";
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30);
+  for (const auto& [r, pid] : ranks) EXPECT_FALSE(alive(pid)) << "rank " << r << " survived";
+  const auto log = slurp(dir / "log");
+  EXPECT_TRUE(has(log, "pipetwin: error: rank 1 was killed by signal 9")) << log;
+  EXPECT_FALSE(has(log, "terminate called")) << log;
+}
+
+// Without a launcher, the other replica finds its reduction's peer gone and names its data group.
+TEST(Faults, WithoutLauncherAReplicaNamesItsDataGroupWhenAPeerDies) {
+  const auto dir = scratch("torchrun_kill_dp");
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn(run_args(1, 100000, {"-d", "2", "--timeout", "60"}),
+                         {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
+                         dir / ("log" + std::to_string(r))));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  wait_for(pids[1], 5);
+  const auto status = wait_for(pids[0], 30);
+  ASSERT_TRUE(status.has_value()) << "rank 0 did not exit within 30 s";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1);
+  const auto log = slurp(dir / "log0");
+  EXPECT_TRUE(has(log, "pipetwin: error: rank 0, step ")) << log;
+  EXPECT_TRUE(has(log, "its data group (ranks 0, 1)")) << log;
+}
+
 TEST(Faults, CtrlCOnTheLauncherStopsEveryRank) {
   const auto dir = scratch("sigint");
   const pid_t launcher = spawn(run_args(2, 100000), {}, dir / "log");

@@ -1,0 +1,90 @@
+// Data parallelism for the executor (internal to exec/: includes LibTorch).
+// Each of the D replicas runs the same action list on its 1/D of the
+// mini-batch; a stage's gradients are summed over its data group (the same
+// stage in every replica) where the IR says REDUCE_GRAD, asynchronously,
+// while the rank goes on; the stage's STEP waits for them:
+//
+//   plain    REDUCE_GRAD: all-reduce (sum) of the stage's gradients, one flat
+//            buffer;  STEP: the gradients / D, the stage's optimizer step
+//   ZeRO-1   REDUCE_GRAD: reduce-scatter of that buffer, this replica's 1/D
+//            shard;  STEP: the shard / D, the optimizer's step on the shard
+//            of the weights alone (its state exists for that shard only),
+//            then an all-gather of the updated weights into every replica
+//
+// Every replica's loss is the mean over its own micro-batches, so the sum
+// over D replicas / D is the gradient of the global mini-batch's mean loss:
+// the weights equal one replica's run of the whole batch, up to the order
+// of the sums.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/run.hpp"
+#include "exec/torch_comm.hpp"
+#include "exec/torch_stage.hpp"
+
+namespace pipetwin::exec {
+
+class DataParallel {
+ public:
+  // The data group of this process's pipeline rank; nothing is built for D = 1.
+  DataParallel(Comm& comm, const Placement& where, bool shard_optimizer, models::Optimizer optimizer, double lr);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // REDUCE_GRAD of `stage`: posts the reduction and returns. Returns an id
+  // whose (start, end) times() gives once it completed.
+  int reduce(Stage& stage);
+  // Before STEP: waits for the stage's reduction (none posted: nothing).
+  void wait(Stage& stage);
+  // STEP: the update. ZeRO-1: on the shard, then the all-gather.
+  void step(Stage& stage);
+  // When reduction `id` was posted and when it completed (rank 0's clock).
+  std::pair<double, double> times(int id) const;
+  // Bytes of one stage's gradients that reduce() moves into the collective.
+  std::int64_t bytes(int id) const;
+
+  int size() const { return where_.data; }
+
+ private:
+  struct Pending {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::shared_ptr<std::thread> watcher;  // notes when the work completes (Gloo's works have no future)
+    at::Tensor flat;   // the gradients (plain: reduced in place)
+    at::Tensor shard;  // ZeRO-1: this replica's reduced shard
+    int id = 0;
+  };
+  struct Sharded {  // ZeRO-1: what this replica updates
+    at::Tensor weights;  // its shard of the stage's flat weights (fp32 leaf)
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    std::int64_t chunk = 0;
+  };
+  struct Record {
+    double start = 0;
+    std::shared_ptr<std::atomic<double>> end;
+    std::int64_t bytes = 0;
+  };
+
+  void update_shard(Stage& stage, const at::Tensor& shard_grad);
+
+  Comm& comm_;
+  Placement where_;
+  bool shard_optimizer_;
+  models::Optimizer optimizer_;
+  double lr_;
+  c10::intrusive_ptr<c10d::Backend> group_;
+  std::map<int, Pending> pending_;  // by stage
+  std::map<int, Sharded> sharded_;  // by stage
+  std::vector<Record> records_;
+};
+
+}  // namespace pipetwin::exec
