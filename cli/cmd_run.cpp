@@ -226,7 +226,7 @@ Run add_run_command(CLI::App& app) {
     if (const auto env = exec::rank_env_from_environment()) return run_rank(*o, *env);
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
     const auto sc = twin::build_scenario(o->scenario);
-    exec::check_runnable(sc->program);
+    exec::check_runnable(sc->model, sc->program);
     const int ranks = static_cast<int>(sc->program.num_devices());
     check_outputs(*o);
     exec::check_device(exec::parse_device(o->device), ranks);

@@ -59,12 +59,16 @@ std::string explain(const std::string& what, const ps::Program& p, const Placeme
                     what.find("Broken pipe") != std::string::npos || what.find("EOF") != std::string::npos;
   const bool late = what.find("imed out") != std::string::npos;
   if (!ps::is_transfer(a.op)) {
-    // STEP and REDUCE_GRAD wait on the stage's data group.
-    if (where.data <= 1 || (a.op != ps::Op::STEP && a.op != ps::Op::REDUCE_GRAD) || (!lost && !late)) return what;
+    // STEP and REDUCE_GRAD wait on the stage's data group, the other actions on its tensor group.
+    const bool data = a.op == ps::Op::STEP || a.op == ps::Op::REDUCE_GRAD;
+    if ((!lost && !late) || (data ? where.data : where.tensor) <= 1) return what;
     std::string group;
-    for (const int d : where.data_group(where.pipeline_rank)) group += (group.empty() ? "" : ", ") + std::to_string(d);
-    return std::string(lost ? "lost a rank of its data group (ranks " : "a rank of its data group (ranks ") + group +
-           (lost ? ") while reducing the stage's gradients (it exited or died): " : ") did not answer in time: ") + what;
+    for (const int d : data ? where.data_group(where.pipeline_rank) : where.tensor_group()) {
+      group += (group.empty() ? "" : ", ") + std::to_string(d);
+    }
+    const std::string name = data ? "data group (ranks " : "tensor-parallel group (ranks ";
+    return (lost ? "lost a rank of its " : "a rank of its ") + name + group +
+           (lost ? ") (it exited or died): " : ") did not answer in time: ") + what;
   }
   const int peer = where.device_at(ps::peer_of(p, a).value);
   if (lost) return "lost rank " + std::to_string(peer) + " (it closed the connection: it exited or died): " + what;
@@ -202,19 +206,21 @@ std::string peers_of(const ps::Program& p, const Placement& where) {
   for (const auto& a : p.ranks.at(where.pipeline_rank)) {
     if (ps::is_transfer(a.op)) peers.insert(where.device_at(ps::peer_of(p, a).value));
   }
-  if (where.data > 1) {
-    for (const int d : where.data_group(where.pipeline_rank)) peers.insert(d);
-    peers.erase(where.device_at(where.pipeline_rank));
-  }
+  for (const int d : where.data_group(where.pipeline_rank)) peers.insert(d);
+  for (const int t : where.tensor_group()) peers.insert(t);
+  peers.erase(where.device_at(where.pipeline_rank));
   std::string out;
   for (const int r : peers) out += (out.empty() ? "" : ", ") + std::to_string(r);
   return out;
 }
 
-void save_weights(const std::string& dir, const TorchBackend& backend) {
-  std::filesystem::create_directories(dir);
+// T > 1: every member gathers its stages' shards (a collective); member 0 writes.
+void save_weights(const std::string& dir, const TorchBackend& backend, bool write) {
+  if (write) std::filesystem::create_directories(dir);
   for (const auto& [_, stage] : backend.stages()) {
-    for (const auto& [layer, tensors] : stage->weights()) {
+    const auto weights = stage->weights();
+    if (!write) continue;
+    for (const auto& [layer, tensors] : weights) {
       const std::string path = dir + "/layer_" + std::to_string(layer) + ".pt";
       const std::string tmp = path + ".tmp" + std::to_string(::getpid());
       torch::save(tensors, tmp);
@@ -279,11 +285,9 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& 
 
 }  // namespace
 
-void check_runnable(const ps::Program& p) {
-  if (p.tensor_parallel > 1 || p.sequence_parallel) {
-    throw Error("run: tensor parallelism (-t " + std::to_string(p.tensor_parallel) +
-                (p.sequence_parallel ? ", --sequence-parallel" : "") +
-                ") is simulated only (pipetwin simulate); the executor runs pipelines and data-parallel replicas (-d)");
+void check_runnable(const models::Model& model, const ps::Program& p) {
+  for (int l = 0; l < static_cast<int>(model.layers.size()) && p.tensor_parallel > 1; ++l) {
+    check_tensor_parallel(model, l, p.tensor_parallel, p.sequence_parallel);
   }
   if (p.data_parallel > 1) {
     for (const int v : p.weight_versions) {
@@ -310,7 +314,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
                                             " x K " + std::to_string(p.num_ranks) + " x D " +
                                             std::to_string(p.data_parallel) + ")"));
   }
-  check_runnable(p);
+  check_runnable(c.model, p);
   const Placement where = Placement::of(p, env.rank);
   if (p.partition.size() != static_cast<std::size_t>(p.num_stages())) throw Error("the program has no partition");
   const at::Device device = pick_device(c, env);
@@ -367,7 +371,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));
   report.peak_rss_bytes = static_cast<double>(MemoryMeter::peak_rss_bytes());
   // The replicas hold the same weights (their reductions are the same sums): replica 0's are saved.
-  if (!c.save_weights.empty() && where.replica == 0) save_weights(c.save_weights, backend);
+  if (!c.save_weights.empty() && where.replica == 0) save_weights(c.save_weights, backend, where.member == 0);
 
   comm.publish("report/" + std::to_string(env.rank), report.to_json().dump());
   if (env.rank != 0) return std::nullopt;

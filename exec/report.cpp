@@ -83,6 +83,12 @@ std::vector<int> Placement::data_group(int k) const {
   return out;
 }
 
+std::vector<int> Placement::tensor_group() const {
+  std::vector<int> out;
+  for (int t = 0; t < tensor; ++t) out.push_back(t + tensor * (replica + data * pipeline_rank));
+  return out;
+}
+
 nlohmann::json RankReport::to_json() const {
   nlohmann::json samples = nlohmann::json::array();
   for (const auto& s : host_samples) samples.push_back(s.to_json());

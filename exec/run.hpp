@@ -47,6 +47,8 @@ struct Placement {
   int device_at(int k) const { return member + tensor * (replica + data * k); }
   // The devices of pipeline rank k's data group (same t, every d), by replica.
   std::vector<int> data_group(int k) const;
+  // The devices of this process's tensor-parallel group (same d, same k), by member.
+  std::vector<int> tensor_group() const;
 };
 
 // Where the stages run: the CPU (c10d Gloo) or CUDA GPUs (c10d NCCL).
@@ -111,9 +113,10 @@ struct RunResult {
 // host. Throws pipetwin::Error saying which and why; nothing for cpu.
 void check_device(Device device, int ranks_here);
 
-// Refuses what the executor does not run (tensor parallelism, weight
-// stashing across replicas), naming the option. Throws pipetwin::Error.
-void check_runnable(const schedule::Program& p);
+// Refuses what the executor does not run (a layer that tensor parallelism
+// cannot split, weight stashing across replicas), naming the option, layer
+// and field. Throws pipetwin::Error.
+void check_runnable(const models::Model& model, const schedule::Program& p);
 
 // Runs this process's rank to the end. Rank 0 returns what it gathered, the
 // other ranks nullopt. Throws pipetwin::Error naming the rank, step and action

@@ -90,17 +90,25 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
       meter_(meter),
       clock_(make_clock(comm, device.is_cuda())) {
   const auto& p = config.program;
-  if (p.data_parallel > 1) {
-    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer, config.optimizer, config.lr);
-  }
   if (static_cast<double>(p.num_stages()) * p.num_microbatches * 4 * kMaxCutTensors > 2e9) {
     throw Error("too many stages x micro-batches for c10d message tags (" + std::to_string(p.num_stages()) + " x " +
                 std::to_string(p.num_microbatches) + ")");
   }
+  // The tensor group first on every process, then the data group: each
+  // group's members build it in the same order, so no rendezvous waits on another.
+  TpGroup tensor_group;
+  if (p.tensor_parallel > 1) {
+    tensor_group = comm.subgroup("tensor/" + std::to_string(where_.pipeline_rank) + "/" + std::to_string(where_.replica),
+                                 where_.tensor_group());
+  }
+  if (p.data_parallel > 1) {
+    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer, config.optimizer, config.lr);
+  }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);
     stages_[s.value] = std::make_unique<Stage>(config.model, s.value, p.partition.at(s.value), p.is_last_stage(s),
-                                               versions, config.seed, device, config.optimizer, config.lr);
+                                               versions, config.seed, device, config.optimizer, config.lr, tensor_group,
+                                               p.sequence_parallel);
     for (const auto* cut : {&stages_[s.value]->in_cut(), &stages_[s.value]->out_cut()}) {
       if (cut->size() > static_cast<std::size_t>(kMaxCutTensors)) {
         throw Error("stage " + std::to_string(s.value) + ": a cut carries " + std::to_string(cut->size()) +
@@ -233,6 +241,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     case ps::Op::STEP: dp_ ? dp_->step(stage(s)) : stage(s).step(); break;
     case ps::Op::REDUCE_GRAD:
       // A data group of one replica has nothing to reduce.
+      stage(s).finish_gradients();
       if (dp_) reductions_[timed_.size()] = dp_->reduce(stage(s));
       break;
     default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run");

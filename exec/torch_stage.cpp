@@ -10,7 +10,7 @@
 
 namespace pipetwin::exec {
 
-std::vector<CutTensor> cut_tensors(const models::Model& model, int position) {
+std::vector<CutTensor> cut_tensors(const models::Model& model, int position, int sequence_split) {
   const int n = static_cast<int>(model.layers.size());
   std::set<int> crossing;
   for (int l = position; l < n; ++l) {
@@ -25,7 +25,9 @@ std::vector<CutTensor> cut_tensors(const models::Model& model, int position) {
     if (p < 0) {
       out.push_back({-1, input_shape(model), input_dtype(model), false});
     } else {
-      out.push_back({p, output_shape(model, p), dtype_of(model.precision), true});
+      auto shape = output_shape(model, p);
+      if (sequence_split > 1 && !shape.empty()) shape[0] /= sequence_split;
+      out.push_back({p, std::move(shape), dtype_of(model.precision), true});
     }
   }
   return out;
@@ -42,14 +44,17 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, 
 }
 
 Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
-             std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr)
+             std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr, TpGroup tensor_group,
+             bool sequence_parallel)
     : model_(model),
       index_(index),
       layers_(layers),
       last_(last),
       versioned_(weight_versions > 1),
-      in_cut_(cut_tensors(model, layers.begin)),
-      out_cut_(last ? std::vector<CutTensor>{} : cut_tensors(model, layers.end)) {
+      in_cut_(cut_tensors(model, layers.begin, sequence_parallel ? tp_size(tensor_group) : 1)),
+      out_cut_(last ? std::vector<CutTensor>{} : cut_tensors(model, layers.end, sequence_parallel ? tp_size(tensor_group) : 1)),
+      tp_(std::move(tensor_group)),
+      sequence_parallel_(sequence_parallel && tp_size(tp_) > 1) {
   for (const auto& cut : out_cut_) {
     bool inside = cut.producer < layers.begin;
     for (int l = layers.begin; l < layers.end; ++l) {
@@ -60,7 +65,7 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
   std::vector<at::Tensor> all;
   for (int l = layers.begin; l < layers.end; ++l) {
     auto& p = live_.emplace_back();
-    for (auto& t : init_layer(model, l, seed)) {
+    for (auto& t : tp_size(tp_) > 1 ? init_layer_shard(model, l, seed, tp_) : init_layer(model, l, seed)) {
       p.push_back(t.to(device, dtype_of(model.precision)).detach().requires_grad_(true));
       all.push_back(p.back());
     }
@@ -80,7 +85,10 @@ std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, co
     if (producers.empty()) args.push_back(values.at(-1));
     for (const int p : producers) args.push_back(values.at(p));
     const bool loss = is_loss_layer(model_, l);
-    values[l] = forward_layer(model_, l, args, params.at(l - layers_.begin), loss ? targets : at::Tensor());
+    const auto& shard = params.at(l - layers_.begin);
+    const at::Tensor t = loss ? targets : at::Tensor();
+    values[l] = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
+                                 : forward_layer(model_, l, args, shard, t);
   }
   if (last_) return {values.at(layers_.end - 1)};
   std::vector<at::Tensor> out;
@@ -140,7 +148,16 @@ void Stage::release(int version) {
   if (!users_.count(version) && version != version_) versions_.erase(it);
 }
 
+void Stage::finish_gradients() {
+  if (gradients_finished_) return;
+  gradients_finished_ = true;
+  if (!sequence_parallel_) return;
+  for (std::size_t l = 0; l < live_.size(); ++l) sum_replicated_grads(model_, layers_.begin + static_cast<int>(l), live_[l], tp_);
+}
+
 void Stage::step() {
+  finish_gradients();
+  gradients_finished_ = false;
   if (optimizer_) {
     optimizer_->step();
     optimizer_->zero_grad();
@@ -156,6 +173,7 @@ std::vector<at::Tensor> Stage::parameters() const {
 }
 
 void Stage::advance() {
+  gradients_finished_ = false;
   for (auto& t : parameters()) t.mutable_grad() = at::Tensor();
   ++version_;
   std::erase_if(versions_, [&](const auto& v) { return !users_.count(v.first); });
@@ -164,8 +182,12 @@ void Stage::advance() {
 std::map<int, std::vector<at::Tensor>> Stage::weights() const {
   std::map<int, std::vector<at::Tensor>> out;
   for (std::size_t l = 0; l < live_.size(); ++l) {
-    auto& w = out[layers_.begin + static_cast<int>(l)];
-    for (const auto& t : live_[l]) w.push_back(t.detach().to(at::kCPU).clone());
+    const int index = layers_.begin + static_cast<int>(l);
+    auto& w = out[index];
+    std::vector<at::Tensor> detached;
+    for (const auto& t : live_[l]) detached.push_back(t.detach());
+    if (tp_size(tp_) > 1) detached = gather_layer(model_, index, detached, tp_);
+    for (const auto& t : detached) w.push_back(t.to(at::kCPU).clone());
   }
   return out;
 }

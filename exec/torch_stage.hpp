@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/torch_tensor_parallel.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
@@ -28,8 +29,10 @@ struct CutTensor {
   at::ScalarType dtype = at::kFloat;
   bool grad = true;  // a gradient flows back through it
 };
-// The tensors crossing the cut before layer `position` (0 < position < n).
-std::vector<CutTensor> cut_tensors(const models::Model& model, int position);
+// The tensors crossing the cut before layer `position` (0 < position < n);
+// with sequence parallelism over `sequence_split` members, an activation's
+// first per-sample dimension (the sequence) is the member's 1/split of it.
+std::vector<CutTensor> cut_tensors(const models::Model& model, int position, int sequence_split = 1);
 
 using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
 
@@ -38,8 +41,11 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, 
 
 class Stage {
  public:
+  // With a tensor-parallel group (T > 1), the stage holds this member's
+  // shards of its layers (Megatron-LM's split, exec/torch_tensor_parallel.hpp).
   Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
-        std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr);
+        std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr, TpGroup tensor_group = {},
+        bool sequence_parallel = false);
 
   int index() const { return index_; }
   bool first() const { return layers_.begin == 0; }
@@ -64,6 +70,10 @@ class Stage {
   void release(int version);
   int peak_versions() const { return peak_versions_; }
 
+  // Before the gradients leave the backward passes (REDUCE_GRAD or STEP):
+  // with sequence parallelism, the replicated parameters' gradients summed
+  // over the tensor group (a collective; once per step, later calls no-ops).
+  void finish_gradients();
   void step();  // optimizer step, gradients cleared, version + 1
   // The live weights (every layer's, in order), for a data group's reduction.
   std::vector<at::Tensor> parameters() const;
@@ -71,7 +81,8 @@ class Stage {
   // cleared, version + 1, as step().
   void advance();
   bool versioned() const { return versioned_; }
-  // Every layer's parameters as CPU tensors, by layer index.
+  // Every layer's full parameters as CPU tensors, by layer index (T > 1: a
+  // collective of the tensor group, gathering the shards).
   std::map<int, std::vector<at::Tensor>> weights() const;
 
  private:
@@ -81,9 +92,12 @@ class Stage {
   bool last_;
   bool versioned_;
   std::vector<CutTensor> in_cut_, out_cut_;
+  TpGroup tp_;
+  bool sequence_parallel_ = false;
   std::vector<bool> read_inside_;
   Params live_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  bool gradients_finished_ = false;
   int version_ = 0;
   std::map<int, Params> versions_;  // weight stashing: version -> detached copies
   std::map<int, int> users_;        // version -> micro-batches holding it

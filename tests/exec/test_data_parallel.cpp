@@ -1,9 +1,10 @@
-// `pipetwin run -d D` across real processes: D data-parallel replicas of a
-// K-stage pipeline, each on its share of the mini-batch, reducing each
-// stage's gradients over Gloo where the IR says REDUCE_GRAD (ZeRO-1: a
-// reduce-scatter, the step on a shard, an all-gather). The weights after 3
-// Adam steps equal one process's run of the same global batch, and the
-// measured trace times every reduction.
+// `pipetwin run -t T -d D` across real processes: D data-parallel replicas
+// of a K-stage pipeline whose every rank is a group of T tensor-parallel
+// processes (Megatron-LM's split of the Transformer's layers), each replica
+// on its share of the mini-batch, reducing each stage's gradients over Gloo
+// where the IR says REDUCE_GRAD (ZeRO-1: a reduce-scatter, the step on a
+// shard, an all-gather). The weights after 3 steps equal one process's run
+// of the same global batch, and the measured trace times every reduction.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -34,9 +35,11 @@ fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("
 
 nlohmann::json json_of(const Result& r) { return nlohmann::json::parse(r.out.substr(r.out.find('{'))); }
 
-// A global mini-batch of 8 samples in micro-batches of 2, 3 steps.
+// A global mini-batch of 8 samples in micro-batches of 2, 3 steps. (The
+// hardware only prices the partition: a preset whose topology takes
+// tensor-parallel groups.)
 std::string common(const std::string& model, const std::string& optimizer, int m_per_replica, int d) {
-  return "run --model " + model + " --optimizer " + optimizer + " -m " + std::to_string(m_per_replica) + " -d " +
+  return "run --hardware a100 --model " + model + " --optimizer " + optimizer + " -m " + std::to_string(m_per_replica) + " -d " +
          std::to_string(d) + " --batch " + std::to_string(2 * m_per_replica * d) +
          " --steps 3 --lr 0.01 --seed 1 --threads 1 --json";
 }
@@ -64,6 +67,8 @@ struct Case {
   std::string schedule;
   std::string recompute;
   bool zero1;
+  int t = 1, d = 2;
+  bool sequence_parallel = false;
 };
 
 class DataParallelEquivalence : public ::testing::TestWithParam<Case> {};
@@ -79,6 +84,20 @@ std::vector<Case> cases() {
   }
   out.push_back({kMlp, "adam", 2, "interleaved-1f1b", "none", true});
   for (const bool zero1 : {false, true}) out.push_back({kTransformer, "sgd", 2, "1f1b", "full", zero1});
+  // Tensor parallelism (the Transformer: Megatron splits its layers, not the
+  // MLP's), T = 2 x K in {1, 2} x D in {1, 2}, recompute off and on, ZeRO-1
+  // off and on where D = 2, and sequence parallelism.
+  for (const int k : {1, 2}) {
+    for (const int d : {1, 2}) {
+      for (const char* recompute : {"none", "full"}) {
+        for (const bool zero1 : d == 2 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          out.push_back({kTransformer, "sgd", k, k == 1 ? "gpipe" : "1f1b", recompute, zero1, 2, d});
+        }
+      }
+    }
+  }
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "full", true, 2, 2, true});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", false, 2, 1, true});
   return out;
 }
 
@@ -92,32 +111,44 @@ std::vector<Case> cases() {
 // by about lr x 2^-24 x (the update's sensitivity) per step, ~1e-8 measured,
 // against the 1e-6 checked; a wrong share, a missing or doubled reduction or
 // a stale shard moves a weight by ~lr = 1e-2 (OneReplicasHalfAlone... below).
+// Tensor parallelism reorders the sums inside a layer too (a row-parallel
+// product is two partial sums added by the all-reduce): again one rounding
+// per sum, 1.2e-7 measured.
 // Adam divides the gradient by its own running size, so where a gradient is
 // pure rounding noise (exactly 0 in exact arithmetic) its step is +-lr on the
 // noise's sign, whatever the order of the sums: the Transformer's key bias is
 // such a parameter (softmax ignores a shift common to a row's scores), and
-// there its weights move by up to 5e-4 between the two orders. So the
+// there its weights move by up to 5e-4 between the two orders. The same
+// happens in one process: --threads 2 against --threads 1 (intra-op sums in
+// another order) moves the Transformer's weights by 3.0e-4 after 3 Adam
+// steps, and M = 8 micro-batches of 1 against M = 4 of 2 by 1.4e-3. So the
 // Transformer is checked with SGD, the MLP (no such parameter) with Adam.
 TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
   const auto& c = GetParam();
   const auto dir = scratch("dp");
   const int v = c.schedule == "interleaved-1f1b" ? 2 : 1;
-  const auto r = run(common(c.model, c.optimizer, 2, 2) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " -v " + std::to_string(v) +
-                     " --recompute " + c.recompute + (c.zero1 ? " --zero1" : "") + " --save-weights " + dir.string());
+  const auto r = run(common(c.model, c.optimizer, 4 / c.d, c.d) + " -s " + c.schedule + " -k " + std::to_string(c.k) +
+                     " -v " + std::to_string(v) + " -t " + std::to_string(c.t) + " --recompute " + c.recompute +
+                     (c.zero1 ? " --zero1" : "") + (c.sequence_parallel ? " --sequence-parallel" : "") +
+                     " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
   const double diff = max_difference(load_weights(dir), ref.weights);
   EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
-  EXPECT_LT(diff, 1e-6) << c.schedule << " K=" << c.k << " D=2 recompute " << c.recompute << (c.zero1 ? " ZeRO-1" : "");
+  EXPECT_LT(diff, 1e-6) << c.schedule << " T=" << c.t << " K=" << c.k << " D=" << c.d << " recompute " << c.recompute
+                        << (c.zero1 ? " ZeRO-1" : "") << (c.sequence_parallel ? " SP" : "");
   const auto losses = json_of(r).at("measured").at("losses").get<std::vector<double>>();
   ASSERT_EQ(losses.size(), ref.losses.size());
   for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], ref.losses[i], 1e-6) << "step " << i;
-  std::printf("%s %s %s K=%d D=2 recompute %s%s: max |w - w(one process)| = %.3g\n", fs::path(c.model).stem().c_str(),
-              c.optimizer.c_str(), c.schedule.c_str(), c.k, c.recompute.c_str(), c.zero1 ? " ZeRO-1" : "", diff);
+  std::printf("%s %s %s T=%d K=%d D=%d recompute %s%s%s: max |w - w(one process)| = %.3g\n",
+              fs::path(c.model).stem().c_str(), c.optimizer.c_str(), c.schedule.c_str(), c.t, c.k, c.d, c.recompute.c_str(),
+              c.zero1 ? " ZeRO-1" : "", c.sequence_parallel ? " SP" : "", diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(cases()), [](const auto& info) {
-  std::string name = fs::path(info.param.model).stem().string() + "_" + info.param.optimizer + "_" + info.param.schedule + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
+  std::string name = fs::path(info.param.model).stem().string() + "_" + info.param.optimizer + "_" + info.param.schedule +
+                     "_t" + std::to_string(info.param.t) + "_d" + std::to_string(info.param.d) +
+                     (info.param.sequence_parallel ? "_sp" : "") + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
                      (info.param.zero1 ? "_zero1" : "");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;

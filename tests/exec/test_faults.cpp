@@ -168,11 +168,14 @@ TEST(Faults, WithoutLauncherThePeersOfAKilledRankExitNamingIt) {
   EXPECT_TRUE(has(log, "lost rank 1")) << log;
 }
 
-// A rank of a data group (replica 1 of pipeline rank 0, with -d 2): its
-// pipeline peer and its data group's peer both lose it.
-TEST(Faults, ADataParallelRankKilledMidStepStopsEveryRank) {
-  const auto dir = scratch("kill_dp");
-  const pid_t launcher = spawn(run_args(2, 100000, {"-d", "2"}), {}, dir / "log");
+// A rank of a data group (replica 1 of pipeline rank 0, with -d 2) or of a
+// tensor-parallel group (member 1, with -t 2): its pipeline peer and its
+// group's peers all lose it.
+class GroupFault : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(GroupFault, ARankOfAGroupKilledMidStepStopsEveryRank) {
+  const auto dir = scratch("kill_group");
+  const pid_t launcher = spawn(run_args(2, 100000, GetParam()), {}, dir / "log");
   const auto ranks = wait_for_ranks(launcher, 4);
   ASSERT_EQ(ranks.size(), 4u) << slurp(dir / "log");
   const auto t0 = Clock::now();
@@ -185,6 +188,11 @@ TEST(Faults, ADataParallelRankKilledMidStepStopsEveryRank) {
   EXPECT_TRUE(has(log, "pipetwin: error: rank 1 was killed by signal 9")) << log;
   EXPECT_FALSE(has(log, "terminate called")) << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(Faults, GroupFault,
+                         ::testing::Values(std::vector<std::string>{"-d", "2"},
+                                           std::vector<std::string>{"-t", "2", "--hardware", "a100"}),
+                         [](const auto& info) { return info.param.front() == "-d" ? "data" : "tensor"; });
 
 // Without a launcher, the other replica finds its reduction's peer gone and names its data group.
 TEST(Faults, WithoutLauncherAReplicaNamesItsDataGroupWhenAPeerDies) {
@@ -204,7 +212,7 @@ TEST(Faults, WithoutLauncherAReplicaNamesItsDataGroupWhenAPeerDies) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1);
   const auto log = slurp(dir / "log0");
   EXPECT_TRUE(has(log, "pipetwin: error: rank 0, step ")) << log;
-  EXPECT_TRUE(has(log, "its data group (ranks 0, 1)")) << log;
+  EXPECT_TRUE(has(log, "lost a rank of its data group (ranks 0, 1)")) << log;
 }
 
 TEST(Faults, CtrlCOnTheLauncherStopsEveryRank) {
