@@ -108,7 +108,7 @@ class SimBackend final : public ps::Backend {
   // REDUCE_GRAD: the stage's gradients all-reduced over its data group (with
   // ZeRO-1, reduce-scattered) by an actor of its own, from now on, while the
   // rank goes on; the stage's STEP waits for it. Its timed action ends when
-  // the ring does.
+  // this replica's part of the ring or tree (the stage costs' choice) does.
   void reduce(const ps::Action& a) {
     const int D = in_.program.data_parallel, s = a.stage.value;
     // Each of the group's T devices reduces its own share over its own link:
@@ -118,11 +118,16 @@ class SimBackend final : public ps::Backend {
     if (D <= 1 || bytes <= 0) return;
     const std::size_t at = out_.size() - 1;
     const int steps = in_.program.shard_optimizer ? D - 1 : 2 * (D - 1);
+    const int chunks = in_.program.shard_optimizer ? 0 : in_.stages.at(s).reduce_tree_chunks;  // 0: a ring
     auto& out = out_;
     const int replica = replica_;
     pending_[s] = sg4::Actor::create("reduce" + std::to_string(s) + "/" + std::to_string(replica), sg4::this_actor::get_host(),
-                                     [&out, at, s, replica, D, steps, bytes] {
-                                       ring(s, replica, D, steps, bytes / D, "RG");
+                                     [&out, at, s, replica, D, steps, chunks, bytes] {
+                                       if (chunks > 0) {
+                                         tree(s, replica, D, chunks, bytes, "RT");
+                                       } else {
+                                         ring(s, replica, D, steps, bytes / D, "RG");
+                                       }
                                        out[at].end = sg4::Engine::get_clock();
                                      });
   }
