@@ -383,6 +383,12 @@ std::vector<Bad> catalogue() {
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 --zero1 --model {}/m.yaml", "--zero1 needs --data D > 1"},
       {"cli_simulate_devices_past_int", {{"m.yaml", kT}},
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 -t 65536 -d 65536 --model {}/m.yaml", "devices, more than pipetwin numbers"},
+      // The all-reduce's algorithm is one of three; the fast engine has no network for D > 1.
+      {"cli_simulate_unknown_collective", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --collective butterfly --model {}/m.yaml", "--collective", 2},
+      {"cli_simulate_fast_engine_with_data", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --engine fast --model {}/m.yaml",
+       "--engine fast cannot predict D = 2: the data-parallel gradient reductions (REDUCE_GRAD)"},
       {"cli_run_data_parallel", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 -d 2 --model {}/m.yaml",
        "--tensor, --data, --sequence-parallel and --zero1 are simulated only"},
       // plan: inputs that leave no candidate, unknown model or hardware, a bad shard.
