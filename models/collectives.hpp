@@ -11,9 +11,10 @@
 // latency + chunk / bandwidth when every tree edge has its own link:
 //   tree   2(h + C - 1) · (latency + ⌈bytes / C⌉ / bandwidth)
 //   ring   2(n - 1) · (latency + ⌈bytes / n⌉ / bandwidth)
-// The ring moves 2(n-1)/n of the bytes through each member and pays 2(n-1)
-// latencies; the tree pays 2(h + C - 1) latencies and about twice the bytes:
-// the tree wins for small messages over many members, the ring for large ones.
+// The ring pays 2(n-1) latencies and 2(n-1)/n · bytes / bandwidth; the tree
+// 2(h + C - 1) latencies and 2(1 + (h-1)/C) · bytes / bandwidth: the tree
+// wins for small messages over many members, the ring for large ones (and
+// always over two members).
 #pragma once
 
 #include <string_view>

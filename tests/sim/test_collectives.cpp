@@ -67,8 +67,8 @@ TEST(Collectives, TreeAllReduceAloneIsTheClosedForm) {
 }
 
 // Over 16 replicas the tree's 2(4 + C - 1) latencies beat the ring's 30 for
-// small messages; the ring's 2(D-1)/D of the bytes beats the tree's twice the
-// bytes for large ones. auto takes the tree below the crossing and the ring
+// small messages; the ring's bandwidth term, 2(D-1)/D · bytes / bandwidth,
+// beats the tree's, 2(1 + 3/C) · bytes / bandwidth, for large ones. auto takes the tree below the crossing and the ring
 // above it, once, and the replay takes the closed form's time either way.
 TEST(Collectives, TheChoiceFlipsFromTreeToRingWithSize) {
   const pm::Link link{5e-6, 25e9};
@@ -88,7 +88,7 @@ TEST(Collectives, TheChoiceFlipsFromTreeToRingWithSize) {
     EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Tree, link, link, bytes, D), pm::Collective::Tree);
   }
   EXPECT_EQ(chosen, (std::vector<pm::Collective>{pm::Collective::Tree, pm::Collective::Ring}));
-  // Two or three replicas: a tree of depth 1 never wins (one chunk, twice the ring's bytes).
+  // Two replicas: the tree (one chunk each way, 2 · bytes / bandwidth) never beats the ring (bytes / bandwidth).
   for (const double bytes : {1.0, 1e3, 1e9}) {
     EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Auto, link, link, bytes, 2), pm::Collective::Ring);
   }
