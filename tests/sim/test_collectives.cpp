@@ -88,6 +88,9 @@ TEST(Collectives, TheChoiceFlipsFromTreeToRingWithSize) {
     EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Tree, link, link, bytes, D), pm::Collective::Tree);
   }
   EXPECT_EQ(chosen, (std::vector<pm::Collective>{pm::Collective::Tree, pm::Collective::Ring}));
+  // Where it flips (docs/simulation.md): the tree at 1 MB, the ring at 10 MB.
+  EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Auto, link, link, 1e6, D), pm::Collective::Tree);
+  EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Auto, link, link, 1e7, D), pm::Collective::Ring);
   // Two replicas: the tree (one chunk each way, 2 · bytes / bandwidth) never beats the ring (bytes / bandwidth).
   for (const double bytes : {1.0, 1e3, 1e9}) {
     EXPECT_EQ(pm::choose_all_reduce(pm::Collective::Auto, link, link, bytes, 2), pm::Collective::Ring);
