@@ -65,6 +65,11 @@ Run add_simulate_command(CLI::App& app) {
   cmd->add_option("--engine", o->engine, "auto (fast path when provably contention-free), simgrid or fast")
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();
+  cmd->add_option("--collective", o->scenario.collective,
+                  "All-reduce algorithm of the data- and tensor-parallel collectives: ring, tree (a binary tree, "
+                  "reduce then broadcast, pipelined in chunks), or auto: the faster closed form for each message and "
+                  "group (default auto)")
+      ->check(CLI::IsMember({"auto", "ring", "tree"}));
   cmd->add_option("--trace", o->trace, "Write the predicted timeline as a Chrome trace (JSON)");
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   return [o] { return run(*o); };

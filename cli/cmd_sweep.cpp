@@ -79,6 +79,10 @@ Run add_sweep_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
       ->capture_default_str();
   cmd->add_option("--optimizer", spec.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--collective", spec.collective,
+                  "All-reduce algorithm of every row's collectives: ring, tree or auto (the faster closed form)")
+      ->check(CLI::IsMember({"auto", "ring", "tree"}))
+      ->capture_default_str();
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();

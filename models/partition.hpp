@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "models/collectives.hpp"
 #include "models/hardware.hpp"
 #include "models/model.hpp"
 #include "schedule/error.hpp"
@@ -37,6 +38,9 @@ struct PartitionRequest {
   int microbatch_size = 1;       // samples per micro-batch
   Optimizer optimizer = Optimizer::Adam;
   std::vector<Device> devices;   // one per rank; empty: the hardware's (Hardware::rank_devices)
+  // The all-reduces' algorithm (data-parallel and tensor-parallel): auto picks
+  // the faster closed form for each message and group (models/collectives.hpp).
+  Collective collective = Collective::Auto;
   int ranks() const { return program.num_ranks; }
   int stages() const { return program.num_stages(); }
   int microbatches() const { return program.num_microbatches; }

@@ -1,6 +1,8 @@
 // StageCostModel: prefix sums over the layer order, per rank's device.
 #include "models/stage_costs.hpp"
 
+#include <algorithm>
+
 #include "schedule/error.hpp"
 
 namespace pipetwin::models {
@@ -23,9 +25,12 @@ void StageCostModel::init_tensor_parallel(int microbatch_size) {
   tp_backward_.assign(n + 1, 0);
   for (int l = 0; l < n; ++l) {
     const auto& c = model_.layers[l].cost;
-    const double one = T > 1 ? tp_allreduce_s(static_cast<double>(c.tp_collective_elems) * microbatch_size *
-                                              bytes_per_element(model_.precision))
-                             : 0;
+    const double bytes = static_cast<double>(c.tp_collective_elems) * microbatch_size * bytes_per_element(model_.precision);
+    const double one = T > 1 ? tp_allreduce_s(bytes) : 0;
+    if (one > 0 && c.tp_forward_collectives + c.tp_backward_collectives > 0) {
+      const Collective used = tp_allreduce_algorithm(bytes);
+      if (std::find(tp_used_.begin(), tp_used_.end(), used) == tp_used_.end()) tp_used_.push_back(used);
+    }
     tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
     tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
   }
@@ -41,6 +46,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       data_parallel_(r.program.data_parallel),
       sequence_parallel_(r.program.sequence_parallel),
       shard_optimizer_(r.program.shard_optimizer) {
+  collective_ = r.collective;
   const int n = static_cast<int>(m.layers.size());
   const int T = tensor_parallel_;
   init_tensor_parallel(r.microbatch_size);
@@ -59,6 +65,9 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
                 std::to_string(r.stages()));
   }
   for (const auto rank : r.program.stage_to_rank) stage_rank_.push_back(rank.value);
+  if (data_parallel_ > 1) {
+    for (int k = 0; k < K; ++k) data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
+  }
   const double b = r.microbatch_size;
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
@@ -116,10 +125,33 @@ double optimizer_states(Optimizer o) { return o == Optimizer::Adam ? 2 : o == Op
 double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 }  // namespace
 
+Collective StageCostModel::tp_allreduce_algorithm(double bytes) const {
+  // Sequence parallelism's all-gathers and reduce-scatters: rings (the tree only all-reduces).
+  if (sequence_parallel_ || tensor_parallel_ <= 1) return Collective::Ring;
+  const auto& topo = hardware_.topology;
+  const int T = tensor_parallel_;
+  return choose_all_reduce(collective_, topo.group_ring_link(T), group_tree_link(topo, T), bytes, T);
+}
+
 double StageCostModel::tp_allreduce_s(double bytes) const {
   const int T = tensor_parallel_;
   if (T <= 1 || bytes <= 0) return 0;
-  return hardware_.topology.ring_all_reduce_seconds(bytes, T);
+  const auto& topo = hardware_.topology;
+  if (tp_allreduce_algorithm(bytes) == Collective::Ring) return topo.ring_all_reduce_seconds(bytes, T);
+  const Link edge = group_tree_link(topo, T);
+  return tree_all_reduce_seconds(edge, bytes, T, tree_chunks(edge, bytes, T));
+}
+
+Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
+  const double bytes = reduce_bytes(i, j) * tensor_parallel_;
+  if (data_parallel_ <= 1 || bytes <= 0 || shard_optimizer_) return Collective::Ring;
+  const Link& link = data_links_.at(rank_of(s));
+  return choose_all_reduce(collective_, link, link, bytes, data_parallel_);
+}
+
+int StageCostModel::reduce_tree_chunks(int i, int j, int s) const {
+  if (reduce_algorithm(i, j, s) != Collective::Tree) return 0;
+  return tree_chunks(data_links_.at(rank_of(s)), reduce_bytes(i, j) * tensor_parallel_, data_parallel_);
 }
 
 double StageCostModel::tp_collective_s(int i, int j, int) const {

@@ -51,12 +51,23 @@ class StageCostModel {
   double cut_bytes(int p) const;  // per micro-batch, at position p (a tensor-parallel group's whole tensor)
   // Tensor parallelism: the time of the layers' collectives inside one
   // micro-batch's forward and backward (already in the actions' times), and
-  // what one ring all-reduce of `bytes` over the group's T devices takes:
+  // what one all-reduce of `bytes` over the group's T devices takes: a ring,
   // 2(T-1) · (latency + bytes / (T · bandwidth)) on the link each ring step
   // crosses (Topology::group_ring_link: inside a node, each device's NVSwitch
-  // port, which is non-blocking).
+  // port, which is non-blocking), or a tree on group_tree_link, as the
+  // request's collective says (auto: the faster; sequence parallelism's
+  // all-gathers and reduce-scatters are rings).
   double tp_collective_s(int i, int j, int s) const;
   double tp_allreduce_s(double bytes) const;
+  Collective tp_allreduce_algorithm(double bytes) const;
+  const std::vector<Collective>& tp_algorithms() const { return tp_used_; }  // those the layers' collectives use
+  // Data parallelism: the algorithm of stage s's all-reduce over its data
+  // group (the request's, or with auto the faster closed form on
+  // data_group_link; ZeRO-1's reduce-scatter is a ring), and the tree's chunk
+  // count (0 for a ring). A group's T devices reduce their shares side by
+  // side: T · reduce_bytes on the group's merged route.
+  Collective reduce_algorithm(int i, int j, int s) const;
+  int reduce_tree_chunks(int i, int j, int s) const;
   int tensor_parallel() const { return tensor_parallel_; }
   // Data parallelism: the bytes one device of stage s all-reduces over its
   // data group per step (its share of the stage's gradients), and with ZeRO-1
@@ -95,6 +106,9 @@ class StageCostModel {
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_;  // per device of a tensor-parallel group
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
+  Collective collective_ = Collective::Auto;
+  std::vector<Collective> tp_used_;
+  std::vector<Link> data_links_;  // [rank]: data_group_link, with D > 1
   int tensor_parallel_ = 1, data_parallel_ = 1;
   bool sequence_parallel_ = false, shard_optimizer_ = false;
   std::vector<std::int64_t> cut_;

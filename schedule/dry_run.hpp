@@ -39,6 +39,9 @@ struct StageCosts {
   // leaves both out (REDUCE_GRAD takes no time there).
   double reduce_bytes = 0;
   double gather_bytes = 0;
+  // The all-reduce's algorithm (models' choice): a binary tree, reduce then
+  // broadcast, pipelined in this many chunks; 0: a ring.
+  int reduce_tree_chunks = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.

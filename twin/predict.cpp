@@ -25,11 +25,20 @@ std::string_view engine_name(Engine engine) {
   return "?";
 }
 
+void check_fast_engine(const schedule::Program& program) {
+  if (program.data_parallel <= 1) return;
+  // Its evaluator has no network: REDUCE_GRAD would take no time.
+  throw Error("--engine fast cannot predict D = " + std::to_string(program.data_parallel) +
+              ": the data-parallel gradient reductions (REDUCE_GRAD) are messages on the network, which the fast "
+              "evaluator does not model (they would take no time); use --engine simgrid or auto");
+}
+
 Prediction predict(const Scenario& sc, Engine engine) {
   const auto table = models::stage_table(*sc.costs, sc.hardware, sc.program);
   if (engine == Engine::SimGrid) {
     return {sim::simulate({sc.program, table, sc.hardware.topology}).timeline, Engine::SimGrid, "asked for (--engine simgrid)"};
   }
+  if (engine == Engine::Fast) check_fast_engine(sc.program);
   auto fast = schedule::evaluate(sc.program, table);
   if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
   const auto check = models::check_contention(fast.timeline, sc.program, table, sc.hardware.topology);

@@ -23,6 +23,10 @@ struct Prediction {
   std::string why;               // why that engine answered
 };
 
+// Throws pipetwin::Error, naming the reason, where the fast engine cannot
+// answer when asked for: D > 1 (the reductions are network messages).
+void check_fast_engine(const schedule::Program& program);
+
 Prediction predict(const Scenario& scenario, Engine engine);
 
 }  // namespace pipetwin::twin

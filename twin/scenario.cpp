@@ -207,6 +207,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   const bool from_file = is_schedule_file(o.schedule);
   if (!o.recompute.empty()) schedule::parse_recompute(o.recompute);  // a bad word is refused first
   r.optimizer = models::parse_optimizer(o.optimizer);
+  r.collective = models::parse_collective(o.collective.empty() ? "auto" : o.collective);
   // A generator's shape is known before its Program is built; a file's from the file.
   // The batch splits over the D replicas, then into each one's M micro-batches.
   const auto check_batch = [&](int microbatches, int replicas) {
@@ -248,6 +249,23 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
   return sc;
 }
 
+std::vector<std::string> Scenario::data_parallel_collectives() const {
+  std::vector<std::string> names;
+  if (program.data_parallel <= 1) return names;
+  for (int s = 0; s < program.num_stages(); ++s) {
+    const auto [i, j] = program.partition.at(s);
+    names.emplace_back(models::collective_name(costs->reduce_algorithm(i, j, s)));
+  }
+  return names;
+}
+
+std::string Scenario::collectives_used() const {
+  std::vector<models::Collective> used = costs->tp_algorithms();
+  for (const auto& name : data_parallel_collectives()) used.push_back(models::parse_collective(name));
+  const std::string names = models::collective_names(used);
+  return std::string(models::collective_name(request.collective)) + (names.empty() ? "" : ": " + names);
+}
+
 double Scenario::predicted_stash_bytes(int s) const {
   const auto [i, j] = program.partition.at(s);
   return costs->stash(s).peak_bytes(costs->activation_bytes(i, j), costs->input_bytes(i));
@@ -276,6 +294,10 @@ nlohmann::json Scenario::describe() const {
     j["sequence_parallel"] = program.sequence_parallel;
     j["shard_optimizer"] = program.shard_optimizer;
     j["devices"] = program.num_devices();
+    j["collective"] = models::collective_name(request.collective);  // as asked; what each all-reduce used:
+    std::vector<std::string> tp;
+    for (const auto c : costs->tp_algorithms()) tp.emplace_back(models::collective_name(c));
+    j["collectives"] = {{"data_parallel", data_parallel_collectives()}, {"tensor_parallel", tp}};
   }
   return j;
 }
@@ -302,7 +324,7 @@ std::string Scenario::headline() const {
   if (!program.is_pipeline_only()) {
     out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
-           (program.shard_optimizer ? ", ZeRO-1" : "") + ")";
+           (program.shard_optimizer ? ", ZeRO-1" : "") + ", all-reduce " + collectives_used() + ")";
   }
   return out;
 }

@@ -27,6 +27,7 @@ struct ScenarioSpec {
   std::string recompute, partition, optimizer = "adam";           // "": none; "": auto (or the file's)
   int tensor_parallel = 0, data_parallel = 0;                     // T, D; 0: 1 (or the file's)
   bool sequence_parallel = false, shard_optimizer = false;
+  std::string collective;  // the all-reduces' algorithm: auto, ring or tree; "": auto
 };
 
 // True when `schedule` names a file rather than a generator.
@@ -52,7 +53,11 @@ struct Scenario {
   // micro-batches (the stage costs' own) times their sizes.
   double predicted_stash_bytes(int s) const;
   schedule::TraceMetadata configuration() const;  // the configuration fields of its traces
-  nlohmann::json describe() const;                 // configuration().configuration_json()
+  nlohmann::json describe() const;                 // configuration().configuration_json(), T, D, collectives
+  // Per stage, the algorithm of its data-parallel all-reduce (empty for D = 1).
+  std::vector<std::string> data_parallel_collectives() const;
+  // "auto: ring, tree": the collective asked for, and the algorithms its all-reduces use.
+  std::string collectives_used() const;
   std::string headline() const;
 };
 

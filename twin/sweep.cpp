@@ -158,6 +158,7 @@ class Sweep {
     s.recompute = c.recompute;
     s.partition = o_.partition;
     s.optimizer = o_.optimizer;
+    s.collective = o_.collective;
     return s;
   }
 
@@ -169,6 +170,7 @@ class Sweep {
   bool evaluate_fast(std::size_t i) {
     try {
       const auto sc = scenario(i);
+      if (o_.engine == Engine::Fast) check_fast_engine(sc->program);
       const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
       auto run = schedule::evaluate(sc->program, table);
       if (run.deadlocked()) throw Error("deadlock in the generated schedule");
@@ -277,7 +279,7 @@ class Sweep {
     return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.shard_optimizer ? "yes" : "no") +
-           "\ncolumns: " + kHeader + "\n";
+           (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) + "\ncolumns: " + kHeader + "\n";
   }
 
   void load_existing() {

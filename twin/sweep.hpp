@@ -29,6 +29,7 @@ struct SweepSpec {
   // where T > 1, ZeRO-1 where D > 1.
   bool sequence_parallel = false, shard_optimizer = false;
   std::string partition = "auto", optimizer = "adam";
+  std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
 };
 
 struct SweepReport {

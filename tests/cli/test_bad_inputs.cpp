@@ -383,10 +383,16 @@ std::vector<Bad> catalogue() {
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 --zero1 --model {}/m.yaml", "--zero1 needs --data D > 1"},
       {"cli_simulate_devices_past_int", {{"m.yaml", kT}},
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 -t 65536 -d 65536 --model {}/m.yaml", "devices, more than pipetwin numbers"},
-      {"cli_run_tensor_parallel", {{"m.yaml", kT}}, "run --hardware a100 -s 1f1b -k 2 -m 2 -t 2 --model {}/m.yaml",
-       "tensor parallelism (-t 2) is simulated only"},
+      {"cli_run_tensor_parallel_unsplittable_layer", {{"m.yaml", kMlp}}, "run --hardware a100 -s 1f1b -k 2 -m 2 -t 2 --model {}/m.yaml",
+       "layer linear0"},
       {"cli_run_data_parallel_weight_stashing", {{"m.yaml", kT}}, "run -s pipedream -k 2 -m 2 -d 2 --model {}/m.yaml",
        "-d 2 with weight stashing (2 weight versions)"},
+      // The all-reduce's algorithm is one of three; the fast engine has no network for D > 1.
+      {"cli_simulate_unknown_collective", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --collective butterfly --model {}/m.yaml", "--collective", 2},
+      {"cli_simulate_fast_engine_with_data", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --engine fast --model {}/m.yaml",
+       "--engine fast cannot predict D = 2: the data-parallel gradient reductions (REDUCE_GRAD)"},
       // plan: inputs that leave no candidate, unknown model or hardware, a bad shard.
       {"cli_plan_batch_splits_no_way", {{"m.yaml", kT}},
        "plan --hardware a100 --gpus 2 --global-batch 3 --microbatch-sizes 2 --model {}/m.yaml -o {}/p.csv",

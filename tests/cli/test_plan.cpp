@@ -1,9 +1,10 @@
 // `pipetwin plan` and `pipetwin merge` as a user runs them, and the sweep's
-// T and D columns.
+// T and D columns, and simulate's --collective.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -180,4 +181,33 @@ TEST_F(Plan, SweepRowsCarryTensorAndData) {
   EXPECT_EQ(by_td[2][2], 8);
   ASSERT_EQ(ones.size(), 8u);
   for (std::size_t i = 0; i < ones.size(); ++i) EXPECT_EQ(ones[i], plain[i + 1]) << "T = D = 1 differs from the sweep without -t/-d";
+}
+
+// simulate --collective: --json says which algorithm each all-reduce used;
+// auto's step is that of the algorithm it chose. A sweep records a
+// --collective other than auto in OUT.inputs.
+TEST_F(Plan, SimulateSaysWhichAllReduceRan) {
+  const std::string sim = "simulate --model " + kTiny + " --hardware dgx-a100-80gb -s 1f1b -k 2 -m 2 -t 2 -d 16 --json ";
+  std::map<std::string, json> by;
+  for (const std::string c : {"auto", "ring", "tree"}) {
+    const auto r = run_stdout(sim + (c == "auto" ? "" : "--collective " + c));
+    ASSERT_EQ(r.code, 0) << r.out;
+    by[c] = json::parse(r.out);
+    EXPECT_EQ(by[c]["collective"], c);
+    ASSERT_EQ(by[c]["collectives"]["data_parallel"].size(), 2u) << by[c];
+    ASSERT_EQ(by[c]["collectives"]["tensor_parallel"].size(), 1u) << by[c];
+    if (c != "auto") {
+      for (const auto& used : by[c]["collectives"]["data_parallel"]) EXPECT_EQ(used, c);
+      EXPECT_EQ(by[c]["collectives"]["tensor_parallel"][0], c);
+    }
+  }
+  EXPECT_NE(by["ring"]["summary"]["step_time_s"], by["tree"]["summary"]["step_time_s"]);
+  const auto& chosen = by["auto"]["collectives"];
+  if (chosen["data_parallel"][0] == chosen["data_parallel"][1] && chosen["data_parallel"][0] == chosen["tensor_parallel"][0]) {
+    EXPECT_EQ(by["auto"]["summary"]["step_time_s"], by[chosen["data_parallel"][0].get<std::string>()]["summary"]["step_time_s"]);
+  }
+  const auto sweep = run("sweep --model " + kTiny + " --hardware dgx-a100-80gb -k 2 -m 2 -s 1f1b -d 4 --collective tree --out " +
+                         path("s.csv"));
+  ASSERT_EQ(sweep.code, 0) << sweep.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "\ncollective: tree\n"));
 }

@@ -312,6 +312,7 @@ pm::PartitionRequest request(int T, int D, bool sp, bool zero1, int b) {
   r.program.tensor_parallel = T, r.program.data_parallel = D;
   r.program.sequence_parallel = sp, r.program.shard_optimizer = zero1;
   r.microbatch_size = b;
+  r.collective = pm::Collective::Ring;  // the tree and auto: test_collectives.cpp
   return r;
 }
 

@@ -1,0 +1,62 @@
+// All-reduce algorithms and their closed forms: NCCL's ring, and its tree
+// modelled simply; the choice between them by predicted time, as NCCL's tuner
+// chooses by its own.
+//
+// The tree stands for NCCL's double binary tree (two trees, each carrying half
+// the data, every rank a leaf in one of them) as one binary tree: member i's
+// parent is (i - 1) / 2 (heap order, member 0 the root, depth h = ⌊log2 n⌋).
+// The bytes, cut into C chunks of ⌈bytes / C⌉, are reduced up to the root,
+// then broadcast down; each phase is pipelined (a member forwards chunk k
+// while it receives chunk k + 1), so each takes h + C - 1 steps of
+// latency + chunk / bandwidth when every tree edge has its own link:
+//   tree   2(h + C - 1) · (latency + ⌈bytes / C⌉ / bandwidth)
+//   ring   2(n - 1) · (latency + ⌈bytes / n⌉ / bandwidth)
+// The ring pays 2(n-1) latencies and 2(n-1)/n · bytes / bandwidth; the tree
+// 2(h + C - 1) latencies and 2(1 + (h-1)/C) · bytes / bandwidth: the tree
+// wins for small messages over many members, the ring for large ones (and
+// always over two members).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "models/hardware.hpp"
+
+namespace pipetwin::models {
+
+enum class Collective { Auto, Ring, Tree };
+std::string_view collective_name(Collective c);      // auto, ring, tree
+Collective parse_collective(std::string_view name);  // throws pipetwin::Error naming the valid ones
+
+// The most chunks a tree pipelines a message in (each chunk is a message per
+// tree edge and phase in the replay).
+inline constexpr int kMaxTreeChunks = 64;
+
+int tree_depth(int members);  // ⌊log2 members⌋; 0 for one member
+// Closed forms over `members` devices, each step on `link`; 0 for one member.
+double ring_all_reduce_seconds(const Link& link, double bytes, int members);
+double tree_all_reduce_seconds(const Link& link, double bytes, int members, int chunks);
+// The chunk count (1 .. kMaxTreeChunks) that makes the tree fastest:
+// near √((h - 1) · bytes / (latency · bandwidth)), 1 for h ≤ 1.
+int tree_chunks(const Link& link, double bytes, int members);
+// `asked` when it is Ring or Tree; for Auto, the faster closed form (the
+// ring on `ring_link`, the tree on `tree_link` at tree_chunks()), the ring on
+// a tie.
+Collective choose_all_reduce(Collective asked, const Link& ring_link, const Link& tree_link, double bytes, int members);
+
+// A tensor-parallel group's tree edge: on a cluster, through the NVSwitch, a
+// parent's one port carries both children's chunks ({2·intra.latency,
+// intra.bandwidth / 2}); on all-to-all, the pair link.
+Link group_tree_link(const Topology& topology, int width);
+
+// The data group of pipeline rank k: D groups of `width` devices, replica d's
+// first device width·(d + D·k) (Program::first_device). The link that its
+// collectives' closed forms use: the slowest route from replica 0's group to
+// another's (largest latency, smallest bandwidth; Topology::path_group), a
+// whole group's T streams merged.
+Link data_group_link(const Topology& topology, int width, int replicas, int rank);
+
+// "ring", "tree", or "ring, tree": the algorithms in `used`, each once.
+std::string collective_names(const std::vector<Collective>& used);
+
+}  // namespace pipetwin::models
