@@ -29,6 +29,10 @@ struct SimInput {
   schedule::Program program;                 // complete (lowered) and valid
   std::vector<schedule::StageCosts> stages;  // one per stage; transfers use the bytes, not the *_transfer_s
   models::Topology topology;                 // devices = ranks (rank r on device r)
+  // SimGrid's max-min solver precision; 0: 1e-9, loosened past 16 hosts
+  // (simulate_here). simulate() replays once more at SimGrid's default 1e-5
+  // if the solver fails on its own rounding.
+  double maxmin_precision = 0;
 };
 
 struct SimResult {

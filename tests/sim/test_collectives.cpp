@@ -174,3 +174,26 @@ TEST(Collectives, TensorParallelAllReducesTakeTheFasterClosedForm) {
   EXPECT_EQ(small.tp_algorithms(), std::vector<pm::Collective>{pm::Collective::Ring});
   EXPECT_EQ(pm::collective_names({pm::Collective::Tree, pm::Collective::Ring, pm::Collective::Tree}), "ring, tree");
 }
+
+// SimGrid's max-min solver leaves residues that grow with the flows sharing a
+// link; at a precision tighter than they are it aborts ("Cannot saturate
+// more a constraint that has no active element") or crashes. simulate()
+// then replays at SimGrid's default precision instead of failing.
+TEST(Collectives, AReplayWhoseSolverFailsOnItsRoundingIsReplayedAtTheDefaultPrecision) {
+  for (const double precision : {0.0, 1e-13}) {
+    auto p = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
+    p.data_parallel = 300;
+    SimInput in;
+    in.program = ps::insert_gradient_reductions(std::move(p));
+    ps::StageCosts c;
+    c.forward_s = 1e-3;
+    c.backward_s = 2e-3;
+    c.activation_bytes = c.gradient_bytes = 1e6;
+    c.reduce_bytes = 1e8;
+    in.stages = {c, c};
+    in.topology = pm::preset("dgx-h100").topology;
+    in.maxmin_precision = precision;
+    const auto result = pipetwin::sim::simulate(in);
+    EXPECT_GT(result.timeline.makespan(), 0) << "precision " << precision;
+  }
+}
