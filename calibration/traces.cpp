@@ -216,6 +216,12 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
     }
   }
   run.producer = md.producer;
+  if (!run.program.is_pipeline_only()) {
+    throw Error(path + ": a run of T " + std::to_string(run.program.tensor_parallel) + " x K " + std::to_string(K) +
+                " x D " + std::to_string(run.program.data_parallel) +
+                ": calibrate fits pipelines (T = D = 1) only; its collectives are compared (pipetwin compare) but not "
+                "fitted yet");
+  }
   read_measured_ranks(meta, path, K, run);
   check_actions(run);
   // The step starts with the first action of the rank holding stage 0: the

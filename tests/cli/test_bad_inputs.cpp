@@ -108,6 +108,8 @@ const fs::path& fixture_dir() {
         "simulate" + mlp + " -s 1f1b -m 4 --batch 8 --trace " + (d / "p4.json").string(),
         "simulate" + mlp + " -s gpipe -m 2 --batch 4 --trace " + (d / "pg.json").string(),
         "simulate --hardware cpu -k 2 -s 1f1b -m 2 --model " + (d / "t.yaml").string() + " --trace " + (d / "pt.json").string(),
+        "simulate --hardware a100 -k 2 -s 1f1b -m 2 -d 2 --model " + (d / "t.yaml").string() + " --trace " +
+            (d / "pd.json").string(),
     };
     std::vector<std::thread> threads;
     std::vector<Run> runs(sims.size());
@@ -672,6 +674,8 @@ std::vector<Bad> catalogue() {
       {"cli_compare_one_trace", {}, "compare {fix}/p.json", "measured is required", 2},
       {"cli_calibrate_without_out", {}, "calibrate {fix}/p.json", "--out is required", 2},
       {"cli_calibrate_unknown_engine", {}, "calibrate {fix}/p.json --out {}/out.yaml --engine warp", "--engine", 2},
+      {"cli_calibrate_data_parallel_trace", {}, "calibrate {fix}/pd.json --out {}/out.yaml",
+       "pd.json: a run of T 1 x K 2 x D 2: calibrate fits pipelines (T = D = 1) only"},
       {"cli_plot_unknown_kind", {}, "plot pie {fix}/p.json --out {}/g", "pie", 2},
       {"cli_negative_batch", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --batch -4 --model {fix}/t.yaml",
        "--batch: must be positive, got -4", 2},
