@@ -56,6 +56,7 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
                      {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});
+    if (!rank.collectives.empty()) ranks.back()["collectives"] = rank.collectives;
   }
   nlohmann::json stages = nlohmann::json::array();
   for (int s = 0; s < sc.program.num_stages(); ++s) {

@@ -231,6 +231,32 @@ void save_weights(const std::string& dir, const TorchBackend& backend, bool writ
 
 // One mini-batch: every action of this rank's list in its order, then its
 // timeline and (on the last stage) its loss into the report.
+// What this process's groups reduce, for the report (the durations are the
+// REDUCE_GRAD actions of the trace; a tensor group's collectives run inside F, B, R).
+nlohmann::json describe_collectives(const ps::Program& p, const Placement& where, const TorchBackend& backend,
+                                    Device device) {
+  nlohmann::json out = nlohmann::json::array();
+  const std::string via(backend_name(device));
+  if (const DataParallel* dp = backend.data_parallel()) {
+    for (const auto& [stage, bytes] : dp->stage_bytes()) {
+      out.push_back({{"dimension", "data"},
+                     {"stage", stage},
+                     {"kind", p.shard_optimizer ? "reduce-scatter, then all-gather in STEP" : "all-reduce"},
+                     {"bytes", bytes},
+                     {"group", where.data_group(where.pipeline_rank)},
+                     {"backend", via}});
+    }
+  }
+  if (where.tensor > 1) {
+    out.push_back({{"dimension", "tensor"},
+                   {"kind", p.sequence_parallel ? "all-gather and reduce-scatter per layer, inside F, B, R"
+                                                : "all-reduce per layer, inside F, B, R"},
+                   {"group", where.tensor_group()},
+                   {"backend", via}});
+  }
+  return out;
+}
+
 // This replica's share of the mini-batch: the samples [d M b, (d + 1) M b).
 Batch share(Batch batch, const Placement& where, std::int64_t per_replica) {
   if (where.data == 1) return batch;
@@ -368,6 +394,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   watch.reset();
   report.stage_peak_stash_bytes = backend.stage_peak_stash_bytes();
   for (const auto& [s, stage] : backend.stages()) report.stage_peak_versions.emplace_back(s, stage->peak_versions());
+  report.collectives = describe_collectives(p, where, backend, c.device);
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));
   report.peak_rss_bytes = static_cast<double>(MemoryMeter::peak_rss_bytes());
   // The replicas hold the same weights (their reductions are the same sums): replica 0's are saved.

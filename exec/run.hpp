@@ -85,6 +85,9 @@ struct RankReport {
   std::vector<double> losses;             // per step, on the rank holding the last stage
   std::vector<std::pair<int, double>> stage_peak_stash_bytes;  // (stage, bytes)
   std::vector<std::pair<int, int>> stage_peak_versions;        // (stage, weight versions)
+  // The collectives of its groups: per stage's data-group reduction its
+  // kind, bytes, group and backend; its tensor-parallel group (T > 1).
+  nlohmann::json collectives = nlohmann::json::array();
   double peak_allocated_bytes = 0, baseline_bytes = 0, peak_rss_bytes = 0;
   std::vector<HostSample> host_samples;  // when the steps began, then at the end of each
   nlohmann::json to_json() const;

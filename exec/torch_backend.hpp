@@ -60,6 +60,7 @@ class TorchBackend final : public schedule::Backend {
   bool recv(schedule::RankId rank, const schedule::Action& action, schedule::RankId peer) override;
 
   const std::map<int, std::unique_ptr<Stage>>& stages() const { return stages_; }
+  const DataParallel* data_parallel() const { return dp_.get(); }
   // Per local stage, the peak bytes its stashes held (measured).
   std::vector<std::pair<int, double>> stage_peak_stash_bytes() const;
 

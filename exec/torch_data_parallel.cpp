@@ -75,6 +75,7 @@ int DataParallel::reduce(Stage& stage) {
   p.id = id;
   p.flat = flatten_grads(params, shard_optimizer_ ? where_.data : 1);
   rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
+  stage_bytes_[stage.index()] = rec.bytes;
   if (shard_optimizer_) {
     p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
     p.work = group_->_reduce_scatter_base(p.shard, p.flat);

@@ -54,6 +54,8 @@ class DataParallel {
   std::int64_t bytes(int id) const;
 
   int size() const { return where_.data; }
+  // Per stage, the bytes its last reduction put into the collective.
+  const std::map<int, std::int64_t>& stage_bytes() const { return stage_bytes_; }
 
  private:
   struct Pending {
@@ -85,6 +87,7 @@ class DataParallel {
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
   std::vector<Record> records_;
+  std::map<int, std::int64_t> stage_bytes_;
 };
 
 }  // namespace pipetwin::exec

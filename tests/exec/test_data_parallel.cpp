@@ -188,6 +188,12 @@ TEST(DataParallel, TheTraceTimesEveryReduction) {
   ASSERT_EQ(measured.at("ranks").size(), 4u);
   EXPECT_EQ(measured.at("ranks")[1].at("replica").get<int>(), 1);
   EXPECT_EQ(measured.at("ranks")[2].at("pipeline_rank").get<int>(), 1);
+  // Each process says what its data group reduces: stage 1 (on pipeline rank 1) over devices 2 and 3.
+  const auto& c = measured.at("ranks")[3].at("collectives").at(0);
+  EXPECT_EQ(c.at("stage").get<int>(), 1);
+  EXPECT_EQ(c.at("kind").get<std::string>(), "all-reduce");
+  EXPECT_EQ(c.at("group"), nlohmann::json({2, 3}));
+  EXPECT_GT(c.at("bytes").get<double>(), 0);
 }
 
 // Replicas with weight stashing would drift apart, each with its own versions: refused, naming the option.
