@@ -301,7 +301,10 @@ ps::Timeline simulate_here(const SimInput& in) {
     throw Error("simulation: " + std::to_string(in.stages.size()) + " stage costs for " + std::to_string(p.num_stages()) +
                 " stages");
   }
-  xbt_log_control_set(std::getenv("PIPETWIN_SIM_LOG") ? std::getenv("PIPETWIN_SIM_LOG") : "root.thres:critical");
+  // PIPETWIN_SIM_LOG set: SimGrid's stderr is kept; a value that is a SimGrid
+  // log control string (e.g. root.thres:warning) sets its thresholds too.
+  const char* log = std::getenv("PIPETWIN_SIM_LOG");
+  xbt_log_control_set(log != nullptr && std::string(log).find(':') != std::string::npos ? log : "root.thres:critical");
   int argc = 1;
   char name[] = "pipetwin-sim";
   char* argv[] = {name, nullptr};

@@ -12,7 +12,8 @@
 // takes exactly latency + bytes / bandwidth; concurrent transfers share links.
 // SimGrid supports one engine per process: simulate() runs it in a child
 // process and reads the timeline back, so callers may simulate many times.
-// SimGrid's own log is silent unless PIPETWIN_SIM_LOG is set.
+// SimGrid's own log is silent unless PIPETWIN_SIM_LOG is set (any value keeps its stderr;
+// a SimGrid log control string, e.g. root.thres:warning, also sets its thresholds).
 #pragma once
 
 #include <string>
