@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
 
+#include "exec/torch_llm_layers.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::exec {
@@ -28,10 +30,13 @@ void accumulate(const at::Tensor& param, const at::Tensor& grad) {
   }
 }
 
-// y = x·Wᵀ + b. Backward: grad_x now; grad_W and grad_b now, or queued.
+// y = x·Wᵀ + b (b undefined: no bias). Backward: grad_x now; grad_W and
+// grad_b now, or queued.
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-    ctx->save_for_backward({x, w, b});
+  // b: an optional (autograd takes no undefined tensor as an input).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const std::optional<at::Tensor>& b) {
+    ctx->save_for_backward({x, w, b.value_or(at::Tensor())});
     return at::linear(x, w, b);
   }
 
@@ -50,12 +55,12 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
         torch::NoGradGuard no_grad;
         auto [gw, gb] = weight_grads(g, x);
         accumulate(w, gw);
-        accumulate(b, gb);
+        if (b.defined()) accumulate(b, gb);
       });
       return {gx, at::Tensor(), at::Tensor()};
     }
     auto [gw, gb] = weight_grads(g, x);
-    return {gx, gw, gb};
+    return {gx, gw, b.defined() ? gb : at::Tensor()};
   }
 };
 
@@ -106,7 +111,7 @@ DeferWeightGrads::DeferWeightGrads(WeightGradQueue* queue) { g_defer.store(queue
 DeferWeightGrads::~DeferWeightGrads() { g_defer.store(nullptr); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return LinearFn::apply(x, weight, bias);
+  return LinearFn::apply(x, weight, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt);
 }
 
 at::ScalarType dtype_of(models::Precision p) {
@@ -117,30 +122,21 @@ at::ScalarType dtype_of(models::Precision p) {
   }
 }
 
-namespace {
-
-// The llm family's kinds have costs for the simulator and no LibTorch code.
-[[noreturn]] void simulated_only(const models::Layer& layer) {
-  throw Error("layer " + layer.name + " of kind " + std::string(models::kind_name(layer.kind)) +
-              " (family llm) is simulated only: the executor does not build it yet");
-}
-
-}  // namespace
-
 bool is_loss_layer(const models::Model& m, int index) { return index + 1 == static_cast<int>(m.layers.size()); }
 
 std::vector<std::int64_t> input_shape(const models::Model& m) {
   const auto& s = m.layers.front().shape;
   switch (m.layers.front().kind) {
-    case LayerKind::Embedding: return {s.seq_len};
+    case LayerKind::Embedding:
+    case LayerKind::LlmEmbedding: return {s.seq_len};
     case LayerKind::Linear: return {s.in_features};
-    case LayerKind::LlmEmbedding: simulated_only(m.layers.front());
     default: return {s.in_channels, s.in_height, s.in_width};
   }
 }
 
 at::ScalarType input_dtype(const models::Model& m) {
-  return m.layers.front().kind == LayerKind::Embedding ? at::kLong : dtype_of(m.precision);
+  const auto kind = m.layers.front().kind;
+  return kind == LayerKind::Embedding || kind == LayerKind::LlmEmbedding ? at::kLong : dtype_of(m.precision);
 }
 
 std::vector<std::int64_t> output_shape(const models::Model& m, int index) {
@@ -148,13 +144,12 @@ std::vector<std::int64_t> output_shape(const models::Model& m, int index) {
   const auto& s = m.layers.at(index).shape;
   switch (m.layers.at(index).kind) {
     case LayerKind::Embedding:
-    case LayerKind::TransformerBlock: return {s.seq_len, s.d_model};
+    case LayerKind::TransformerBlock:
+    case LayerKind::LlmEmbedding:
+    case LayerKind::DecoderBlock: return {s.seq_len, s.d_model};
     case LayerKind::Linear: return {s.out_features};
     case LayerKind::Add:
     case LayerKind::Concat: return {s.out_channels, s.in_height, s.in_width};
-    case LayerKind::LlmEmbedding:
-    case LayerKind::DecoderBlock:
-    case LayerKind::LlmHead: simulated_only(m.layers.at(index));
     default: return {s.out_channels, down(s.in_height, s.stride), down(s.in_width, s.stride)};
   }
 }
@@ -208,7 +203,7 @@ std::vector<at::Tensor> init_layer(const models::Model& m, int index, std::uint6
     case LayerKind::Concat: break;
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
-    case LayerKind::LlmHead: simulated_only(m.layers.at(index));
+    case LayerKind::LlmHead: p = init_llm_layer(m.layers.at(index), gen); break;
   }
   return p;
 }
@@ -249,7 +244,7 @@ at::Tensor forward_layer(const models::Model& m, int index, const std::vector<at
     case LayerKind::ClassifierHead: return cross_entropy(linear(in[0].mean({2, 3}), p[0], p[1]));
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
-    case LayerKind::LlmHead: simulated_only(layer);
+    case LayerKind::LlmHead: return forward_llm_layer(layer, in.at(0), p, targets);
   }
   throw Error("exec: layer " + layer.name + " has a kind this executor cannot run");
 }

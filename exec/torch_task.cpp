@@ -17,12 +17,15 @@ std::int64_t classes_of(const models::Model& m) {
   return last.shape.out_features > 0 ? last.shape.out_features : last.shape.vocab;
 }
 
+// Token ids in, one target token per position (the transformer and llm families).
+bool takes_tokens(const models::Model& m) { return input_dtype(m) == at::kLong; }
+
 }  // namespace
 
 SyntheticTask::SyntheticTask(const models::Model& model, std::uint64_t seed, int batch)
     : model_(model), seed_(seed), batch_(batch) {
   auto gen = generator(seed, 0);
-  if (model.layers.front().kind == models::LayerKind::Embedding) {
+  if (takes_tokens(model)) {
     mapping_ = at::randperm(model.layers.front().shape.vocab, gen, at::TensorOptions(at::kLong));
   } else {
     const auto in = input_shape(model);
@@ -35,7 +38,7 @@ Batch SyntheticTask::minibatch(int step) const {
   std::vector<std::int64_t> shape{batch_};
   for (const auto d : input_shape(model_)) shape.push_back(d);
   Batch b;
-  if (model_.layers.front().kind == models::LayerKind::Embedding) {
+  if (takes_tokens(model_)) {
     b.inputs = at::randint(0, model_.layers.front().shape.vocab, shape, gen, at::TensorOptions(at::kLong));
     b.targets = mapping_.index({b.inputs});
     return b;

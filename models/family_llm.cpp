@@ -96,6 +96,14 @@ Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
   shape.d_ff = t.ffn_hidden;
   shape.heads = t.heads;
   shape.vocab = t.vocab;
+  shape.kv_heads = t.kv_heads > 0 ? t.kv_heads : t.heads;
+  shape.positions = t.positions == LlmSpec::Positions::Learned ? t.positions_table() : 0;
+  shape.swiglu = t.mlp == LlmSpec::Mlp::SwiGlu;
+  shape.rms_norm = t.norm == LlmSpec::Norm::RmsNorm;
+  shape.tied = t.tied_embeddings;
+  shape.qkv_bias = t.bias || t.attention_bias || t.qkv_bias;
+  shape.out_bias = t.bias || t.attention_bias;
+  shape.mlp_bias = t.bias;
 
   Layer emb{"embedding", LayerKind::LlmEmbedding, shape, {}, {}};
   emb.cost.forward_flops = t.positions == LlmSpec::Positions::Learned ? s * h : 0;

@@ -47,6 +47,14 @@ struct LayerShape {
   std::int64_t in_height = 0, in_width = 0;                              // spatial input size
   bool relu = false;
   bool max_pool = false;
+  // Decoder-only LLMs (family llm), so that exec/ builds exactly the layer
+  // the costs describe: key/value heads (0: as many as heads), rows of a
+  // learned position table (0: none, rotary positions), the MLP and norm
+  // variants, which linears have biases, and whether the head reuses the
+  // token embedding.
+  std::int64_t kv_heads = 0, positions = 0;
+  bool swiglu = false, rms_norm = false, tied = false;
+  bool qkv_bias = false, out_bias = false, mlp_bias = false;
 };
 
 struct LayerCost {

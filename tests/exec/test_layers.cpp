@@ -13,15 +13,42 @@
 #include "models/families.hpp"
 #include "models/layer_graph.hpp"
 #include "models/stage_costs.hpp"
+#include "schedule/error.hpp"
 
 namespace pe = pipetwin::exec;
 namespace pm = pipetwin::models;
 
 namespace {
 
+// Llama (GQA, SwiGLU, RMSNorm, rotary, no biases), Qwen2 (the same with
+// q/k/v biases) and GPT-2 (LayerNorm, GELU, a learned position table longer
+// than the sequence, biases everywhere but the head), untied.
+pm::Model tiny_llm(const std::string& family) {
+  pm::LlmSpec t;
+  t.layers = 2;
+  t.hidden = 32;
+  t.heads = 4;
+  t.seq_len = 8;
+  t.vocab = 40;
+  if (family == "gpt2") {
+    t.ffn_hidden = 64;
+    t.mlp = pm::LlmSpec::Mlp::Gelu;
+    t.norm = pm::LlmSpec::Norm::LayerNorm;
+    t.positions = pm::LlmSpec::Positions::Learned;
+    t.max_positions = 12;
+    t.bias = true;
+  } else {
+    t.ffn_hidden = 48;
+    t.kv_heads = 2;
+    t.qkv_bias = family == "qwen2";
+  }
+  return pm::llm_model(t, pm::Precision::FP32, family);
+}
+
 pm::Model tiny(const std::string& family) {
   if (family == "transformer") return pm::transformer_model({3, 32, 64, 4, 16, 50}, pm::Precision::FP32, "t");
   if (family == "mlp") return pm::mlp_model({24, 5, {32, 16}}, pm::Precision::FP32, "m");
+  if (family == "llama" || family == "qwen2" || family == "gpt2") return tiny_llm(family);
   if (family == "resnet") return pm::resnet_model({8, 3, 8, 4, {1, 1}}, pm::Precision::FP32, "r");
   return pm::in_topological_order(pm::amoebanet_model({3, 4, 16, 3, 5}, pm::Precision::FP32, "a"));
 }
@@ -71,7 +98,58 @@ TEST_P(Families, CutsCarryEveryCrossingTensorOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Exec, Families, ::testing::Values("transformer", "mlp", "resnet", "amoebanet"));
+INSTANTIATE_TEST_SUITE_P(Exec, Families,
+                         ::testing::Values("transformer", "mlp", "resnet", "amoebanet", "llama", "qwen2", "gpt2"));
+
+// Causal attention: a token changed at the end changes no earlier position.
+TEST(Llm, BlocksAreCausal) {
+  for (const std::string family : {"llama", "gpt2"}) {
+    const auto m = tiny_llm(family);
+    const auto params = pe::init_layer(m, 1, 3);
+    torch::manual_seed(0);
+    const auto x = torch::randn({2, 8, 32});
+    auto y = x.clone();
+    y.select(1, 7).add_(1.0);
+    const auto a = pe::forward_layer(m, 1, {x}, params, {}), b = pe::forward_layer(m, 1, {y}, params, {});
+    EXPECT_TRUE(torch::allclose(a.narrow(1, 0, 7), b.narrow(1, 0, 7), 1e-5, 1e-6)) << family;
+    EXPECT_FALSE(torch::allclose(a.select(1, 7), b.select(1, 7))) << family;
+  }
+}
+
+// Rotary (Llama) or learned (GPT-2) positions: attention without them
+// would see the prefix as a set, so swapping its two tokens would not change
+// the third position's output.
+TEST(Llm, PositionsMatter) {
+  for (const std::string family : {"llama", "gpt2"}) {
+    const auto m = tiny_llm(family);
+    const auto emb = pe::init_layer(m, 0, 3), blk = pe::init_layer(m, 1, 3);
+    const auto out = [&](std::vector<std::int64_t> ids) {
+      const auto h = pe::forward_layer(m, 0, {torch::tensor(ids, at::kLong).view({1, -1})}, emb, {});
+      return pe::forward_layer(m, 1, {h}, blk, {}).select(1, 2);
+    };
+    EXPECT_FALSE(torch::allclose(out({3, 5, 7}), out({5, 3, 7}))) << family;
+  }
+}
+
+// The executor keeps no tensor shared between layers: a tied head is refused.
+TEST(Llm, TiedHeadIsRefusedNamingTheLayer) {
+  pm::LlmSpec t;
+  t.layers = 1;
+  t.hidden = 16;
+  t.ffn_hidden = 32;
+  t.heads = 2;
+  t.seq_len = 4;
+  t.vocab = 10;
+  t.tied_embeddings = true;
+  const auto m = pm::llm_model(t, pm::Precision::FP32, "tied");
+  try {
+    pe::init_layer(m, 2, 1);
+    FAIL() << "a tied head was built";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tied_embeddings: false"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Layers, AmoebaNetHasCutsOfSeveralTensors) {
   const auto m = tiny("amoebanet");

@@ -1,0 +1,165 @@
+// The llm family's layer kinds as functional LibTorch code (see the header).
+#include "exec/torch_llm_layers.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "exec/torch_layers.hpp"
+#include "schedule/error.hpp"
+
+namespace pipetwin::exec {
+namespace {
+
+using models::LayerKind;
+using models::LayerShape;
+
+constexpr double kNormEps = 1e-5;
+constexpr double kRopeBase = 10000.0;
+
+// Reads the parameters in the order init_llm_layer appends them.
+struct Cursor {
+  const std::vector<at::Tensor>& p;
+  std::size_t i = 0;
+  const at::Tensor& next() { return p.at(i++); }
+  at::Tensor next_if(bool present) { return present ? p.at(i++) : at::Tensor(); }
+};
+
+at::Tensor norm(const LayerShape& s, const at::Tensor& x, Cursor& c) {
+  if (s.rms_norm) {
+    const auto& w = c.next();
+    return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + kNormEps) * w;
+  }
+  const auto& w = c.next();
+  const auto& b = c.next();
+  return at::layer_norm(x, {s.d_model}, w, b, kNormEps);
+}
+
+at::Tensor project(const at::Tensor& x, Cursor& c, bool bias) {
+  const auto& w = c.next();
+  return linear(x, w, c.next_if(bias));
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Standard RoPE on [b, heads, n, dh]: pairs (i, i + dh/2) rotated by
+// position · base^(-2i/dh).
+at::Tensor rotary(const at::Tensor& x) {
+  const std::int64_t n = x.size(2), dh = x.size(3);
+  const auto opts = at::TensorOptions(at::kFloat);
+  const auto inv_freq = at::pow(kRopeBase, -at::arange(0, dh, 2, opts) / static_cast<double>(dh));
+  const auto freqs = at::outer(at::arange(n, opts), inv_freq);
+  const auto angles = at::cat({freqs, freqs}, -1).to(x.scalar_type());
+  return x * angles.cos() + rotate_half(x) * angles.sin();
+}
+
+at::Tensor attention(const LayerShape& s, const at::Tensor& h, Cursor& c) {
+  const std::int64_t b = h.size(0), n = h.size(1), a = s.heads, g = s.kv_heads > 0 ? s.kv_heads : s.heads;
+  const std::int64_t dh = s.d_model / a;
+  auto q = project(h, c, s.qkv_bias).view({b, n, a, dh}).transpose(1, 2);
+  auto k = project(h, c, s.qkv_bias).view({b, n, g, dh}).transpose(1, 2);
+  auto v = project(h, c, s.qkv_bias).view({b, n, g, dh}).transpose(1, 2);
+  if (s.positions == 0) {
+    q = rotary(q);
+    k = rotary(k);
+  }
+  if (g != a) {  // GQA: each key/value head serves a/g consecutive query heads
+    k = k.repeat_interleave(a / g, 1);
+    v = v.repeat_interleave(a / g, 1);
+  }
+  auto ctx = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  return project(ctx.transpose(1, 2).reshape({b, n, s.d_model}), c, s.out_bias);
+}
+
+at::Tensor mlp(const LayerShape& s, const at::Tensor& h, Cursor& c) {
+  if (s.swiglu) {
+    auto gate = project(h, c, s.mlp_bias);
+    auto up = project(h, c, s.mlp_bias);
+    return project(at::silu(gate) * up, c, s.mlp_bias);
+  }
+  return project(at::gelu(project(h, c, s.mlp_bias), "tanh"), c, s.mlp_bias);
+}
+
+at::Tensor decoder_block(const LayerShape& s, const at::Tensor& x, const std::vector<at::Tensor>& p) {
+  Cursor c{p};
+  auto x1 = x + attention(s, norm(s, x, c), c);
+  return x1 + mlp(s, norm(s, x1, c), c);
+}
+
+[[noreturn]] void refuse_tied(const models::Layer& layer) {
+  throw Error("layer " + layer.name +
+              " (llm_head) is tied to the token embedding, which the executor cannot share between layers "
+              "(they may sit on different stages): run an untied config (tied_embeddings: false) instead");
+}
+
+}  // namespace
+
+bool is_llm_kind(LayerKind kind) {
+  return kind == LayerKind::LlmEmbedding || kind == LayerKind::DecoderBlock || kind == LayerKind::LlmHead;
+}
+
+std::vector<at::Tensor> init_llm_layer(const models::Layer& layer, at::Generator& gen) {
+  const auto& s = layer.shape;
+  const std::int64_t h = s.d_model, dh = s.d_model / s.heads, kv = dh * (s.kv_heads > 0 ? s.kv_heads : s.heads);
+  std::vector<at::Tensor> p;
+  const auto norm_params = [&] {
+    p.push_back(torch::ones({h}));
+    if (!s.rms_norm) p.push_back(torch::zeros({h}));
+  };
+  const auto lin = [&](std::int64_t out, std::int64_t in, bool bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    p.push_back(torch::empty({out, in}).uniform_(-bound, bound, gen));
+    if (bias) p.push_back(torch::empty({out}).uniform_(-bound, bound, gen));
+  };
+  switch (layer.kind) {
+    case LayerKind::LlmEmbedding:
+      p.push_back(torch::empty({s.vocab, h}).normal_(0, 0.02, gen));
+      if (s.positions > 0) p.push_back(torch::empty({s.positions, h}).normal_(0, 0.02, gen));
+      break;
+    case LayerKind::DecoderBlock:
+      norm_params();
+      lin(h, h, s.qkv_bias);
+      lin(kv, h, s.qkv_bias);
+      lin(kv, h, s.qkv_bias);
+      lin(h, h, s.out_bias);
+      norm_params();
+      if (s.swiglu) {
+        lin(s.d_ff, h, s.mlp_bias);
+        lin(s.d_ff, h, s.mlp_bias);
+      } else {
+        lin(s.d_ff, h, s.mlp_bias);
+      }
+      lin(h, s.d_ff, s.mlp_bias);
+      break;
+    case LayerKind::LlmHead:
+      if (s.tied) refuse_tied(layer);
+      norm_params();
+      lin(s.vocab, h, false);
+      break;
+    default: throw Error("exec: layer " + layer.name + " is not of the llm family");
+  }
+  return p;
+}
+
+at::Tensor forward_llm_layer(const models::Layer& layer, const at::Tensor& x, const std::vector<at::Tensor>& p,
+                             const at::Tensor& targets) {
+  const auto& s = layer.shape;
+  switch (layer.kind) {
+    case LayerKind::LlmEmbedding: {
+      auto y = at::embedding(p.at(0), x);
+      return s.positions > 0 ? y + p.at(1).narrow(0, 0, x.size(-1)) : y;
+    }
+    case LayerKind::DecoderBlock: return decoder_block(s, x, p);
+    case LayerKind::LlmHead: {
+      if (s.tied) refuse_tied(layer);
+      Cursor c{p};
+      auto logits = project(norm(s, x, c), c, false);
+      return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}));
+    }
+    default: throw Error("exec: layer " + layer.name + " is not of the llm family");
+  }
+}
+
+}  // namespace pipetwin::exec
