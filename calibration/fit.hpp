@@ -110,6 +110,20 @@ using Replay = std::function<schedule::Timeline(const TraceRun& run, const model
 // on other topologies.
 void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay);
 
+// The data-parallel collectives, from the runs with D > 1 (the others are
+// left out; fit() and fit_sharing() read only those): each REDUCE_GRAD as the
+// run's algorithm, a ring of 2(D - 1) rounds (D - 1 for ZeRO-1's
+// reduce-scatter) of the stage's gradient bytes / D, each round latency +
+// chunk / bandwidth: the topology's `collective` link, by robust least squares
+// on the per-(run, stage) medians of the reductions that ran alone (no other
+// rank of the trace computing, stepping or reducing for more than 0.1% of it; all of them
+// where none did), each timed from where the whole data group had posted it
+// (TraceRun::reduction_posts_s). On a shared host a round's bytes are one
+// core's work beside the ranks' (models::Topology::collective). Adds the
+// coefficients, notes and the reduce_grad residuals: every reduction against
+// its `replay` on the result. Does nothing without data-parallel runs.
+void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay);
+
 // The calibration section of the output file: what it was fitted on (files
 // and configurations) and the residuals. `predicted_step_s`, when given, holds
 // the calibrated simulator's step time for each run (same order).

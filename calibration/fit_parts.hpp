@@ -12,6 +12,8 @@
 //   fit_report.cpp        the residuals, and the calibration section
 //   fit_sharing.cpp       (fit_sharing, after fit(): replays) how ranks
 //                         share a shared host's cores
+//   fit_collectives.cpp   (fit_collectives, after fit_sharing) the
+//                         data-parallel runs' collectives
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once

@@ -2,6 +2,7 @@
 #include "calibration/traces.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -44,7 +45,9 @@ std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::strin
 
 std::string TraceRun::describe() const {
   return program.schedule + " K=" + std::to_string(program.num_ranks) + " M=" + std::to_string(program.num_microbatches) +
-         " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute));
+         " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute)) +
+         (program.data_parallel > 1 ? " D=" + std::to_string(program.data_parallel) : "") +
+         (program.shard_optimizer ? " ZeRO-1" : "");
 }
 
 namespace {
@@ -144,16 +147,22 @@ ps::Program recorded_program(const ps::TraceMetadata& md, const std::string& pat
 
 // What a measured run recorded of each rank (otherData.measured.ranks):
 // threads, the host's usable cores, the host, the clock's uncertainty.
+// The K pipeline ranks' entries: measured.ranks lists K of them, or every one
+// of the T x K x D processes, by process (pipeline rank k's first is T·D·k:
+// the replica 0, tensor member 0 of that rank).
 void read_measured_ranks(const json& meta, const std::string& path, int K, TraceRun& run) {
   if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("ranks")) {
     run.clock_uncertainty_s.assign(K, 0.0);
     return;
   }
   const json& ranks = meta["measured"]["ranks"];
-  if (!ranks.is_array() || static_cast<int>(ranks.size()) != K) {
-    throw Error(path + ": otherData.measured.ranks must list the " + std::to_string(K) + " ranks");
+  const int per = run.program.tensor_parallel * run.program.data_parallel;
+  if (!ranks.is_array() || (static_cast<int>(ranks.size()) != K && static_cast<int>(ranks.size()) != K * per)) {
+    throw Error(path + ": otherData.measured.ranks must list the " + std::to_string(K) + " ranks" +
+                (per > 1 ? " or the " + std::to_string(K * per) + " processes" : ""));
   }
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
+  const std::size_t stride = static_cast<int>(ranks.size()) == K ? 1 : static_cast<std::size_t>(per);
+  for (std::size_t r = 0; r < ranks.size(); r += stride) {
     const json& e = ranks[r];
     const std::string where = path + ": otherData.measured.ranks[" + std::to_string(r) + "]";
     if (!e.is_object() || !e.contains("threads") || !e["threads"].is_number_integer()) {
@@ -167,6 +176,23 @@ void read_measured_ranks(const json& meta, const std::string& path, int K, Trace
     run.hosts.push_back(e.contains("host") && e["host"].is_string() ? e["host"].get<std::string>() : "");
     const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
     run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
+  }
+  if (meta["measured"].contains("reduction_posts_s")) {
+    const json& posts = meta["measured"]["reduction_posts_s"];
+    const std::string where = path + ": otherData.measured.reduction_posts_s";
+    if (!posts.is_object()) throw Error(where + " must map each REDUCE_GRAD to a time in seconds");
+    for (const auto& [action, t] : posts.items()) {
+      if (!t.is_number() || !std::isfinite(t.get<double>())) {
+        throw Error(where + "." + action + " must be a finite number of seconds");
+      }
+      run.reduction_posts_s[action] = t.get<double>();
+    }
+  }
+  for (const json& e : ranks) {
+    if (!e.is_object() || !e.contains("collectives") || !e["collectives"].is_array()) continue;
+    for (const json& c : e["collectives"]) {
+      if (c.is_object() && c.contains("backend") && c["backend"].is_string() && (c["backend"] == "gloo" || c["backend"] == "Gloo")) run.collective = models::Collective::Ring;
+    }
   }
 }
 
@@ -216,11 +242,11 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
     }
   }
   run.producer = md.producer;
-  if (!run.program.is_pipeline_only()) {
+  if (run.program.tensor_parallel > 1) {
     throw Error(path + ": a run of T " + std::to_string(run.program.tensor_parallel) + " x K " + std::to_string(K) +
                 " x D " + std::to_string(run.program.data_parallel) +
-                ": calibrate fits pipelines (T = D = 1) only; its collectives are compared (pipetwin compare) but not "
-                "fitted yet");
+                ": calibrate fits pipelines and their data parallelism (T = 1); a tensor-parallel run is compared "
+                "(pipetwin compare) but not fitted");
   }
   read_measured_ranks(meta, path, K, run);
   check_actions(run);

@@ -8,11 +8,13 @@
 // rank or action at fault.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "calibration/noise.hpp"
+#include "models/collectives.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
@@ -35,6 +37,14 @@ struct TraceRun {
   std::vector<std::string> hosts;  // per rank (measured.ranks[].host), "" when not recorded
   std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
   std::optional<Noise> noise;               // otherData.measured.noise, when recorded
+  // The data-parallel all-reduces' algorithm the run's backend used: ring
+  // where its processes recorded Gloo collectives (Gloo's all-reduce is a
+  // ring), else auto (the stage costs' choice, as NCCL's tuner chooses).
+  models::Collective collective = models::Collective::Auto;
+  // D > 1: per REDUCE_GRAD of the step ("1REDUCE_GRAD"), where the whole data
+  // group had posted it (measured.reduction_posts_s), on the timeline's time;
+  // empty when not recorded (the reduction then runs from its own post).
+  std::map<std::string, double> reduction_posts_s;
   // From the first action of the rank that holds stage 0 to the last end:
   // one step as the simulator replays it. A measured timeline's makespan is
   // longer by the time the other ranks wait, at its start, for the previous
@@ -48,7 +58,7 @@ struct TraceRun {
   int bubble_steps = 0;
 
   int ranks() const { return program.num_ranks; }
-  // "1f1b K=2 M=4 mb=4 recompute none"
+  // "1f1b K=2 M=4 mb=4 recompute none" (", D=2" and ", ZeRO-1" where they apply)
   std::string describe() const;
 };
 

@@ -238,6 +238,10 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
                 t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), 100 * t.oversubscribed_compute,
                 t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
   }
+  if (const auto& t = result.hardware.topology; t.collective.bandwidth > 0) {
+    std::printf("collectives  each ring round %.1f us + its bytes at %.3g GB/s of one core's work\n",
+                t.collective.latency_s * 1e6, t.collective.bandwidth / 1e9);
+  }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {
     std::printf("  %-16s %3d groups  %8.1f / %8.1f us   %5.2f%% / %5.2f%%\n", op.c_str(), r.count, r.rms_s * 1e6,

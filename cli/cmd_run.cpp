@@ -64,10 +64,17 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
                       {"predicted_peak_stash_bytes", sc.predicted_stash_bytes(s)},
                       {"weight_versions", r.stage_weight_versions.at(s)}});
   }
-  return {{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s},
+  nlohmann::json measured{{"steps", r.step_times_s.size()}, {"step_times_s", r.step_times_s},
           {"bubble_fractions", r.bubble_fractions}, {"losses", r.losses},
           {"representative_step", r.representative_step}, {"wall_s", r.wall_s}, {"ranks", ranks}, {"stages", stages},
           {"noise", noise_json(r.noise)}};
+  // With D > 1: where the whole data group had posted each reduction of the
+  // trace's step (calibrate times the collectives from there).
+  if (r.representative_step < static_cast<int>(r.reduction_posts.size()) &&
+      !r.reduction_posts[r.representative_step].empty()) {
+    measured["reduction_posts_s"] = r.reduction_posts[r.representative_step];
+  }
+  return measured;
 }
 
 void print_text(const exec::RunResult& r, const twin::Scenario& sc, const models::RunSummary& s, const nlohmann::json& m,

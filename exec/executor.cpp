@@ -265,9 +265,8 @@ Batch share(Batch batch, const Placement& where, std::int64_t per_replica) {
   return batch;
 }
 
-void run_step(int step, const ps::Program& p, const RankEnv& env, TorchBackend& backend, const SyntheticTask& task,
-              std::optional<ProgressWatch>& watch, RankReport& report) {
-  const Placement where = Placement::of(p, env.rank);
+void run_step(int step, const ps::Program& p, const RankEnv& env, const Placement& where, TorchBackend& backend,
+              const SyntheticTask& task, std::optional<ProgressWatch>& watch, RankReport& report) {
   const std::string me = "rank " + std::to_string(env.rank);
   const std::string at_step = me + ", step " + std::to_string(step);
   if (watch) watch->at(at_step + ", its start");
@@ -383,7 +382,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   try {
     report.host_samples.push_back(sample_host(true));
     for (int step = 0; step < c.steps; ++step) {
-      run_step(step, p, env, backend, task, watch, report);
+      run_step(step, p, env, where, backend, task, watch, report);
       report.host_samples.push_back(sample_host(step + 1 == c.steps));
     }
   } catch (const std::exception& e) {

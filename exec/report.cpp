@@ -178,6 +178,22 @@ double last_end(const schedule::Timeline& t) {
   return end;
 }
 
+// Each reduction's last post over the replicas: where the whole data group
+// had come in (the recorded replica's own post may be earlier).
+std::map<std::string, double> last_posts(const std::vector<schedule::Timeline>& replicas) {
+  std::map<std::string, double> posts;
+  for (const auto& one : replicas) {
+    for (const auto& rank : one.ranks) {
+      for (const auto& a : rank) {
+        if (a.action.op != schedule::Op::REDUCE_GRAD) continue;
+        const auto [it, fresh] = posts.emplace(schedule::to_string(a.action), a.start);
+        if (!fresh) it->second = std::max(it->second, a.start);
+      }
+    }
+  }
+  return posts;
+}
+
 }  // namespace
 
 RunResult assemble(std::vector<RankReport> reports, int stages) {
@@ -189,11 +205,13 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
   double first = 0, last = 0;
   for (std::size_t s = 0; s < steps; ++s) {
     // The step ends when its slowest replica's does (the next one waits for its reductions).
+    std::vector<schedule::Timeline> all;
+    for (const auto& group : replicas) all.push_back(replica_step(group, s, steps));
     schedule::Timeline t;
-    for (const auto& group : replicas) {
-      schedule::Timeline one = replica_step(group, s, steps);
-      if (t.ranks.empty() || last_end(one) > last_end(t)) t = std::move(one);
+    for (const auto& one : all) {
+      if (t.ranks.empty() || last_end(one) > last_end(t)) t = one;
     }
+    std::map<std::string, double> posts = last_posts(all);
     // The step begins with its first computation (the first stage's first
     // forward): a rank that finished the previous step early and already
     // waits in a receive is idle from then on, as in the simulator.
@@ -214,6 +232,8 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
         a.end = std::max(a.end, begin) - begin;
       }
     }
+    for (auto& [action, post] : posts) post = std::max(post, begin) - begin;
+    out.reduction_posts.push_back(std::move(posts));
     out.step_times_s.push_back(t.makespan());
     out.bubble_fractions.push_back(t.bubble_fraction());
     out.steps.push_back(std::move(t));

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,6 +104,10 @@ struct RunResult {
   std::vector<double> step_times_s;
   std::vector<double> bubble_fractions;  // per step: mean over ranks of its share not in compute
   std::vector<double> losses;             // per step; with D > 1 the mean over the replicas
+  // Per step, with D > 1: each REDUCE_GRAD (by action, "1REDUCE_GRAD") and
+  // its last post over the replicas, on the step's time (the whole data
+  // group in: what the collective itself took runs from there).
+  std::vector<std::map<std::string, double>> reduction_posts;
   double wall_s = 0;                      // all steps, first action to last
   int representative_step = 0;            // the median step (warm-up excluded)
   std::vector<double> stage_peak_stash_bytes;

@@ -151,6 +151,7 @@ void TorchBackend::begin_step(int step, const Batch& batch) {
   loss_sum_ = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
   timed_.clear();
   reductions_.clear();
+  if (dp_) dp_->begin_step();
   clock_->begin_step();
   next_receive_ = 0;
   post_ahead();  // this step's first receive

@@ -59,6 +59,10 @@ DataParallel::~DataParallel() {
   }
 }
 
+void DataParallel::begin_step() {
+  if (pending_.empty()) records_.clear();
+}
+
 int DataParallel::reduce(Stage& stage) {
   const int id = static_cast<int>(records_.size());
   Record& rec = records_.emplace_back();

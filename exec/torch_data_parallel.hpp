@@ -42,8 +42,12 @@ class DataParallel {
   DataParallel& operator=(const DataParallel&) = delete;
 
   // REDUCE_GRAD of `stage`: posts the reduction and returns. Returns an id
-  // whose (start, end) times() gives once it completed.
+  // whose (start, end) times() gives once it completed, until the next
+  // begin_step().
   int reduce(Stage& stage);
+  // A new step: the previous step's records are dropped (every reduction of
+  // it was waited for by its STEP), so that ids restart at 0.
+  void begin_step();
   // Before STEP: waits for the stage's reduction (none posted: nothing).
   void wait(Stage& stage);
   // STEP: the update. ZeRO-1: on the shard, then the all-gather.

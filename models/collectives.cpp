@@ -66,6 +66,8 @@ Link group_tree_link(const Topology& topology, int width) {
 }
 
 Link data_group_link(const Topology& topology, int width, int replicas, int rank) {
+  // A shared host's collectives, calibrated: their own step rate.
+  if (topology.kind == TopologyKind::SharedHost && topology.collective.bandwidth > 0) return topology.collective;
   const int first = width * replicas * rank;
   Link worst{0, 0};
   for (int d = 1; d < replicas; ++d) {

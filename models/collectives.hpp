@@ -53,7 +53,8 @@ Link group_tree_link(const Topology& topology, int width);
 // first device width·(d + D·k) (Program::first_device). The link that its
 // collectives' closed forms use: the slowest route from replica 0's group to
 // another's (largest latency, smallest bandwidth; Topology::path_group), a
-// whole group's T streams merged.
+// whole group's T streams merged. A shared host with a calibrated collective
+// link: that link (Topology::collective).
 Link data_group_link(const Topology& topology, int width, int replicas, int rank);
 
 // "ring", "tree", or "ring, tree": the algorithms in `used`, each once.

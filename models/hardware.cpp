@@ -190,7 +190,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter",
+       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter", "collective",
        "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
@@ -244,6 +244,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
+  if (y.has("collective")) t.collective = link_from_yaml(y.child("collective"));
 }
 
 // A field that neither the file nor its preset gives: the error names the

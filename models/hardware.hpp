@@ -189,6 +189,14 @@ struct Topology {
   // and queues again, inside its action (the OS's time slices: round robin,
   // the wait part of the action's wall time as a preemption is); 0: never.
   double time_slice_s = 0;
+  // SharedHost, calibrated from data-parallel runs: one round of a ring
+  // collective (Gloo's) between processes of the host takes latency_s plus
+  // chunk bytes / bandwidth of one core's work (copying through the
+  // transport and summing are CPU work): the simulator runs that work on the
+  // host's cores beside the ranks' compute, so a collective slows, and is
+  // slowed by, the ranks computing at the same time. Alone: latency_s +
+  // chunk / bandwidth a round. Bandwidth 0: the loopback `intra` link.
+  Link collective;
   // The cores' worth of compute that ranks computing at once share.
   double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
   // Whether the host's capacity is calibrated below its cores.
@@ -214,6 +222,7 @@ struct Topology {
   //     span's rails merged, leaf<p>-rail<i>-<j>-up, bandwidths summed.
   //     width divides devices_per_host.
   //   all-to-all: the w pair links, dev<a>-<a+w-1>-dev<b>-<b+w-1> at w·intra.
+  //   shared-host: the loopback, as route() (each member a process of the host).
   // Width 1 is route(from, to); any other width on another kind throws. One
   // platform holds groups of one width: spans of different widths over the
   // same ports are different links.
@@ -223,8 +232,9 @@ struct Topology {
   // every device sends to its successor while it receives from its
   // predecessor. Cluster: inside a node, through the non-blocking NVSwitch,
   // each step is limited by each GPU's own port: {2·intra.latency (two
-  // ports), intra.bandwidth}. All-to-all: the pair link, intra. Throws as
-  // route_group does when groups of `width` do not fit.
+  // ports), intra.bandwidth}. All-to-all: the pair link, intra. Shared host:
+  // `collective` where calibrated, else intra. Throws as route_group does
+  // when groups of `width` do not fit.
   Link group_ring_link(int width) const;
   // route_group as one link (as path() is route()).
   Link path_group(int from, int to, int width) const;

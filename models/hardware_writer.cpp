@@ -102,6 +102,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";
+  if (t.collective.bandwidth > 0) out += "  collective: " + link(t.collective) + "\n";
   if (!h.devices.empty()) {
     out += "devices:\n";
     for (const auto& d : h.devices) {

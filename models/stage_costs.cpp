@@ -129,6 +129,7 @@ Collective StageCostModel::tp_allreduce_algorithm(double bytes) const {
   // Sequence parallelism's all-gathers and reduce-scatters: rings (the tree only all-reduces).
   if (sequence_parallel_ || tensor_parallel_ <= 1) return Collective::Ring;
   const auto& topo = hardware_.topology;
+  if (topo.kind == TopologyKind::SharedHost && topo.collective.bandwidth > 0) return Collective::Ring;  // Gloo's
   const int T = tensor_parallel_;
   return choose_all_reduce(collective_, topo.group_ring_link(T), group_tree_link(topo, T), bytes, T);
 }
@@ -145,6 +146,10 @@ double StageCostModel::tp_allreduce_s(double bytes) const {
 Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
   const double bytes = reduce_bytes(i, j) * tensor_parallel_;
   if (data_parallel_ <= 1 || bytes <= 0 || shard_optimizer_) return Collective::Ring;
+  // A shared host's calibrated collectives are Gloo's rings (their rounds' work on the cores).
+  if (hardware_.topology.kind == TopologyKind::SharedHost && hardware_.topology.collective.bandwidth > 0) {
+    return Collective::Ring;
+  }
   const Link& link = data_links_.at(rank_of(s));
   return choose_all_reduce(collective_, link, link, bytes, data_parallel_);
 }

@@ -36,9 +36,9 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     // A stage's receives (there are only where the neighbour is on another rank).
     if (s > 0) t.activation_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(i));
     if (s + 1 < S) t.gradient_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(j));
-    // More ranks than a shared host's cores: each transfer also waits for a core.
+    // More processes (T x K x D) than a shared host's cores: each transfer also waits for a core.
     const auto& topo = hw.topology;
-    if (topo.kind == TopologyKind::SharedHost && program.num_ranks > topo.host_cores) {
+    if (topo.kind == TopologyKind::SharedHost && program.num_devices() > topo.host_cores) {
       t.send_overhead_s += topo.oversubscribed_send_s;
       if (s > 0) t.activation_recv_s += topo.oversubscribed_recv_s;
       if (s + 1 < S) t.gradient_recv_s += topo.oversubscribed_recv_s;

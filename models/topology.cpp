@@ -77,9 +77,10 @@ void check_group_width(const Topology& t, int width) {
       throw Error("tensor-parallel groups of " + std::to_string(width) + " GPUs do not divide a node's " +
                   std::to_string(t.devices_per_host) + " GPUs (devices_per_host): a group must stay inside a node");
     }
-  } else if (t.kind != TopologyKind::AllToAll) {
+  } else if (t.kind != TopologyKind::AllToAll && t.kind != TopologyKind::SharedHost) {
     throw Error("tensor parallelism (groups of " + std::to_string(width) +
-                " devices) needs a `cluster` or an `all-to-all` topology, not " + std::string(topology_name(t.kind)));
+                " devices) needs a `cluster`, an `all-to-all` or a `shared-host` topology, not " +
+                std::string(topology_name(t.kind)));
   }
 }
 
@@ -96,6 +97,8 @@ std::vector<Hop> Topology::route_group(int a, int b, int width) const {
   }
   if (a == b) return {};
   if (kind == TopologyKind::Cluster) return cluster_route(*this, a, b, width);
+  // A shared host: every process's stream on the loopback, as one rank's.
+  if (kind == TopologyKind::SharedHost) return route(a, b);
   // All-to-all: the w pair links (a + t, b + t) as one.
   const auto group = [&](int d) { return "dev" + span(d, d + width - 1); };
   return {{group(std::min(a, b)) + "-" + group(std::max(a, b)), {intra.latency_s, intra.bandwidth * width}}};
@@ -104,6 +107,8 @@ std::vector<Hop> Topology::route_group(int a, int b, int width) const {
 Link Topology::group_ring_link(int width) const {
   check_group_width(*this, width);
   if (kind == TopologyKind::Cluster) return {2 * intra.latency_s, intra.bandwidth};
+  // A shared host: its calibrated collectives' rounds (Gloo's ring), else the loopback.
+  if (kind == TopologyKind::SharedHost && collective.bandwidth > 0) return collective;
   return intra;
 }
 

@@ -281,3 +281,11 @@ if net:
     print(f"compute pace       where ranks x threads <= cores: step error with the run's own compute pace: median "
           f"{statistics.median(abs(e) for _, e in net):.2f}%, worst {abs(worst_net[1]):.2f}% ({worst_net[0]}) over {len(net)} configurations")
 EOF
+
+# The data-parallel section (scripts/fidelity_parallel.sh): D = 2 runs,
+# their collectives calibrated, held-out ones predicted.
+if [ "${FIDELITY_PARALLEL:-1}" != 0 ]; then
+  # shellcheck source=scripts/fidelity_parallel.sh
+  source scripts/fidelity_parallel.sh
+  fidelity_parallel
+fi

@@ -7,6 +7,8 @@
 #include <simgrid/s4u.hpp>
 #include <vector>
 
+#include "sim/platform.hpp"
+
 namespace sg4 = simgrid::s4u;
 
 namespace pipetwin::sim {
@@ -14,12 +16,17 @@ namespace {
 int payload = 0;
 }  // namespace
 
-void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag) {
+void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag, const RoundWork& work) {
   const auto box = [&](int to, int i) {
     return sg4::Mailbox::by_name(tag + "/" + std::to_string(stage) + "/" + std::to_string(to) + "/" + std::to_string(i));
   };
+  const double bytes = work.host != nullptr ? 1.0 : std::max(1.0, std::ceil(chunk));
   for (int i = 0; i < steps; ++i) {
-    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(std::max(1.0, std::ceil(chunk))));
+    if (work.host != nullptr && chunk * work.seconds_per_byte > 0) {
+      sg4::Exec::init()->set_flops_amount(chunk * work.seconds_per_byte * kSpeed)->set_host(work.host)->set_bound(kSpeed)
+          ->start()->wait();
+    }
+    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(bytes));
     box(replica, i)->get<int>();
     put->wait();
   }

@@ -42,6 +42,18 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::P
     const auto hops = topo.route(0, 1);
     zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
                     {sg4::LinkInRoute(link(hops.front()), sg4::LinkInRoute::Direction::UP)}, false);
+    if (topo.collective.bandwidth > 0) {
+      // Calibrated collectives: their actors on a host of their own, whose
+      // loopback is the collective link: its latency per message, each
+      // message at once (FATPIPE); a round's bytes are work on the ranks'
+      // cores (sim/collectives.hpp RoundWork).
+      auto* coll = zone->create_host(kCollectivesHost, kSpeed)->seal();
+      auto* l = zone->create_link("collective", 1e15)
+                    ->set_latency(topo.collective.latency_s)
+                    ->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE)
+                    ->seal();
+      zone->add_route(coll->get_netpoint(), coll->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(l)}, false);
+    }
     zone->seal();
     return std::vector<sg4::Host*>(groups, host);
   }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -65,10 +66,10 @@ class Mailboxes {
 class SimBackend final : public ps::Backend {
  public:
   SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, sg4::SemaphorePtr cores,
-             int replica)
+             sg4::MutexPtr taking, int replica)
       : in_(in), boxes_(boxes), out_(out), replica_(replica),
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
-        cores_(std::move(cores)) {}
+        cores_(std::move(cores)), taking_(std::move(taking)) {}
 
   void compute(ps::RankId, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
@@ -121,15 +122,24 @@ class SimBackend final : public ps::Backend {
     const int chunks = in_.program.shard_optimizer ? 0 : in_.stages.at(s).reduce_tree_chunks;  // 0: a ring
     auto& out = out_;
     const int replica = replica_;
-    pending_[s] = sg4::Actor::create("reduce" + std::to_string(s) + "/" + std::to_string(replica), sg4::this_actor::get_host(),
-                                     [&out, at, s, replica, D, steps, chunks, bytes] {
-                                       if (chunks > 0) {
-                                         tree(s, replica, D, chunks, bytes, "RT");
-                                       } else {
-                                         ring(s, replica, D, steps, bytes / D, "RG");
-                                       }
-                                       out[at].end = sg4::Engine::get_clock();
-                                     });
+    pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
+                             [&out, at, s, replica, D, steps, chunks, bytes](const RoundWork& work) {
+                               if (chunks > 0) {
+                                 tree(s, replica, D, chunks, bytes, "RT");
+                               } else {
+                                 ring(s, replica, D, steps, bytes / D, "RG", work);
+                               }
+                               out[at].end = sg4::Engine::get_clock();
+                             });
+  }
+  // An actor running `body`, a collective: on a shared host with calibrated
+  // collectives, on their host (its link), its rounds' work on the cores of
+  // this rank's host; elsewhere on this rank's host, its bytes on the routes.
+  sg4::ActorPtr collective(const std::string& name, std::function<void(const RoundWork&)> body) {
+    sg4::Host* own = sg4::Host::by_name_or_null(kCollectivesHost);
+    sg4::Host* ranks = sg4::this_actor::get_host();
+    const RoundWork work = own != nullptr ? RoundWork{ranks, 1 / in_.topology.collective.bandwidth} : RoundWork{};
+    return sg4::Actor::create(name, own != nullptr ? own : ranks, [body = std::move(body), work] { body(work); });
   }
   void wait_reductions(int stage) {
     const auto it = pending_.find(stage);
@@ -144,29 +154,50 @@ class SimBackend final : public ps::Backend {
     const double bytes = in_.stages.at(s).gather_bytes * in_.program.tensor_parallel;  // T shares, as reduce()
     if (D <= 1 || bytes <= 0) return;
     give_core();  // a ring waits for its peers: no core held meanwhile
-    ring(s, replica_, D, D - 1, bytes / D, "AG");
+    const int replica = replica_;
+    collective("gather" + std::to_string(s) + "/" + std::to_string(replica),
+               [s, replica, D, bytes](const RoundWork& work) { ring(s, replica, D, D - 1, bytes / D, "AG", work); })
+        ->join();
     out_.back().end = sg4::Engine::get_clock();
   }
 
   // The rank's last action is done: its core is free.
   void finish() { give_core(); }
 
+  // A rank's cores: one, or on a shared host its tensor group's T (each
+  // member a process), taken at once (one group at a time takes them, so
+  // that two groups never hold part of what each needs).
+  int width() const {
+    return in_.topology.kind == models::TopologyKind::SharedHost ? std::min(in_.program.tensor_parallel, in_.topology.host_cores)
+                                                                 : 1;
+  }
   void take_core() {
     if (!holding_) {
-      cores_->acquire();
+      if (width() > 1) taking_->lock();
+      for (int i = 0; i < width(); ++i) cores_->acquire();
+      if (width() > 1) taking_->unlock();
       holding_ = true;
       used_ = 0;
     }
   }
   void give_core() {
     if (holding_) {
-      cores_->release();
+      for (int i = 0; i < width(); ++i) cores_->release();
       holding_ = false;
     }
   }
 
+  // `seconds` of one member's work: on a shared host each of the tensor
+  // group's T members runs it on a core of its own, at once.
   void run(double seconds) const {
-    if (bounded_) {
+    const int members = in_.topology.kind == models::TopologyKind::SharedHost ? in_.program.tensor_parallel : 1;
+    if (members > 1) {
+      std::vector<sg4::ExecPtr> execs;
+      for (int i = 0; i < members; ++i) {
+        execs.push_back(sg4::this_actor::exec_init(seconds * kSpeed)->set_bound(kSpeed)->start());
+      }
+      for (auto& e : execs) e->wait();
+    } else if (bounded_) {
       sg4::this_actor::exec_init(seconds * kSpeed)->set_bound(kSpeed)->start()->wait();
     } else {
       sg4::this_actor::execute(seconds * kSpeed);
@@ -205,6 +236,7 @@ class SimBackend final : public ps::Backend {
   std::map<int, sg4::ActorPtr> pending_;  // stage -> its reduction in flight
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
   sg4::SemaphorePtr cores_;  // run to completion: one token per core; null otherwise
+  sg4::MutexPtr taking_;     // with cores_: one tensor group at a time takes its cores
   bool holding_ = false;     // this rank holds one of them
   double used_ = 0;          // of its time slice
 };
@@ -322,9 +354,10 @@ ps::Timeline simulate_here(const SimInput& in) {
   std::vector<ps::Timeline> replicas(D);
   const auto& topo = in.topology;
   const sg4::SemaphorePtr cores =
-      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && K * D > topo.host_cores
+      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_devices() > topo.host_cores
           ? sg4::Semaphore::create(static_cast<unsigned>(topo.host_cores))
           : nullptr;
+  const sg4::MutexPtr taking = sg4::Mutex::create();
   std::vector<std::unique_ptr<Mailboxes>> boxes;
   for (int d = 0; d < D; ++d) {
     boxes.push_back(std::make_unique<Mailboxes>(p, d));
@@ -333,13 +366,13 @@ ps::Timeline simulate_here(const SimInput& in) {
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < K; ++r) {
       const std::string name = D == 1 ? "rank" + std::to_string(r) : "rank" + std::to_string(r) + "/d" + std::to_string(d);
-      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, cores] {
+      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, cores, taking] {
         const Mailboxes& mine = *boxes[d];
         // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
         for (const auto& a : in.program.ranks[r]) {
           if (ps::is_recv(a.op)) mine.of(a)->set_receiver(sg4::Actor::self());
         }
-        SimBackend backend(in, mine, replicas[d].ranks[r], cores, d);
+        SimBackend backend(in, mine, replicas[d].ranks[r], cores, taking, d);
         ps::RankInterpreter interpreter(in.program, ps::RankId{r});
         while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
         }

@@ -8,19 +8,32 @@
 namespace pipetwin::twin {
 
 Prediction replay(const calibration::TraceRun& run, const models::Hardware& hardware, Engine engine) {
-  const auto sc = scenario_of(run.model, hardware, run.program, run.microbatch_size, run.batch, run.optimizer);
+  const auto sc =
+      scenario_of(run.model, hardware, run.program, run.microbatch_size, run.batch, run.optimizer, run.collective);
   return predict(*sc, engine);
 }
 
 Calibrated calibrate(const std::vector<calibration::TraceRun>& runs, const models::Hardware& base, Engine engine,
                      const std::string& out) {
   Calibrated c;
-  // The device from the actions, then how the ranks share the host's cores
-  // from the step times, replayed.
-  c.fit = calibration::fit(runs, base);
-  calibration::fit_sharing(runs, c.fit, [&](const calibration::TraceRun& r, const models::Hardware& hw) {
+  // The device from the pipeline runs' actions, then how the ranks share the
+  // host's cores from their step times, replayed; then the collectives from
+  // the data-parallel runs (a replica's trace does not show the other
+  // replicas computing beside it, so their actions do not fit the device).
+  std::vector<calibration::TraceRun> pipelines;
+  for (const auto& r : runs) {
+    if (r.program.data_parallel <= 1) pipelines.push_back(r);
+  }
+  if (pipelines.empty()) {
+    throw Error("calibrate: every trace given is data-parallel (D > 1); the device is fitted on pipeline runs (D = 1): "
+                "give at least one (pipetwin run without -d), or add --microbench");
+  }
+  const calibration::Replay replayed = [&](const calibration::TraceRun& r, const models::Hardware& hw) {
     return replay(r, hw, engine).timeline;
-  });
+  };
+  c.fit = calibration::fit(pipelines, base);
+  calibration::fit_sharing(pipelines, c.fit, replayed);
+  calibration::fit_collectives(runs, c.fit, replayed);
   std::vector<std::string> engines;
   for (const auto& r : runs) {
     const auto p = replay(r, c.fit.hardware, engine);

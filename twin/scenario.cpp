@@ -235,7 +235,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
 
 std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
                                       schedule::Program program, int microbatch_size, double batch,
-                                      models::Optimizer optimizer) {
+                                      models::Optimizer optimizer, models::Collective collective) {
   auto sc = std::make_unique<Scenario>();
   sc->model = model;
   sc->hardware = hardware;
@@ -245,6 +245,7 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
   r.program = sc->program;
   r.microbatch_size = microbatch_size;
   r.optimizer = optimizer;
+  r.collective = collective;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
 }

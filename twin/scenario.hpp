@@ -73,7 +73,8 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
 // traced run's, an imported file's): nothing is generated or partitioned.
 std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
                                       schedule::Program program, int microbatch_size, double batch,
-                                      models::Optimizer optimizer);
+                                      models::Optimizer optimizer,
+                                      models::Collective collective = models::Collective::Auto);
 
 // What a trace records of its configuration, so that it stands alone for
 // compare and calibrate: the configuration, the model spec's text, the

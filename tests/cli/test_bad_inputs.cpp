@@ -108,8 +108,10 @@ const fs::path& fixture_dir() {
         "simulate" + mlp + " -s 1f1b -m 4 --batch 8 --trace " + (d / "p4.json").string(),
         "simulate" + mlp + " -s gpipe -m 2 --batch 4 --trace " + (d / "pg.json").string(),
         "simulate --hardware cpu -k 2 -s 1f1b -m 2 --model " + (d / "t.yaml").string() + " --trace " + (d / "pt.json").string(),
-        "simulate --hardware a100 -k 2 -s 1f1b -m 2 -d 2 --model " + (d / "t.yaml").string() + " --trace " +
+        "simulate --hardware a100 -k 2 -s 1f1b -m 2 -t 2 -d 2 --model " + (d / "t.yaml").string() + " --trace " +
             (d / "pd.json").string(),
+        "simulate --hardware cpu -k 2 -s 1f1b -m 2 -d 2 --model " + (d / "t.yaml").string() + " --trace " +
+            (d / "pdd.json").string(),
     };
     std::vector<std::thread> threads;
     std::vector<Run> runs(sims.size());
@@ -375,7 +377,7 @@ std::vector<Bad> catalogue() {
        "tensor-parallel groups of 16 GPUs do not divide a node's 8 GPUs (devices_per_host)"},
       {"cli_simulate_tensor_on_pcie_tree", {{"m.yaml", kT}},
        "simulate --hardware v100 -s 1f1b -k 2 -m 2 -t 2 --model {}/m.yaml",
-       "needs a `cluster` or an `all-to-all` topology, not pcie-tree"},
+       "needs a `cluster`, an `all-to-all` or a `shared-host` topology, not pcie-tree"},
       {"cli_simulate_tensor_unsplittable_layer", {{"m.yaml", kMlp}},
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 -t 2 --model {}/m.yaml", "layer linear0 (linear) cannot be split over 2"},
       {"cli_simulate_sequence_parallel_without_tensor", {{"m.yaml", kT}},
@@ -674,8 +676,10 @@ std::vector<Bad> catalogue() {
       {"cli_compare_one_trace", {}, "compare {fix}/p.json", "measured is required", 2},
       {"cli_calibrate_without_out", {}, "calibrate {fix}/p.json", "--out is required", 2},
       {"cli_calibrate_unknown_engine", {}, "calibrate {fix}/p.json --out {}/out.yaml --engine warp", "--engine", 2},
-      {"cli_calibrate_data_parallel_trace", {}, "calibrate {fix}/pd.json --out {}/out.yaml",
-       "pd.json: a run of T 1 x K 2 x D 2: calibrate fits pipelines (T = D = 1) only"},
+      {"cli_calibrate_tensor_parallel_trace", {}, "calibrate {fix}/pd.json --out {}/out.yaml",
+       "pd.json: a run of T 2 x K 2 x D 2: calibrate fits pipelines and their data parallelism (T = 1)"},
+      {"cli_calibrate_only_data_parallel_traces", {}, "calibrate {fix}/pdd.json --out {}/out.yaml",
+       "every trace given is data-parallel (D > 1)"},
       {"cli_plot_unknown_kind", {}, "plot pie {fix}/p.json --out {}/g", "pie", 2},
       {"cli_negative_batch", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --batch -4 --model {fix}/t.yaml",
        "--batch: must be positive, got -4", 2},

@@ -145,7 +145,7 @@ TEST(Cluster, GroupRoutesOnOtherTopologies) {
   const auto v = pm::preset("v100").topology;
   EXPECT_EQ(hops(v.route_group(0, 5, 1)), hops(v.route(0, 5)));
   const std::string e = error_of([&] { v.route_group(0, 4, 2); });
-  EXPECT_TRUE(has(e, "needs a `cluster` or an `all-to-all` topology, not pcie-tree")) << e;
+  EXPECT_TRUE(has(e, "needs a `cluster`, an `all-to-all` or a `shared-host` topology, not pcie-tree")) << e;
   // Groups that do not divide a node, groups not started at a multiple of the width.
   const auto d = pm::preset("dgx-h100").topology;
   EXPECT_TRUE(has(error_of([&] { d.route_group(0, 3, 3); }), "(devices_per_host)"));
@@ -165,7 +165,14 @@ TEST(Cluster, RingCollectivesRunAtEachGpusPort) {
   EXPECT_DOUBLE_EQ(pm::preset("pcie-8gpu").topology.group_ring_link(2).bandwidth, 31.5e9);
   EXPECT_DOUBLE_EQ(pm::preset("a100").topology.group_ring_link(4).bandwidth, 300e9);
   EXPECT_TRUE(has(error_of([&] { t.group_ring_link(16); }), "devices_per_host"));
-  EXPECT_TRUE(has(error_of([&] { pm::preset("cpu").topology.group_ring_link(2); }), "not shared-host"));
+  // A shared host's tensor group: processes of the host, their rounds on the
+  // loopback, or on its calibrated collective rounds.
+  pm::Topology cpu = pm::preset("cpu").topology;
+  EXPECT_EQ(cpu.group_ring_link(2), cpu.intra);
+  EXPECT_EQ(cpu.route_group(0, 2, 2).size(), 1u);
+  cpu.collective = {40e-6, 1.5e9};
+  EXPECT_EQ(cpu.group_ring_link(2), cpu.collective);
+  EXPECT_DOUBLE_EQ(cpu.ring_all_reduce_seconds(1e6, 2), 2 * (40e-6 + 1e6 / (2 * 1.5e9)));
 }
 
 TEST(Cluster, NodePresetsCarryTheirDatasheetFigures) {

@@ -1,0 +1,157 @@
+// fit_collectives(): the data-parallel collectives, from the REDUCE_GRAD
+// actions of runs with D > 1 that ran alone (least squares on their rounds);
+// every reduction then against its replay.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "calibration/fit_parts.hpp"
+#include "calibration/least_squares.hpp"
+
+namespace pipetwin::calibration {
+namespace ps = pipetwin::schedule;
+namespace pm = pipetwin::models;
+
+namespace {
+
+// One stage's reductions in one run: the median of its REDUCE_GRAD actions.
+struct Reduction {
+  const TraceRun* run = nullptr;
+  int stage = 0;
+  int steps = 0;        // rounds of the ring: 2(D - 1), or D - 1 (ZeRO-1's reduce-scatter)
+  double chunk = 0;     // bytes each round sends: the stage's gradients / D
+  double measured = 0;  // median duration, from the data group's last post (else its own) to its completion
+  bool alone = false;   // no other rank computed, stepped or reduced for more than 0.1% of it
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// How long the other ranks of the timeline computed, stepped or reduced
+// (what takes a core) during [start, end).
+double computing_beside(const ps::Timeline& t, std::size_t rank, double start, double end) {
+  double busy = 0;
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+    if (r == rank) continue;
+    for (const auto& a : t.ranks[r]) {
+      if (ps::is_compute(a.action.op) || ps::is_stage_level(a.action.op)) busy += std::max(0.0, std::min(end, a.end) - std::max(start, a.start));
+    }
+  }
+  return busy;
+}
+
+std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs) {
+  std::vector<Reduction> out;
+  for (const TraceRun* run : runs) {
+    const int D = run->program.data_parallel;
+    const ps::Timeline& t = run->trace.timeline;
+    std::map<int, std::vector<double>> all, alone;
+    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+      for (const auto& a : t.ranks[r]) {
+        if (a.action.op != ps::Op::REDUCE_GRAD) continue;
+        // From where the whole data group had posted it, where recorded.
+        const auto post = run->reduction_posts_s.find(ps::to_string(a.action));
+        const double start = post != run->reduction_posts_s.end() ? std::clamp(post->second, a.start, a.end) : a.start;
+        const double d = a.end - start;
+        all[a.action.stage.value].push_back(d);
+        if (computing_beside(t, r, start, a.end) <= 1e-3 * d) alone[a.action.stage.value].push_back(d);
+      }
+    }
+    for (const auto& [s, durations] : all) {
+      Reduction g{run, s, run->program.shard_optimizer ? D - 1 : 2 * (D - 1), fitting::weight_bytes(*run, s) / D};
+      const auto it = alone.find(s);
+      g.alone = it != alone.end();
+      g.measured = median(g.alone ? it->second : durations);
+      if (g.measured > 0) out.push_back(g);
+    }
+  }
+  return out;
+}
+
+// Step latency and seconds per byte by robust least squares on the rows
+// `use`: measured / steps = latency + chunk / bandwidth.
+Solution fit_steps(const std::vector<Reduction>& use, Problem& prob) {
+  prob.params = {non_negative("collective.seconds_per_byte", "every reduction sent one size of chunk"),
+                 non_negative("collective.latency_s",
+                              "every reduction sent one size of chunk: the per-byte cost holds the latency")};
+  for (const auto& g : use) {
+    prob.x.push_back({g.chunk, 1.0});
+    prob.y.push_back(g.measured / g.steps);
+  }
+  return robust_solve(prob);
+}
+
+// Per stage, the median REDUCE_GRAD duration of a replayed timeline.
+std::map<int, double> replayed_reductions(const ps::Timeline& t) {
+  std::map<int, std::vector<double>> by_stage;
+  for (const auto& rank : t.ranks) {
+    for (const auto& a : rank) {
+      if (a.action.op == ps::Op::REDUCE_GRAD) by_stage[a.action.stage.value].push_back(a.end - a.start);
+    }
+  }
+  std::map<int, double> out;
+  for (const auto& [s, d] : by_stage) out[s] = median(d);
+  return out;
+}
+
+}  // namespace
+
+void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay) {
+  std::vector<const TraceRun*> parallel;
+  for (const auto& r : runs) {
+    if (r.program.data_parallel > 1) parallel.push_back(&r);
+  }
+  if (parallel.empty()) return;
+  if (fit.hardware.topology.kind != pm::TopologyKind::SharedHost) {
+    fit.notes.push_back("the data-parallel runs' collectives are fitted on a shared host (--hardware cpu) only; on " +
+                        std::string(pm::topology_name(fit.hardware.topology.kind)) +
+                        " they are the topology's links, as given: compare the runs with pipetwin compare");
+    return;
+  }
+  const std::vector<Reduction> groups = reductions(parallel);
+  if (groups.empty()) {
+    fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: the collectives are not fitted");
+    return;
+  }
+  std::vector<Reduction> use;
+  for (const auto& g : groups) {
+    if (g.alone) use.push_back(g);
+  }
+  if (use.empty()) {
+    use = groups;
+    fit.notes.push_back("no reduction ran alone (every one beside another rank's compute, step or reduction): the "
+                        "collective link is fitted on all of them, so it holds their sharing of the cores");
+  }
+  Problem prob;
+  const Solution sol = fit_steps(use, prob);
+  fitting::record(fit.coefficients, prob, sol);
+  pm::Topology& t = fit.hardware.topology;
+  t.collective.latency_s = sol.value[1];
+  t.collective.bandwidth = sol.value[0] > 0 ? 1 / sol.value[0] : t.intra.bandwidth;
+  if (!(sol.value[0] > 0)) {
+    fit.notes.push_back("the reductions' time did not grow with their bytes: the collective link keeps the "
+                        "point-to-point link's bandwidth");
+  }
+  fit.notes.push_back("collectives: fitted on " + std::to_string(use.size()) + " of " + std::to_string(groups.size()) +
+                      " (run, stage) reductions of " + std::to_string(parallel.size()) +
+                      " data-parallel run(s), as rings (Gloo's all-reduce); their runs' compute is not fitted (a "
+                      "replica's trace does not show the others computing beside it)");
+  // Every reduction, those beside other ranks' work too, against its replay
+  // on the calibrated hardware (on a shared host a round's work shares the
+  // cores: a reduction beside compute takes longer, as measured).
+  auto& stats = fit.residuals["reduce_grad"];
+  for (const TraceRun* run : parallel) {
+    const auto predicted = replayed_reductions(replay(*run, fit.hardware));
+    for (const auto& g : groups) {
+      if (g.run == run && predicted.count(g.stage) != 0) stats.add(predicted.at(g.stage), g.measured);
+    }
+  }
+  stats.finish();
+}
+
+}  // namespace pipetwin::calibration

@@ -1,0 +1,144 @@
+// The collectives' fit (calibration::fit_collectives): synthetic data-parallel
+// traces replayed by SimGrid on a hardware whose collective link and cores
+// are known give them back (a reduction beside compute on shared cores
+// slowed, as its rounds' work shares them); without data-parallel runs nothing changes.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "calibration/fit.hpp"
+#include "calibration/fit_parts.hpp"
+#include "calibration/traces.hpp"
+#include "models/hardware.hpp"
+#include "models/stage_costs.hpp"
+#include "models/stage_table.hpp"
+#include "schedule/error.hpp"
+#include "sim/simulator.hpp"
+#include "tests/calibration/synthetic.hpp"
+
+namespace pc = pipetwin::calibration;
+namespace pm = pipetwin::models;
+namespace ps = pipetwin::schedule;
+
+namespace {
+
+using pipetwin::test::known_hardware;
+
+struct Config {
+  std::string schedule;
+  int microbatches, batch;
+  std::vector<ps::LayerRange> partition;
+  bool zero1;
+};
+
+// Three D = 2 runs whose stages reduce three sizes of gradients: one rank
+// (the whole model), two ranks split in half, two ranks with the embedding
+// alone on the first (ZeRO-1: D - 1 rounds).
+const std::vector<Config> kConfigs{
+    {"gpipe", 2, 8, {{0, 6}}, false},
+    {"gpipe", 4, 16, {{0, 3}, {3, 6}}, false},
+    {"1f1b", 4, 16, {{0, 1}, {1, 6}}, true},
+};
+
+std::vector<pc::TraceRun> data_parallel_runs(const pm::Hardware& hw) {
+  std::vector<pc::TraceRun> runs;
+  for (std::size_t i = 0; i < kConfigs.size(); ++i) {
+    const Config& c = kConfigs[i];
+    auto trace = pipetwin::test::synthetic_trace(c.schedule, c.microbatches, c.batch, "none", c.partition, hw, true, 2,
+                                                 c.zero1);
+    runs.push_back(pc::trace_run_from(std::move(trace), "d2_" + std::to_string(i) + ".json"));
+  }
+  return runs;
+}
+
+// A traced configuration replayed by SimGrid on `hw`, as twin::replay does.
+ps::Timeline replay(const pc::TraceRun& run, const pm::Hardware& hw) {
+  pm::PartitionRequest r;
+  r.program = run.program;
+  r.microbatch_size = run.microbatch_size;
+  r.optimizer = run.optimizer;
+  r.collective = run.collective;
+  const pm::StageCostModel costs(run.model, hw, r);
+  return pipetwin::sim::simulate({run.program, pm::stage_table(costs, hw, run.program), hw.topology}).timeline;
+}
+
+// The truth with its collectives forgotten: what the fit starts from.
+pc::FitResult forgetting_collectives(const pm::Hardware& truth) {
+  pc::FitResult fit;
+  fit.hardware = truth;
+  fit.hardware.topology.collective = {};
+  return fit;
+}
+
+TEST(FitCollectives, TheCollectiveLinkIsRecoveredFromTheReductionsThatRanAlone) {
+  pm::Hardware truth = known_hardware();  // eight cores: nothing shares one
+  truth.topology.collective = {35e-6, 1.7e9};
+  const auto runs = data_parallel_runs(truth);
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, replay);
+  const pm::Topology& t = fit.hardware.topology;
+  EXPECT_NEAR(t.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(t.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  // Every reduction, the ones beside another rank's compute too, as replayed.
+  const auto& r = fit.residuals.at("reduce_grad");
+  EXPECT_EQ(r.count, 5);  // 1 + 2 + 2 (run, stage) reductions
+  EXPECT_LT(r.max_rel, 1e-6);
+}
+
+TEST(FitCollectives, OnSharedCoresAReductionBesideComputeTakesLongerAndTheLinkIsStillRecovered) {
+  // Four processes (K = 2, D = 2) on two cores: the last stage's reduction
+  // runs while the first stage computes its last backwards, its rounds' work
+  // sharing the cores with them; the first stage's runs alone.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.collective = {35e-6, 1.7e9};
+  const auto runs = data_parallel_runs(truth);
+  const pc::TraceRun& k2 = runs[1];
+  std::map<int, double> took;
+  for (const auto& rank : k2.trace.timeline.ranks) {
+    for (const auto& a : rank) {
+      if (a.action.op == ps::Op::REDUCE_GRAD) took[a.action.stage.value] = a.end - a.start;
+    }
+  }
+  const double chunk0 = pipetwin::calibration::fitting::weight_bytes(k2, 0) / 2;
+  const double chunk1 = pipetwin::calibration::fitting::weight_bytes(k2, 1) / 2;
+  EXPECT_NEAR(took.at(0), 2 * truth.topology.collective.seconds(chunk0), 1e-9);
+  EXPECT_GT(took.at(1), 2 * truth.topology.collective.seconds(chunk1) * 1.05);
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, replay);
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  // The replay on the fitted link gives back every reduction, the slowed one too.
+  EXPECT_LT(fit.residuals.at("reduce_grad").max_rel, 1e-6);
+}
+
+TEST(FitCollectives, PipelineRunsAloneLeaveTheHardwareAsItWas) {
+  const pm::Hardware truth = known_hardware();
+  auto trace = pipetwin::test::synthetic_trace("1f1b", 4, 16, "none", {{0, 3}, {3, 6}}, truth);
+  const std::vector<pc::TraceRun> runs{pc::trace_run_from(std::move(trace), "k2.json")};
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, replay);
+  EXPECT_EQ(fit.hardware.topology, truth.topology);
+  EXPECT_TRUE(fit.coefficients.empty());
+  EXPECT_EQ(fit.residuals.count("reduce_grad"), 0u);
+}
+
+TEST(FitCollectives, TheCalibratedFileKeepsTheCollectives) {
+  pm::Hardware hw = known_hardware();
+  hw.topology.collective = {35e-6, 1.7e9};
+  const std::string text = pm::hardware_to_yaml(hw);
+  const pm::Hardware back = pm::hardware_from_yaml(pm::YamlFields(pm::parse_yaml(text, "hw.yaml"), "hw.yaml"));
+  EXPECT_EQ(back.topology.collective, hw.topology.collective);
+  // A collective link without bandwidth is refused, naming the field.
+  const std::string bad = text.substr(0, text.find("  collective:")) + "  collective: {latency_us: 3}\n";
+  try {
+    pm::hardware_from_yaml(pm::YamlFields(pm::parse_yaml(bad, "hw.yaml"), "hw.yaml"));
+    FAIL() << "a collective link without bandwidth was accepted";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bandwidth"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
