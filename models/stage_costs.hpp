@@ -58,6 +58,9 @@ class StageCostModel {
   // request's collective says (auto: the faster; sequence parallelism's
   // all-gathers and reduce-scatters are rings).
   double tp_collective_s(int i, int j, int s) const;
+  // Of those, one micro-batch's forward's (a recompute's too) and backward's.
+  double tp_forward_s(int i, int j) const { return tp_forward_[j] - tp_forward_[i]; }
+  double tp_backward_s(int i, int j) const { return tp_backward_[j] - tp_backward_[i]; }
   double tp_allreduce_s(double bytes) const;
   Collective tp_allreduce_algorithm(double bytes) const;
   const std::vector<Collective>& tp_algorithms() const { return tp_used_; }  // those the layers' collectives use

@@ -31,6 +31,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.reduce_bytes = costs.reduce_bytes(i, j);
     t.gather_bytes = costs.gather_bytes(i, j);
     t.reduce_tree_chunks = costs.reduce_tree_chunks(i, j, s);
+    t.tp_forward_s = costs.tp_forward_s(i, j);
+    t.tp_backward_s = costs.tp_backward_s(i, j);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     // A stage's receives (there are only where the neighbour is on another rank).

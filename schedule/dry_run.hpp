@@ -42,6 +42,10 @@ struct StageCosts {
   // The all-reduce's algorithm (models' choice): a binary tree, reduce then
   // broadcast, pipelined in this many chunks; 0: a ring.
   int reduce_tree_chunks = 0;
+  // Tensor parallelism: the share of forward_s (and recompute_s) and of
+  // backward_s (and input_grad_s) that is the tensor group's collectives,
+  // which sim/ on a shared host spends waiting, without a core.
+  double tp_forward_s = 0, tp_backward_s = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.

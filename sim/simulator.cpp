@@ -23,6 +23,7 @@
 #include "schedule/interpreter.hpp"
 #include "sim/collectives.hpp"
 #include "sim/platform.hpp"
+#include "sim/wire.hpp"
 
 namespace sg4 = simgrid::s4u;
 namespace ps = pipetwin::schedule;
@@ -77,7 +78,9 @@ class SimBackend final : public ps::Backend {
     const double d = in_.stages.at(a.stage.value).of(a);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
-      if (d > 0) run(d);
+      const double waits = d > 0 ? collective_wait(a, d) : 0;
+      if (d > waits) run(d - waits);
+      if (waits > 0) sg4::this_actor::sleep_for(waits);
       out_.push_back({a, start, sg4::Engine::get_clock()});
       if (a.op == ps::Op::STEP) gather(a);
       return;
@@ -92,7 +95,8 @@ class SimBackend final : public ps::Backend {
     take_core();
     const double start = sg4::Engine::get_clock();
     const double slice = in_.topology.time_slice_s;
-    for (double left = d; left > 1e-12 * d;) {
+    const double waits = collective_wait(a, d);
+    for (double left = d - waits; left > 1e-12 * d;) {
       if (slice > 0 && used_ >= slice * (1 - 1e-12)) {
         give_core();
         take_core();
@@ -101,6 +105,10 @@ class SimBackend final : public ps::Backend {
       run(chunk);
       used_ += chunk;
       left -= chunk;
+    }
+    if (waits > 0) {  // the tensor group's collectives: a wait, its cores free meanwhile
+      give_core();
+      sg4::this_actor::sleep_for(waits);
     }
     out_.push_back({a, start, sg4::Engine::get_clock()});
     if (a.op == ps::Op::STEP) gather(a);
@@ -164,6 +172,17 @@ class SimBackend final : public ps::Backend {
   // The rank's last action is done: its core is free.
   void finish() { give_core(); }
 
+  // Of action `a` (taking `d`), the tensor group's collectives on a shared
+  // host: spent waiting, not computing (with run to completion, not holding
+  // the cores either).
+  double collective_wait(const ps::Action& a, double d) const {
+    if (in_.topology.kind != models::TopologyKind::SharedHost || in_.program.tensor_parallel <= 1) return 0;
+    const ps::StageCosts& t = in_.stages.at(a.stage.value);
+    const double c = a.op == ps::Op::F || a.op == ps::Op::R ? t.tp_forward_s
+                     : a.op == ps::Op::B || a.op == ps::Op::I ? t.tp_backward_s
+                                                              : 0;
+    return std::clamp(c, 0.0, d);
+  }
   // A rank's cores: one, or on a shared host its tensor group's T (each
   // member a process), taken at once (one group at a time takes them, so
   // that two groups never hold part of what each needs).
@@ -240,53 +259,6 @@ class SimBackend final : public ps::Backend {
   bool holding_ = false;     // this rank holds one of them
   double used_ = 0;          // of its time slice
 };
-
-// Binary timeline through the pipe: [ranks][count][op stage mb start end]...
-void put_bytes(std::string& out, const void* p, std::size_t n) { out.append(static_cast<const char*>(p), n); }
-template <class T>
-void put(std::string& out, T v) { put_bytes(out, &v, sizeof v); }
-template <class T>
-T take(const std::string& in, std::size_t& pos) {
-  if (pos + sizeof(T) > in.size()) throw Error("simulation: truncated result from the simulation process");
-  T v;
-  std::memcpy(&v, in.data() + pos, sizeof v);
-  pos += sizeof v;
-  return v;
-}
-
-std::string encode(const ps::Timeline& t) {
-  std::string out;
-  put<uint64_t>(out, t.ranks.size());
-  for (const auto& rank : t.ranks) {
-    put<uint64_t>(out, rank.size());
-    for (const auto& a : rank) {
-      put<int32_t>(out, static_cast<int32_t>(a.action.op));
-      put<int32_t>(out, a.action.stage.value);
-      put<int32_t>(out, a.action.microbatch ? a.action.microbatch->value : -1);
-      put<double>(out, a.start);
-      put<double>(out, a.end);
-    }
-  }
-  return out;
-}
-
-ps::Timeline decode(const std::string& in) {
-  std::size_t pos = 0;
-  ps::Timeline t;
-  t.ranks.resize(take<uint64_t>(in, pos));
-  for (auto& rank : t.ranks) {
-    rank.resize(take<uint64_t>(in, pos));
-    for (auto& a : rank) {
-      a.action.op = static_cast<ps::Op>(take<int32_t>(in, pos));
-      a.action.stage = ps::StageId{take<int32_t>(in, pos)};
-      const int mb = take<int32_t>(in, pos);
-      if (mb >= 0) a.action.microbatch = ps::MicrobatchId{mb};
-      a.start = take<double>(in, pos);
-      a.end = take<double>(in, pos);
-    }
-  }
-  return t;
-}
 
 // PIPETWIN_SIM_PROFILE's line: the replay's phases at times t[0..3].
 void write_profile(const char* file, const ps::Program& p, const std::array<std::chrono::steady_clock::time_point, 4>& t,

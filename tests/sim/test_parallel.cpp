@@ -339,6 +339,31 @@ TEST(TensorParallel, AStageComputesATthAndRunsItsCollectives) {
     EXPECT_NEAR(split.input_grad_s(0, n, 0), bwd, 1e-9 * bwd) << "T=" << T;
     EXPECT_NEAR(split.weight_grad_s(0, n, 0), one.weight_grad_s(0, n, 0) / T, 1e-9 * one.weight_grad_s(0, n, 0));
     EXPECT_NEAR(split.tp_collective_s(0, n, 0), 26 * ar, 1e-9 * 26 * ar);
+    EXPECT_NEAR(split.tp_forward_s(0, n), 13 * ar, 1e-9 * 13 * ar);
+    EXPECT_NEAR(split.tp_backward_s(0, n), 13 * ar, 1e-9 * 13 * ar);
+  }
+}
+
+// On a shared host a tensor group's collectives are waits, not compute: its
+// members' cores are free meanwhile. Two replicas of a T = 2 group on two
+// cores, each forward half compute and half collective: replica A computes
+// [0, 0.5] and waits [0.5, 1] while B computes; B waits [1, 1.5]. Were the
+// waits held on the cores, the forwards would run one after the other (2).
+// With a core for every process, the wait changes nothing (1).
+TEST(TensorParallel, OnASharedHostTheCollectivesFreeTheCores) {
+  for (const int cores : {2, 4}) {
+    SimInput in;
+    in.program = parallel("gpipe", 1, 1, 2);
+    in.program.tensor_parallel = 2;
+    ps::StageCosts c;
+    c.forward_s = 1, c.tp_forward_s = 0.5;
+    in.stages = {c};
+    in.topology.kind = pm::TopologyKind::SharedHost;
+    in.topology.host_cores = cores;
+    in.topology.run_to_completion = true;
+    in.topology.intra = {0, 1e12};
+    const double want = cores == 2 ? 1.5 : 1.0;
+    EXPECT_NEAR(pipetwin::sim::simulate(in).timeline.makespan(), want, 1e-9) << cores << " cores";
   }
 }
 

@@ -1,0 +1,44 @@
+// The timeline's wire format (sim/wire.hpp).
+#include "sim/wire.hpp"
+
+#include <cstdint>
+
+namespace ps = pipetwin::schedule;
+
+namespace pipetwin::sim {
+
+std::string encode(const ps::Timeline& t) {
+  std::string out;
+  put<uint64_t>(out, t.ranks.size());
+  for (const auto& rank : t.ranks) {
+    put<uint64_t>(out, rank.size());
+    for (const auto& a : rank) {
+      put<int32_t>(out, static_cast<int32_t>(a.action.op));
+      put<int32_t>(out, a.action.stage.value);
+      put<int32_t>(out, a.action.microbatch ? a.action.microbatch->value : -1);
+      put<double>(out, a.start);
+      put<double>(out, a.end);
+    }
+  }
+  return out;
+}
+
+ps::Timeline decode(const std::string& in) {
+  std::size_t pos = 0;
+  ps::Timeline t;
+  t.ranks.resize(take<uint64_t>(in, pos));
+  for (auto& rank : t.ranks) {
+    rank.resize(take<uint64_t>(in, pos));
+    for (auto& a : rank) {
+      a.action.op = static_cast<ps::Op>(take<int32_t>(in, pos));
+      a.action.stage = ps::StageId{take<int32_t>(in, pos)};
+      const int mb = take<int32_t>(in, pos);
+      if (mb >= 0) a.action.microbatch = ps::MicrobatchId{mb};
+      a.start = take<double>(in, pos);
+      a.end = take<double>(in, pos);
+    }
+  }
+  return t;
+}
+
+}  // namespace pipetwin::sim
