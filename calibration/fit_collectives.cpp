@@ -99,25 +99,56 @@ std::map<int, double> replayed_reductions(const ps::Timeline& t) {
   return out;
 }
 
+void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResult& fit);
+void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, std::size_t tensor, FitResult& fit,
+                          const Replay& replay);
+
 }  // namespace
 
 void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay) {
-  std::vector<const TraceRun*> parallel;
+  std::vector<const TraceRun*> parallel, data, tensor;
   for (const auto& r : runs) {
-    if (r.program.data_parallel > 1) parallel.push_back(&r);
+    if (r.program.is_pipeline_only()) continue;
+    parallel.push_back(&r);
+    (r.program.tensor_parallel > 1 ? tensor : data).push_back(&r);
   }
   if (parallel.empty()) return;
   if (fit.hardware.topology.kind != pm::TopologyKind::SharedHost) {
-    fit.notes.push_back("the data-parallel runs' collectives are fitted on a shared host (--hardware cpu) only; on " +
+    fit.notes.push_back("the parallel runs' collectives are fitted on a shared host (--hardware cpu) only; on " +
                         std::string(pm::topology_name(fit.hardware.topology.kind)) +
                         " they are the topology's links, as given: compare the runs with pipetwin compare");
     return;
   }
-  const std::vector<Reduction> groups = reductions(parallel);
+  pm::Topology& t = fit.hardware.topology;
+  const std::vector<Reduction> groups = reductions(data);
   if (groups.empty()) {
-    fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: the collectives are not fitted");
-    return;
+    if (tensor.empty()) {
+      fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: the collectives are not fitted");
+      return;
+    }
+    t.collective = t.intra;
+    fit.notes.push_back("no data-parallel reduction to fit a round's bytes on: the collective rounds take the "
+                        "point-to-point link's bandwidth");
+  } else {
+    fit_rounds(groups, data.size(), fit);
   }
+  if (!tensor.empty()) fit_latency_on_steps(parallel, tensor.size(), fit, replay);
+  // Every reduction, those beside other ranks' work too, against its replay
+  // on the calibrated hardware (on a shared host a round's work shares the
+  // cores: a reduction beside compute takes longer, as measured).
+  auto& stats = fit.residuals["reduce_grad"];
+  for (const TraceRun* run : data) {
+    const auto predicted = replayed_reductions(replay(*run, fit.hardware));
+    for (const auto& g : groups) {
+      if (g.run == run && predicted.count(g.stage) != 0) stats.add(predicted.at(g.stage), g.measured);
+    }
+  }
+  stats.finish();
+}
+
+namespace {
+
+void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResult& fit) {
   std::vector<Reduction> use;
   for (const auto& g : groups) {
     if (g.alone) use.push_back(g);
@@ -138,20 +169,32 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
                         "point-to-point link's bandwidth");
   }
   fit.notes.push_back("collectives: fitted on " + std::to_string(use.size()) + " of " + std::to_string(groups.size()) +
-                      " (run, stage) reductions of " + std::to_string(parallel.size()) +
+                      " (run, stage) reductions of " + std::to_string(runs) +
                       " data-parallel run(s), as rings (Gloo's all-reduce); their runs' compute is not fitted (a "
                       "replica's trace does not show the others computing beside it)");
-  // Every reduction, those beside other ranks' work too, against its replay
-  // on the calibrated hardware (on a shared host a round's work shares the
-  // cores: a reduction beside compute takes longer, as measured).
-  auto& stats = fit.residuals["reduce_grad"];
-  for (const TraceRun* run : parallel) {
-    const auto predicted = replayed_reductions(replay(*run, fit.hardware));
-    for (const auto& g : groups) {
-      if (g.run == run && predicted.count(g.stage) != 0) stats.add(predicted.at(g.stage), g.measured);
-    }
-  }
-  stats.finish();
 }
+
+// The rounds' latency again, on the replayed steps of every parallel run,
+// where tensor-parallel runs are among them: their all-reduces, inside the
+// actions, are timed only through the steps (golden-section search between
+// 0 and twice the larger of the reductions' latency and 1 ms).
+void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, std::size_t tensor, FitResult& fit,
+                          const Replay& replay) {
+  pm::Link& link = fit.hardware.topology.collective;
+  const auto loss = [&](double latency) {
+    link.latency_s = latency;
+    double sum = 0;
+    for (const TraceRun* run : runs) sum += huber_loss(replay(*run, fit.hardware).makespan() / run->step_time_s - 1);
+    return sum;
+  };
+  const double latency = fitting::golden_min(loss, 0.0, 2 * std::max(link.latency_s, 1e-3), 1e-6);
+  link.latency_s = latency;
+  std::erase_if(fit.coefficients, [](const Coefficient& c) { return c.name == "collective.latency_s"; });
+  fit.coefficients.push_back({"collective.latency_s", latency,
+                              "fitted on the step times of " + std::to_string(runs.size()) + " parallel run(s), " +
+                                  std::to_string(tensor) + " of them tensor-parallel (replayed)"});
+}
+
+}  // namespace
 
 }  // namespace pipetwin::calibration

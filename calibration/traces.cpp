@@ -46,6 +46,7 @@ std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::strin
 std::string TraceRun::describe() const {
   return program.schedule + " K=" + std::to_string(program.num_ranks) + " M=" + std::to_string(program.num_microbatches) +
          " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute)) +
+         (program.tensor_parallel > 1 ? " T=" + std::to_string(program.tensor_parallel) : "") +
          (program.data_parallel > 1 ? " D=" + std::to_string(program.data_parallel) : "") +
          (program.shard_optimizer ? " ZeRO-1" : "");
 }
@@ -242,12 +243,6 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
     }
   }
   run.producer = md.producer;
-  if (run.program.tensor_parallel > 1) {
-    throw Error(path + ": a run of T " + std::to_string(run.program.tensor_parallel) + " x K " + std::to_string(K) +
-                " x D " + std::to_string(run.program.data_parallel) +
-                ": calibrate fits pipelines and their data parallelism (T = 1); a tensor-parallel run is compared "
-                "(pipetwin compare) but not fitted");
-  }
   read_measured_ranks(meta, path, K, run);
   check_actions(run);
   // The step starts with the first action of the rank holding stage 0: the

@@ -57,6 +57,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});
     if (!rank.collectives.empty()) ranks.back()["collectives"] = rank.collectives;
+    // T > 1: per step, the seconds it spent in its tensor group's collectives.
+    if (!rank.tp_collective_s.empty()) ranks.back()["tp_collective_s"] = rank.tp_collective_s;
   }
   nlohmann::json stages = nlohmann::json::array();
   for (int s = 0; s < sc.program.num_stages(); ++s) {

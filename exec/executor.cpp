@@ -25,6 +25,7 @@
 #include "exec/report.hpp"
 #include "exec/run.hpp"
 #include "exec/torch_backend.hpp"
+#include "exec/torch_tensor_parallel.hpp"
 #include "schedule/channels.hpp"
 #include "schedule/error.hpp"
 
@@ -275,6 +276,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
   } catch (const std::exception& e) {
     throw Error(at_step + ", its start: " + message_of(e));
   }
+  const double collectives_before = tp_collective_seconds();
   ps::RankInterpreter interpreter(p, ps::RankId{where.pipeline_rank});
   while (!interpreter.done()) {
     const ps::Action action = interpreter.next();
@@ -295,6 +297,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     t.ranks.resize(p.num_ranks);
     t.ranks[where.pipeline_rank] = backend.end_step();
     report.steps.push_back(std::move(t));
+    if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
   } catch (const std::exception& e) {
     throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
   }

@@ -108,6 +108,7 @@ nlohmann::json RankReport::to_json() const {
           {"stage_peak_stash_bytes", stage_peak_stash_bytes},
           {"stage_peak_versions", stage_peak_versions},
           {"collectives", collectives},
+          {"tp_collective_s", tp_collective_s},
           {"peak_allocated_bytes", peak_allocated_bytes},
           {"baseline_bytes", baseline_bytes},
           {"peak_rss_bytes", peak_rss_bytes},
@@ -130,6 +131,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.stage_peak_stash_bytes = j.at("stage_peak_stash_bytes").get<std::vector<std::pair<int, double>>>();
   r.stage_peak_versions = j.at("stage_peak_versions").get<std::vector<std::pair<int, int>>>();
   r.collectives = j.value("collectives", nlohmann::json::array());
+  r.tp_collective_s = j.value("tp_collective_s", std::vector<double>{});
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();
   r.baseline_bytes = j.at("baseline_bytes").get<double>();
   r.peak_rss_bytes = j.at("peak_rss_bytes").get<double>();

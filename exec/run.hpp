@@ -89,6 +89,8 @@ struct RankReport {
   // The collectives of its groups: per stage's data-group reduction its
   // kind, bytes, group and backend; its tensor-parallel group (T > 1).
   nlohmann::json collectives = nlohmann::json::array();
+  // Per step, the seconds it spent in its tensor group's collectives (T > 1; else empty).
+  std::vector<double> tp_collective_s;
   double peak_allocated_bytes = 0, baseline_bytes = 0, peak_rss_bytes = 0;
   std::vector<HostSample> host_samples;  // when the steps began, then at the end of each
   nlohmann::json to_json() const;

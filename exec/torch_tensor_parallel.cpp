@@ -10,6 +10,8 @@
 
 #include <torch/autograd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -25,8 +27,25 @@ using torch::autograd::variable_list;
 
 // --- Plain collectives (no autograd); a null group is a group of one.
 
+std::atomic<std::int64_t> collective_ns{0};
+
+// Adds the time from its construction to its end to collective_ns.
+class CollectiveTimer {
+ public:
+  CollectiveTimer() : start_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer() {
+    collective_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+  }
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
 at::Tensor all_reduce(const at::Tensor& x, const TpGroup& g, c10d::ReduceOp op = c10d::ReduceOp::SUM) {
   if (!g) return x;
+  const CollectiveTimer timer;
   std::vector<at::Tensor> v{x.clone(at::MemoryFormat::Contiguous)};  // never the caller's tensor in place
   c10d::AllreduceOptions o;
   o.reduceOp = op;
@@ -36,6 +55,7 @@ at::Tensor all_reduce(const at::Tensor& x, const TpGroup& g, c10d::ReduceOp op =
 
 at::Tensor all_gather(const at::Tensor& x, const TpGroup& g, std::int64_t dim) {
   if (!g) return x;
+  const CollectiveTimer timer;
   std::vector<at::Tensor> in{x.contiguous()};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < g->getSize(); ++i) out[0].push_back(at::empty_like(in[0]));
@@ -53,6 +73,7 @@ void check_divides(const at::Tensor& x, std::int64_t dim, int T, const char* wha
 at::Tensor reduce_scatter(const at::Tensor& x, const TpGroup& g, std::int64_t dim) {
   if (!g) return x;
   check_divides(x, dim, g->getSize(), "a reduce-scatter");
+  const CollectiveTimer timer;
   std::vector<std::vector<at::Tensor>> in(1);
   for (const auto& c : x.chunk(g->getSize(), dim)) in[0].push_back(c.clone(at::MemoryFormat::Contiguous));
   std::vector<at::Tensor> out{at::empty_like(in[0][g->getRank()])};
@@ -163,6 +184,7 @@ struct VocabCrossEntropyFn : torch::autograd::Function<VocabCrossEntropyFn> {
 
 int tp_size(const TpGroup& g) { return g ? g->getSize() : 1; }
 int tp_rank(const TpGroup& g) { return g ? g->getRank() : 0; }
+double tp_collective_seconds() { return 1e-9 * static_cast<double>(collective_ns.load()); }
 
 at::Tensor tp_copy(const at::Tensor& x, const TpGroup& g) { return g ? CopyFn::apply(x, g) : x; }
 at::Tensor tp_reduce(const at::Tensor& x, const TpGroup& g) { return g ? ReduceFn::apply(x, g) : x; }

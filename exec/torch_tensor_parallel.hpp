@@ -33,6 +33,9 @@ namespace pipetwin::exec {
 using TpGroup = c10::intrusive_ptr<c10d::Backend>;
 int tp_size(const TpGroup& group);
 int tp_rank(const TpGroup& group);
+// Seconds this process has spent in tensor-group collectives since it began
+// (each from its call to its wait's return): the executor records each step's share.
+double tp_collective_seconds();
 
 // --- Autograd-aware collectives (every member must call them in the same order).
 // Megatron's f: identity forward, gradient all-reduced (sum) backward.

@@ -78,6 +78,18 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
       s.rank_memory.push_back({peaks[r], capacity, static_cast<int>(stages.size())});
     }
   }
+  if (program != nullptr && program->tensor_parallel > 1) {
+    for (const auto& rank : t.ranks) {
+      double sum = 0;
+      for (const auto& a : rank) {
+        const auto [i, j] = ranges.at(a.action.stage.value);
+        const auto op = a.action.op;
+        if (op == schedule::Op::F || op == schedule::Op::R) sum += costs.tp_forward_s(i, j);
+        if (op == schedule::Op::B || op == schedule::Op::I) sum += costs.tp_backward_s(i, j);
+      }
+      s.tp_collective_s.push_back(sum);
+    }
+  }
   return s;
 }
 
@@ -107,6 +119,7 @@ nlohmann::json RunSummary::to_json() const {
                                      {"peak_stashed_microbatches", m.peak_activations},
                                      {"peak_stashed_inputs", m.peak_inputs}, {"weight_versions", m.weight_versions}});
   }
+  if (!tp_collective_s.empty()) j["tp_collective_s_per_rank"] = tp_collective_s;
   for (const auto& m : rank_memory) {
     j["memory_per_rank"].push_back(
         {{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()}, {"stages", m.stages}});

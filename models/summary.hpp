@@ -36,6 +36,10 @@ struct RunSummary {
   std::vector<double> busy_s, idle;  // per rank
   std::vector<StageMemoryReport> memory;  // per stage
   std::vector<RankMemoryReport> rank_memory;  // per rank, where a rank holds several stages (else empty)
+  // With T > 1 (a program given): per rank, the seconds of its step that its
+  // compute actions spend in the tensor group's collectives (the stage
+  // costs' share of F, R, B and I); else empty.
+  std::vector<double> tp_collective_s;
   bool fits() const;  // every stage, and every rank's stages together
   nlohmann::json to_json() const;
   std::string to_text() const;

@@ -22,11 +22,11 @@ Calibrated calibrate(const std::vector<calibration::TraceRun>& runs, const model
   // replicas computing beside it, so their actions do not fit the device).
   std::vector<calibration::TraceRun> pipelines;
   for (const auto& r : runs) {
-    if (r.program.data_parallel <= 1) pipelines.push_back(r);
+    if (r.program.is_pipeline_only()) pipelines.push_back(r);
   }
   if (pipelines.empty()) {
-    throw Error("calibrate: every trace given is data-parallel (D > 1); the device is fitted on pipeline runs (D = 1): "
-                "give at least one (pipetwin run without -d), or add --microbench");
+    throw Error("calibrate: every trace given is tensor- or data-parallel (T or D > 1); the device is fitted on "
+                "pipeline runs (T = D = 1): give at least one (pipetwin run without -t and -d), or add --microbench");
   }
   const calibration::Replay replayed = [&](const calibration::TraceRun& r, const models::Hardware& hw) {
     return replay(r, hw, engine).timeline;

@@ -50,6 +50,7 @@ inline models::Hardware known_hardware() {
 
 // The timed evaluator's timeline of one configuration of kModel on `hw`
 // (SimGrid's with `simgrid`), as a trace that stands alone.
+// With `tensor_parallel` T > 1 (SimGrid's): tensor groups of T processes.
 // With `data_parallel` D > 1 (SimGrid's, always): D replicas of the pipeline,
 // each stage's gradients all-reduced over them (REDUCE_GRAD; with `zero1`
 // reduce-scattered, the weights all-gathered in STEP), the batch per replica;
@@ -57,12 +58,13 @@ inline models::Hardware known_hardware() {
 inline schedule::Trace synthetic_trace(const std::string& schedule_name, int microbatches, int batch,
                                        const std::string& recompute, const std::vector<schedule::LayerRange>& partition,
                                        const models::Hardware& hw, bool simgrid = false, int data_parallel = 1,
-                                       bool zero1 = false) {
+                                       bool zero1 = false, int tensor_parallel = 1) {
   const models::Model model = models::model_from_yaml(models::YamlFields(models::parse_yaml(kModel, "model"), "model"));
   const int ranks = static_cast<int>(partition.size());
   schedule::Program p =
       schedule::build_schedule(schedule_name, {ranks, microbatches, 1, schedule::parse_recompute(recompute)});
-  if (data_parallel > 1) {
+  if (data_parallel > 1 || tensor_parallel > 1) {
+    p.tensor_parallel = tensor_parallel;
     p.data_parallel = data_parallel;
     p.shard_optimizer = zero1;
     p = schedule::insert_gradient_reductions(std::move(p));
@@ -82,7 +84,7 @@ inline schedule::Trace synthetic_trace(const std::string& schedule_name, int mic
                       {"schedule", schedule_name},   {"ranks", ranks},       {"stages_per_rank", 1},
                       {"microbatches", microbatches}, {"microbatch_size", r.microbatch_size},
                       {"batch", batch},              {"recompute", recompute}, {"partition", ranges}};
-  if (data_parallel > 1) meta["program"] = schedule::to_text(p);
+  if (data_parallel > 1 || tensor_parallel > 1) meta["program"] = schedule::to_text(p);
   return {timeline, meta, {}};
 }
 

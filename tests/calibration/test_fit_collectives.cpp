@@ -114,6 +114,28 @@ TEST(FitCollectives, OnSharedCoresAReductionBesideComputeTakesLongerAndTheLinkIs
   EXPECT_LT(fit.residuals.at("reduce_grad").max_rel, 1e-6);
 }
 
+TEST(FitCollectives, TensorParallelRunsGiveTheRoundsLatencyThroughTheirSteps) {
+  // T = 2: the all-reduces are inside the actions, so the rounds' latency is
+  // fitted on the replayed steps; the bytes' rate comes from the reductions.
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  auto runs = data_parallel_runs(truth);
+  for (const int K : {1, 2}) {
+    const std::vector<ps::LayerRange> split = K == 1 ? std::vector<ps::LayerRange>{{0, 6}}
+                                                     : std::vector<ps::LayerRange>{{0, 3}, {3, 6}};
+    auto trace = pipetwin::test::synthetic_trace("1f1b", 4, 16, "none", split, truth, true, 1, false, 2);
+    runs.push_back(pc::trace_run_from(std::move(trace), "t2_k" + std::to_string(K) + ".json"));
+  }
+  pc::FitResult fit = forgetting_collectives(truth);
+  fit.hardware.topology.collective = {};
+  pc::fit_collectives(runs, fit, replay);
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 2e-6);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  int latency = 0;
+  for (const auto& c : fit.coefficients) latency += c.name == "collective.latency_s";
+  EXPECT_EQ(latency, 1);  // one value, the steps'
+}
+
 TEST(FitCollectives, PipelineRunsAloneLeaveTheHardwareAsItWas) {
   const pm::Hardware truth = known_hardware();
   auto trace = pipetwin::test::synthetic_trace("1f1b", 4, 16, "none", {{0, 3}, {3, 6}}, truth);

@@ -194,6 +194,25 @@ TEST(DataParallel, TheTraceTimesEveryReduction) {
   EXPECT_EQ(c.at("kind").get<std::string>(), "all-reduce");
   EXPECT_EQ(c.at("group"), nlohmann::json({2, 3}));
   EXPECT_GT(c.at("bytes").get<double>(), 0);
+  EXPECT_FALSE(measured.at("ranks")[0].contains("tp_collective_s")) << "T = 1: no tensor group";
+}
+
+// With T = 2, every process records per step the seconds it spent in its
+// tensor group's collectives: some, and less than the step.
+TEST(TensorParallel, TheTraceRecordsEachProcesssCollectiveSeconds) {
+  const auto r = run(common(kTransformer, "sgd", 2, 1) + " -s 1f1b -k 2 -t 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto measured = json_of(r).at("measured");
+  const auto steps = measured.at("step_times_s").get<std::vector<double>>();
+  ASSERT_EQ(measured.at("ranks").size(), 4u);
+  for (const auto& rank : measured.at("ranks")) {
+    const auto seconds = rank.at("tp_collective_s").get<std::vector<double>>();
+    ASSERT_EQ(seconds.size(), steps.size()) << rank.dump();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_GT(seconds[i], 0) << "rank " << rank.at("rank") << ", step " << i;
+      EXPECT_LT(seconds[i], steps[i]) << "rank " << rank.at("rank") << ", step " << i;
+    }
+  }
 }
 
 // Replicas with weight stashing would drift apart, each with its own versions: refused, naming the option.
