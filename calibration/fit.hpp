@@ -122,7 +122,17 @@ void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay
 // core's work beside the ranks' (models::Topology::collective). Adds the
 // coefficients, notes and the reduce_grad residuals: every reduction against
 // its `replay` on the result. Does nothing without data-parallel runs.
-void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay);
+//
+// The tensor-parallel runs' (T > 1) collectives, inside their F, B and R:
+// where each run recorded its ranks' seconds in them (TraceRun::tp_collective_s),
+// the topology's `tensor_collective` link by robust least squares on those
+// (run, rank) totals, each linear in the link's latency and seconds per byte
+// (`tensor_share` at (1 s, 0) and (0, 1 s/B) gives a row's coefficients);
+// else its latency on the T > 1 runs' replayed steps (golden-section search),
+// the bytes' rate the data-parallel rounds'. Adds the tp_collectives residuals.
+using TensorShare = std::function<std::vector<double>(const TraceRun& run, const models::Hardware& hardware)>;
+void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay,
+                     const TensorShare& tensor_share = {});
 
 // The calibration section of the output file: what it was fitted on (files
 // and configurations) and the residuals. `predicted_step_s`, when given, holds

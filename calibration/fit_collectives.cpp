@@ -1,6 +1,7 @@
 // fit_collectives(): the data-parallel collectives, from the REDUCE_GRAD
 // actions of runs with D > 1 that ran alone (least squares on their rounds);
-// every reduction then against its replay.
+// every reduction then against its replay; the tensor group's collectives
+// from the seconds the T > 1 runs recorded in them.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -100,12 +101,14 @@ std::map<int, double> replayed_reductions(const ps::Timeline& t) {
 }
 
 void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResult& fit);
-void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, std::size_t tensor, FitResult& fit,
-                          const Replay& replay);
+bool fit_tensor_rounds(const std::vector<const TraceRun*>& runs, FitResult& fit, const TensorShare& share);
+void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay);
+void fit_tensor_compute(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay);
 
 }  // namespace
 
-void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay) {
+void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay,
+                     const TensorShare& tensor_share) {
   std::vector<const TraceRun*> parallel, data, tensor;
   for (const auto& r : runs) {
     if (r.program.is_pipeline_only()) continue;
@@ -119,20 +122,19 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
                         " they are the topology's links, as given: compare the runs with pipetwin compare");
     return;
   }
-  pm::Topology& t = fit.hardware.topology;
   const std::vector<Reduction> groups = reductions(data);
-  if (groups.empty()) {
-    if (tensor.empty()) {
-      fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: the collectives are not fitted");
-      return;
-    }
-    t.collective = t.intra;
-    fit.notes.push_back("no data-parallel reduction to fit a round's bytes on: the collective rounds take the "
-                        "point-to-point link's bandwidth");
-  } else {
+  if (!groups.empty()) {
     fit_rounds(groups, data.size(), fit);
+  } else if (!data.empty()) {
+    fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: their collectives are not fitted");
   }
-  if (!tensor.empty()) fit_latency_on_steps(parallel, tensor.size(), fit, replay);
+  if (!tensor.empty()) {
+    if (tensor_share && fit_tensor_rounds(tensor, fit, tensor_share)) {
+      fit_tensor_compute(tensor, fit, replay);
+    } else {
+      fit_latency_on_steps(tensor, fit, replay);
+    }
+  }
   // Every reduction, those beside other ranks' work too, against its replay
   // on the calibrated hardware (on a shared host a round's work shares the
   // cores: a reduction beside compute takes longer, as measured).
@@ -174,13 +176,87 @@ void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResul
                       "replica's trace does not show the others computing beside it)");
 }
 
-// The rounds' latency again, on the replayed steps of every parallel run,
-// where tensor-parallel runs are among them: their all-reduces, inside the
-// actions, are timed only through the steps (golden-section search between
-// 0 and twice the larger of the reductions' latency and 1 ms).
-void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, std::size_t tensor, FitResult& fit,
-                          const Replay& replay) {
-  pm::Link& link = fit.hardware.topology.collective;
+// The tensor group's rounds on the recorded seconds of the runs that have
+// them: per (run, rank), measured = latency x (the stage costs' seconds at
+// latency 1 s and no bytes' cost) + seconds per byte x (at latency 0 and
+// 1 s/B): the closed forms are linear in both. False (nothing fitted) where
+// no run recorded them.
+bool fit_tensor_rounds(const std::vector<const TraceRun*>& runs, FitResult& fit, const TensorShare& share) {
+  pm::Hardware per_round = fit.hardware, per_byte = fit.hardware;
+  per_round.topology.tensor_collective = {1.0, 1e300};
+  per_byte.topology.tensor_collective = {0.0, 1.0};
+  Problem prob;
+  prob.params = {non_negative("tensor_collective.latency_s", "every run's all-reduces were one size"),
+                 non_negative("tensor_collective.seconds_per_byte",
+                              "every run's all-reduces were one size: the latency holds their bytes' cost")};
+  // Where every process had a core of its own: there a collective's time is
+  // its own; where processes outnumber the cores it also holds the waits for
+  // a member without a core (the host's sharing, fitted on the pipelines).
+  const int cores = fit.hardware.topology.host_cores;
+  const auto own_cores = [&](const TraceRun* r) { return cores <= 0 || r->program.num_devices() <= cores; };
+  const bool any_alone = std::any_of(runs.begin(), runs.end(), [&](const TraceRun* r) {
+    return !r->tp_collective_s.empty() && own_cores(r);
+  });
+  std::vector<const TraceRun*> used;
+  for (const TraceRun* run : runs) {
+    if (run->tp_collective_s.empty() || (any_alone && !own_cores(run))) continue;
+    const auto rounds = share(*run, per_round), bytes = share(*run, per_byte);
+    for (std::size_t k = 0; k < run->tp_collective_s.size() && k < rounds.size(); ++k) {
+      if (!(run->tp_collective_s[k] > 0) || !(rounds[k] > 0)) continue;
+      prob.x.push_back({rounds[k], bytes[k]});
+      prob.y.push_back(run->tp_collective_s[k]);
+    }
+    used.push_back(run);
+  }
+  if (prob.y.empty()) return false;
+  const Solution sol = robust_solve(prob);
+  fitting::record(fit.coefficients, prob, sol);
+  pm::Link& link = fit.hardware.topology.tensor_collective;
+  link.latency_s = sol.value[0];
+  link.bandwidth = sol.value[1] > 0 ? 1 / sol.value[1] : 1e300;
+  if (!(sol.value[1] > 0)) {
+    fit.notes.push_back("the tensor group's collectives did not grow with their bytes: their rounds cost latency only");
+  }
+  auto& stats = fit.residuals["tp_collectives"];  // every run's that recorded them
+  for (const TraceRun* run : runs) {
+    const auto predicted = share(*run, fit.hardware);
+    for (std::size_t k = 0; k < run->tp_collective_s.size() && k < predicted.size(); ++k) {
+      stats.add(predicted[k], run->tp_collective_s[k]);
+    }
+  }
+  stats.finish();
+  fit.notes.push_back("tensor collectives: fitted on the recorded seconds of " + std::to_string(prob.y.size()) +
+                      " (run, rank) step totals of " + std::to_string(used.size()) + " tensor-parallel run(s)" +
+                      (any_alone ? " whose every process had a core of its own" : "") +
+                      ", as rings (Gloo's all-reduce), the waits for the group's members included");
+  return true;
+}
+
+// What a tensor group's member computes beyond its 1/T of the layers' work
+// on the curves, its collectives as fitted: tensor_compute on the T > 1
+// runs' replayed steps (golden-section search in [0, 1]).
+void fit_tensor_compute(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay) {
+  double& slower = fit.hardware.topology.tensor_compute;
+  const auto loss = [&](double value) {
+    slower = value;
+    double sum = 0;
+    for (const TraceRun* run : runs) sum += huber_loss(replay(*run, fit.hardware).makespan() / run->step_time_s - 1);
+    return sum;
+  };
+  slower = fitting::golden_min(loss, 0.0, 1.0, 1e-4);
+  fit.coefficients.push_back({"tensor_compute", slower,
+                              "fitted on the step times of " + std::to_string(runs.size()) +
+                                  " tensor-parallel run(s) (replayed), their collectives as recorded"});
+}
+
+// Without recorded seconds: the tensor group's rounds' latency on the
+// replayed steps of the tensor-parallel runs (golden-section search between
+// 0 and twice the larger of the data rounds' latency and 1 ms), their bytes'
+// rate the data rounds' (else the loopback's).
+void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay) {
+  pm::Topology& t = fit.hardware.topology;
+  t.tensor_collective = t.collective.bandwidth > 0 ? t.collective : t.intra;
+  pm::Link& link = t.tensor_collective;
   const auto loss = [&](double latency) {
     link.latency_s = latency;
     double sum = 0;
@@ -189,10 +265,9 @@ void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, std::size_t 
   };
   const double latency = fitting::golden_min(loss, 0.0, 2 * std::max(link.latency_s, 1e-3), 1e-6);
   link.latency_s = latency;
-  std::erase_if(fit.coefficients, [](const Coefficient& c) { return c.name == "collective.latency_s"; });
-  fit.coefficients.push_back({"collective.latency_s", latency,
-                              "fitted on the step times of " + std::to_string(runs.size()) + " parallel run(s), " +
-                                  std::to_string(tensor) + " of them tensor-parallel (replayed)"});
+  fit.coefficients.push_back({"tensor_collective.latency_s", latency,
+                              "fitted on the step times of " + std::to_string(runs.size()) +
+                                  " tensor-parallel run(s) (replayed): they recorded no seconds in their collectives"});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 
@@ -151,6 +152,37 @@ ps::Program recorded_program(const ps::TraceMetadata& md, const std::string& pat
 // The K pipeline ranks' entries: measured.ranks lists K of them, or every one
 // of the T x K x D processes, by process (pipeline rank k's first is T·D·k:
 // the replica 0, tensor member 0 of that rank).
+// measured.ranks[].tp_collective_s (T > 1): per pipeline rank, its members'
+// mean at the trace's step; left empty unless every rank has one.
+void read_tensor_collectives(const json& meta, const std::string& path, int K, TraceRun& run) {
+  if (run.program.tensor_parallel <= 1 || !meta.contains("measured") || !meta["measured"].is_object()) return;
+  const json& m = meta["measured"];
+  if (!m.contains("ranks") || !m["ranks"].is_array() || !m.contains("representative_step") ||
+      !m["representative_step"].is_number_integer()) {
+    return;
+  }
+  const std::int64_t step = m["representative_step"].get<std::int64_t>();
+  std::vector<double> sum(K, 0.0);
+  std::vector<int> members(K, 0);
+  for (std::size_t i = 0; i < m["ranks"].size(); ++i) {
+    const json& e = m["ranks"][i];
+    if (!e.is_object() || !e.contains("tp_collective_s")) continue;
+    const std::string where = path + ": otherData.measured.ranks[" + std::to_string(i) + "]";
+    const json& s = e["tp_collective_s"];
+    if (!s.is_array() || step < 0 || step >= static_cast<std::int64_t>(s.size()) || !s[step].is_number() ||
+        !std::isfinite(s[step].get<double>()) || s[step].get<double>() < 0) {
+      throw Error(where + ".tp_collective_s must list a finite, non-negative number of seconds for each step, the " +
+                  "trace's step " + std::to_string(step) + " included");
+    }
+    const int k = e.contains("pipeline_rank") && e["pipeline_rank"].is_number_integer() ? e["pipeline_rank"].get<int>() : -1;
+    if (k < 0 || k >= K) throw Error(where + ".pipeline_rank must be a rank of the " + std::to_string(K) + " ranks");
+    sum[k] += s[step].get<double>();
+    ++members[k];
+  }
+  if (std::find(members.begin(), members.end(), 0) != members.end()) return;
+  for (int k = 0; k < K; ++k) run.tp_collective_s.push_back(sum[k] / members[k]);
+}
+
 void read_measured_ranks(const json& meta, const std::string& path, int K, TraceRun& run) {
   if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("ranks")) {
     run.clock_uncertainty_s.assign(K, 0.0);
@@ -244,6 +276,7 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   }
   run.producer = md.producer;
   read_measured_ranks(meta, path, K, run);
+  read_tensor_collectives(meta, path, K, run);
   check_actions(run);
   // The step starts with the first action of the rank holding stage 0: the
   // others wait for its activations (in a measured run, their receives are

@@ -45,6 +45,11 @@ struct TraceRun {
   // group had posted it (measured.reduction_posts_s), on the timeline's time;
   // empty when not recorded (the reduction then runs from its own post).
   std::map<std::string, double> reduction_posts_s;
+  // T > 1: per pipeline rank, the seconds its tensor group's members spent in
+  // their collectives in the trace's step (measured.ranks[].tp_collective_s
+  // at measured.representative_step, the members' mean); empty when not
+  // recorded.
+  std::vector<double> tp_collective_s;
   // From the first action of the rank that holds stage 0 to the last end:
   // one step as the simulator replays it. A measured timeline's makespan is
   // longer by the time the other ranks wait, at its start, for the previous

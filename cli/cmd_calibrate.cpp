@@ -242,6 +242,11 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
     std::printf("collectives  each ring round %.1f us + its bytes at %.3g GB/s of one core's work\n",
                 t.collective.latency_s * 1e6, t.collective.bandwidth / 1e9);
   }
+  if (const auto& t = result.hardware.topology; t.tensor_collective.bandwidth > 0) {
+    std::printf("tensor       each ring round of a tensor group %.1f us + its bytes at %.3g GB/s (the members' waits "
+                "included)\n",
+                t.tensor_collective.latency_s * 1e6, t.tensor_collective.bandwidth / 1e9);
+  }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {
     std::printf("  %-16s %3d groups  %8.1f / %8.1f us   %5.2f%% / %5.2f%%\n", op.c_str(), r.count, r.rms_s * 1e6,

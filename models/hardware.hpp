@@ -197,6 +197,17 @@ struct Topology {
   // slowed by, the ranks computing at the same time. Alone: latency_s +
   // chunk / bandwidth a round. Bandwidth 0: the loopback `intra` link.
   Link collective;
+  // SharedHost, calibrated from tensor-parallel runs: one round of a tensor
+  // group's ring collective (inside F, B, R), latency_s + chunk bytes /
+  // bandwidth, the waits for the group's other members included (a round's
+  // bytes are small; what it costs is mostly the two processes meeting).
+  // Bandwidth 0: `collective` (then the loopback).
+  Link tensor_collective;
+  // SharedHost, calibrated from tensor-parallel runs: each compute action of
+  // a tensor group's member takes this much longer than its 1/T of the
+  // layers' work on the curves, its collectives apart (the split's own
+  // operations, T processes' caches): 0.1 is 10%.
+  double tensor_compute = 0;
   // The cores' worth of compute that ranks computing at once share.
   double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
   // Whether the host's capacity is calibrated below its cores.
@@ -233,7 +244,8 @@ struct Topology {
   // predecessor. Cluster: inside a node, through the non-blocking NVSwitch,
   // each step is limited by each GPU's own port: {2·intra.latency (two
   // ports), intra.bandwidth}. All-to-all: the pair link, intra. Shared host:
-  // `collective` where calibrated, else intra. Throws as route_group does
+  // `tensor_collective` where calibrated, else `collective` where calibrated,
+  // else intra. Throws as route_group does
   // when groups of `width` do not fit.
   Link group_ring_link(int width) const;
   // route_group as one link (as path() is route()).

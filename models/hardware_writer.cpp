@@ -103,6 +103,8 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";
   if (t.collective.bandwidth > 0) out += "  collective: " + link(t.collective) + "\n";
+  if (t.tensor_collective.bandwidth > 0) out += "  tensor_collective: " + link(t.tensor_collective) + "\n";
+  if (t.tensor_compute > 0) out += "  tensor_compute: " + yaml_number(t.tensor_compute) + "\n";
   if (!h.devices.empty()) {
     out += "devices:\n";
     for (const auto& d : h.devices) {

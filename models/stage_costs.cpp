@@ -129,7 +129,9 @@ Collective StageCostModel::tp_allreduce_algorithm(double bytes) const {
   // Sequence parallelism's all-gathers and reduce-scatters: rings (the tree only all-reduces).
   if (sequence_parallel_ || tensor_parallel_ <= 1) return Collective::Ring;
   const auto& topo = hardware_.topology;
-  if (topo.kind == TopologyKind::SharedHost && topo.collective.bandwidth > 0) return Collective::Ring;  // Gloo's
+  if (topo.kind == TopologyKind::SharedHost && (topo.collective.bandwidth > 0 || topo.tensor_collective.bandwidth > 0)) {
+    return Collective::Ring;  // Gloo's
+  }
   const int T = tensor_parallel_;
   return choose_all_reduce(collective_, topo.group_ring_link(T), group_tree_link(topo, T), bytes, T);
 }

@@ -2,6 +2,7 @@
 #include "models/stage_table.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "schedule/error.hpp"
 
@@ -38,8 +39,17 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     // A stage's receives (there are only where the neighbour is on another rank).
     if (s > 0) t.activation_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(i));
     if (s + 1 < S) t.gradient_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(j));
-    // More processes (T x K x D) than a shared host's cores: each transfer also waits for a core.
     const auto& topo = hw.topology;
+    // A tensor group's member on a shared host: its compute beyond 1/T of the work, the collectives apart.
+    if (topo.kind == TopologyKind::SharedHost && T > 1 && topo.tensor_compute > 0) {
+      const double c = 1 + topo.tensor_compute;
+      for (auto [d, comm] : {std::pair{&t.forward_s, t.tp_forward_s}, std::pair{&t.recompute_s, t.tp_forward_s},
+                             std::pair{&t.backward_s, t.tp_backward_s}, std::pair{&t.input_grad_s, t.tp_backward_s},
+                             std::pair{&t.weight_grad_s, 0.0}, std::pair{&t.first_forward_extra_s, 0.0}}) {
+        if (*d > comm) *d = comm + (*d - comm) * c;
+      }
+    }
+    // More processes (T x K x D) than a shared host's cores: each transfer also waits for a core.
     if (topo.kind == TopologyKind::SharedHost && program.num_devices() > topo.host_cores) {
       t.send_overhead_s += topo.oversubscribed_send_s;
       if (s > 0) t.activation_recv_s += topo.oversubscribed_recv_s;

@@ -78,19 +78,21 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
       s.rank_memory.push_back({peaks[r], capacity, static_cast<int>(stages.size())});
     }
   }
-  if (program != nullptr && program->tensor_parallel > 1) {
-    for (const auto& rank : t.ranks) {
-      double sum = 0;
-      for (const auto& a : rank) {
-        const auto [i, j] = ranges.at(a.action.stage.value);
-        const auto op = a.action.op;
-        if (op == schedule::Op::F || op == schedule::Op::R) sum += costs.tp_forward_s(i, j);
-        if (op == schedule::Op::B || op == schedule::Op::I) sum += costs.tp_backward_s(i, j);
-      }
-      s.tp_collective_s.push_back(sum);
+  if (program != nullptr && program->tensor_parallel > 1) s.tp_collective_s = tp_collective_per_rank(*program, costs);
+  return s;
+}
+
+std::vector<double> tp_collective_per_rank(const schedule::Program& p, const StageCostModel& costs) {
+  std::vector<double> out(p.ranks.size(), 0.0);
+  if (p.tensor_parallel <= 1) return out;
+  for (std::size_t r = 0; r < p.ranks.size(); ++r) {
+    for (const auto& a : p.ranks[r]) {
+      const auto [i, j] = p.partition.at(a.stage.value);
+      if (a.op == schedule::Op::F || a.op == schedule::Op::R) out[r] += costs.tp_forward_s(i, j);
+      if (a.op == schedule::Op::B || a.op == schedule::Op::I) out[r] += costs.tp_backward_s(i, j);
     }
   }
-  return s;
+  return out;
 }
 
 std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& t, const schedule::Program& p,

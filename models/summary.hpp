@@ -61,6 +61,11 @@ RunSummary summarize(const schedule::Timeline& timeline, double samples, const S
                      const std::vector<schedule::LayerRange>& ranges, std::string engine,
                      const schedule::Program* program = nullptr);
 
+// With T > 1, per rank: the seconds of one step that its compute actions
+// spend in the tensor group's collectives (the stage costs' collective
+// share of each F and R, B and I, on the program's partition); else zeros.
+std::vector<double> tp_collective_per_rank(const schedule::Program& program, const StageCostModel& costs);
+
 // Each rank's largest total over its stages along the timeline (the IR's
 // stash bookkeeping replayed in each rank's order).
 std::vector<double> rank_peak_bytes(const schedule::Timeline& timeline, const schedule::Program& program,

@@ -108,6 +108,7 @@ Link Topology::group_ring_link(int width) const {
   check_group_width(*this, width);
   if (kind == TopologyKind::Cluster) return {2 * intra.latency_s, intra.bandwidth};
   // A shared host: its calibrated collectives' rounds (Gloo's ring), else the loopback.
+  if (kind == TopologyKind::SharedHost && tensor_collective.bandwidth > 0) return tensor_collective;
   if (kind == TopologyKind::SharedHost && collective.bandwidth > 0) return collective;
   return intra;
 }

@@ -10,12 +10,13 @@
 # groups of T = 2 (pipetwin run -t 2: Megatron's split, its all-reduces inside
 # the actions), over K in {1, 2} x M in {1, 2, 4, 8} x {gpipe, 1f1b};
 # calibrates on the pipeline section's calibration runs (T = D = 1: the
-# device) plus these runs with M in {1, 4} (the collectives' rounds: their
-# bytes from the reductions, their latency from the steps); predicts the
+# device) plus these runs with M in {1, 4} (the data group's rounds from the
+# reductions, the tensor group's from the seconds each process recorded in
+# its collectives); predicts the
 # held-out ones (M in {2, 8}) with simulate -t/-d --collective ring (Gloo's
 # all-reduce is a ring); prints per configuration the step error and the
-# reductions' own duration error (predicted against measured REDUCE_GRAD, per
-# stage), then medians and worst.
+# collectives' own error (predicted against measured REDUCE_GRAD per stage,
+# and the tensor group's seconds per rank), then medians and worst.
 #
 # FIDELITY_PARALLEL=0 leaves the section out; FIDELITY_PARALLEL_REPEATS (default
 # FIDELITY_REPEATS) runs per configuration, the median one by step time used.
@@ -64,7 +65,7 @@ fidelity_parallel() {
   echo
   echo "tensor and data parallelism (T or D = 2): calibrate on the ${#calibrate[@]} pipeline runs and ${#pcal[@]} parallel runs (M in {1,4}), predict ${#pheld[@]} held out"
   "$PIPETWIN" calibrate "${calibrate[@]}" "${pcal[@]}" --hardware cpu --out "$DOUT/calibrated.yaml" >"$DOUT/calibrate.txt"
-  grep -E '^collectives|^  reduce_grad|collective' "$DOUT/calibrate.txt" || true
+  grep -E '^collectives|^tensor|^  reduce_grad|^  tp_collectives|collective' "$DOUT/calibrate.txt" || true
   for c in "${pheld[@]}"; do
     read -r S K M Z <<<"$c"
     name="${S}_k${K}_m${M}_${Z}"

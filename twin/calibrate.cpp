@@ -2,6 +2,7 @@
 #include "twin/calibrate.hpp"
 
 #include "models/hardware.hpp"
+#include "models/summary.hpp"
 #include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
 
@@ -33,7 +34,11 @@ Calibrated calibrate(const std::vector<calibration::TraceRun>& runs, const model
   };
   c.fit = calibration::fit(pipelines, base);
   calibration::fit_sharing(pipelines, c.fit, replayed);
-  calibration::fit_collectives(runs, c.fit, replayed);
+  const calibration::TensorShare tensor_share = [](const calibration::TraceRun& r, const models::Hardware& hw) {
+    const auto sc = scenario_of(r.model, hw, r.program, r.microbatch_size, r.batch, r.optimizer, r.collective);
+    return models::tp_collective_per_rank(sc->program, *sc->costs);
+  };
+  calibration::fit_collectives(runs, c.fit, replayed, tensor_share);
   std::vector<std::string> engines;
   for (const auto& r : runs) {
     const auto p = replay(r, c.fit.hardware, engine);

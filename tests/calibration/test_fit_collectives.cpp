@@ -1,7 +1,8 @@
 // The collectives' fit (calibration::fit_collectives): synthetic data-parallel
 // traces replayed by SimGrid on a hardware whose collective link and cores
 // are known give them back (a reduction beside compute on shared cores
-// slowed, as its rounds' work shares them); without data-parallel runs nothing changes.
+// slowed, as its rounds' work shares them), and tensor-parallel runs their
+// group's rounds; without parallel runs nothing changes.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -14,6 +15,7 @@
 #include "models/hardware.hpp"
 #include "models/stage_costs.hpp"
 #include "models/stage_table.hpp"
+#include "models/summary.hpp"
 #include "schedule/error.hpp"
 #include "sim/simulator.hpp"
 #include "tests/calibration/synthetic.hpp"
@@ -114,26 +116,105 @@ TEST(FitCollectives, OnSharedCoresAReductionBesideComputeTakesLongerAndTheLinkIs
   EXPECT_LT(fit.residuals.at("reduce_grad").max_rel, 1e-6);
 }
 
-TEST(FitCollectives, TensorParallelRunsGiveTheRoundsLatencyThroughTheirSteps) {
-  // T = 2: the all-reduces are inside the actions, so the rounds' latency is
-  // fitted on the replayed steps; the bytes' rate comes from the reductions.
+std::vector<pc::TraceRun> tensor_parallel_runs(const pm::Hardware& hw) {
+  std::vector<pc::TraceRun> runs;
+  for (const int K : {1, 2}) {
+    for (const int M : {2, 4}) {
+      const std::vector<ps::LayerRange> split = K == 1 ? std::vector<ps::LayerRange>{{0, 6}}
+                                                       : std::vector<ps::LayerRange>{{0, 3}, {3, 6}};
+      auto trace = pipetwin::test::synthetic_trace("1f1b", M, 16, "none", split, hw, true, 1, false, 2);
+      runs.push_back(pc::trace_run_from(std::move(trace), "t2_k" + std::to_string(K) + "_m" + std::to_string(M) + ".json"));
+    }
+  }
+  return runs;
+}
+
+// Per rank, the seconds a run's actions spend in the tensor group's
+// collectives on `hw`, as twin::calibrate computes them.
+std::vector<double> tensor_share(const pc::TraceRun& run, const pm::Hardware& hw) {
+  pm::PartitionRequest r;
+  r.program = run.program;
+  r.microbatch_size = run.microbatch_size;
+  r.optimizer = run.optimizer;
+  r.collective = run.collective;
+  return pm::tp_collective_per_rank(run.program, pm::StageCostModel(run.model, hw, r));
+}
+
+int coefficients_named(const pc::FitResult& fit, const std::string& name) {
+  int n = 0;
+  for (const auto& c : fit.coefficients) n += c.name == name;
+  return n;
+}
+
+TEST(FitCollectives, TheTensorGroupsRoundsAreRecoveredFromTheirRecordedSeconds) {
+  // The tensor group's rounds differ from the data group's: fitted apart, on
+  // the seconds each rank recorded (here the truth's), micro-batches of 4
+  // and 8 giving two sizes of all-reduce; eight cores, so every process had
+  // its own.
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  truth.topology.tensor_collective = {120e-6, 0.3e9};
+  truth.topology.tensor_compute = 0.2;  // and each member computes 20% longer than its half of the work
+  auto runs = data_parallel_runs(truth);
+  for (auto& run : tensor_parallel_runs(truth)) {
+    run.tp_collective_s = tensor_share(run, truth);
+    ASSERT_GT(run.tp_collective_s.front(), 0);
+    runs.push_back(std::move(run));
+  }
+  pc::FitResult fit = forgetting_collectives(truth);
+  fit.hardware.topology.tensor_collective = {};
+  pc::fit_collectives(runs, fit, replay, tensor_share);
+  const pm::Topology& t = fit.hardware.topology;
+  EXPECT_NEAR(t.tensor_collective.latency_s, 120e-6, 1e-6 * 120e-6);
+  EXPECT_NEAR(t.tensor_collective.bandwidth, 0.3e9, 1e-6 * 0.3e9);
+  EXPECT_NEAR(t.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(t.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  EXPECT_EQ(coefficients_named(fit, "tensor_collective.latency_s"), 1);
+  EXPECT_LT(fit.residuals.at("tp_collectives").max_rel, 1e-6);
+  EXPECT_EQ(fit.residuals.at("tp_collectives").count, 6);  // 1 + 1 + 2 + 2 ranks
+  // Then the members' compute on the replayed steps, the collectives as fitted.
+  EXPECT_NEAR(t.tensor_compute, 0.2, 1e-3);
+}
+
+TEST(FitCollectives, WithoutRecordedSecondsTheTensorRoundsLatencyComesFromTheSteps) {
+  // T = 2 traces that recorded nothing of their collectives: the rounds'
+  // latency is fitted on the replayed steps, the bytes' rate is the data
+  // group's rounds'.
   pm::Hardware truth = known_hardware();
   truth.topology.collective = {35e-6, 1.7e9};
   auto runs = data_parallel_runs(truth);
-  for (const int K : {1, 2}) {
-    const std::vector<ps::LayerRange> split = K == 1 ? std::vector<ps::LayerRange>{{0, 6}}
-                                                     : std::vector<ps::LayerRange>{{0, 3}, {3, 6}};
-    auto trace = pipetwin::test::synthetic_trace("1f1b", 4, 16, "none", split, truth, true, 1, false, 2);
-    runs.push_back(pc::trace_run_from(std::move(trace), "t2_k" + std::to_string(K) + ".json"));
-  }
+  for (auto& run : tensor_parallel_runs(truth)) runs.push_back(std::move(run));
   pc::FitResult fit = forgetting_collectives(truth);
-  fit.hardware.topology.collective = {};
-  pc::fit_collectives(runs, fit, replay);
-  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 2e-6);
-  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
-  int latency = 0;
-  for (const auto& c : fit.coefficients) latency += c.name == "collective.latency_s";
-  EXPECT_EQ(latency, 1);  // one value, the steps'
+  pc::fit_collectives(runs, fit, replay, tensor_share);
+  EXPECT_NEAR(fit.hardware.topology.tensor_collective.latency_s, 35e-6, 2e-6);
+  EXPECT_NEAR(fit.hardware.topology.tensor_collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_EQ(coefficients_named(fit, "tensor_collective.latency_s"), 1);
+  EXPECT_EQ(fit.residuals.count("tp_collectives"), 0u);
+}
+
+// A T = 2 trace's record: per pipeline rank its members' mean at the
+// trace's step; a record without that step refused, naming the field.
+TEST(FitCollectives, TheTracesTensorCollectiveSecondsAreTheMembersMeanAtItsStep) {
+  auto trace = pipetwin::test::synthetic_trace("1f1b", 2, 16, "none", {{0, 3}, {3, 6}}, known_hardware(), true, 1, false, 2);
+  nlohmann::json ranks = nlohmann::json::array();
+  const std::vector<std::vector<double>> seconds{{9, 0.10, 0.30}, {9, 0.20, 0.50}, {9, 0.40, 0.70}, {9, 0.60, 0.90}};
+  for (int p = 0; p < 4; ++p) {
+    ranks.push_back({{"rank", p}, {"pipeline_rank", p / 2}, {"threads", 1}, {"tp_collective_s", seconds[p]}});
+  }
+  trace.metadata["measured"] = {{"representative_step", 2}, {"ranks", ranks}};
+  const auto run = pc::trace_run_from(trace, "t2.json");
+  ASSERT_EQ(run.tp_collective_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(run.tp_collective_s[0], 0.40);
+  EXPECT_DOUBLE_EQ(run.tp_collective_s[1], 0.80);
+  trace.metadata["measured"]["representative_step"] = 3;
+  try {
+    pc::trace_run_from(trace, "t2.json");
+    FAIL() << "a record without the trace's step was accepted";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t2.json: otherData.measured.ranks[0].tp_collective_s"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(FitCollectives, PipelineRunsAloneLeaveTheHardwareAsItWas) {
@@ -150,9 +231,11 @@ TEST(FitCollectives, PipelineRunsAloneLeaveTheHardwareAsItWas) {
 TEST(FitCollectives, TheCalibratedFileKeepsTheCollectives) {
   pm::Hardware hw = known_hardware();
   hw.topology.collective = {35e-6, 1.7e9};
+  hw.topology.tensor_collective = {120e-6, 0.3e9};
   const std::string text = pm::hardware_to_yaml(hw);
   const pm::Hardware back = pm::hardware_from_yaml(pm::YamlFields(pm::parse_yaml(text, "hw.yaml"), "hw.yaml"));
   EXPECT_EQ(back.topology.collective, hw.topology.collective);
+  EXPECT_EQ(back.topology.tensor_collective, hw.topology.tensor_collective);
   // A collective link without bandwidth is refused, naming the field.
   const std::string bad = text.substr(0, text.find("  collective:")) + "  collective: {latency_us: 3}\n";
   try {
