@@ -244,8 +244,8 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
   }
   if (const auto& t = result.hardware.topology; t.tensor_collective.bandwidth > 0) {
     std::printf("tensor       each ring round of a tensor group %.1f us + its bytes at %.3g GB/s (the members' waits "
-                "included)\n",
-                t.tensor_collective.latency_s * 1e6, t.tensor_collective.bandwidth / 1e9);
+                "included); a member computes %.1f%% longer than its 1/T of the work\n",
+                t.tensor_collective.latency_s * 1e6, t.tensor_collective.bandwidth / 1e9, 100 * t.tensor_compute);
   }
   std::printf("residuals    per-stage medians, predicted - measured (rms / max):\n");
   for (const auto& [op, r] : result.residuals) {
