@@ -100,6 +100,13 @@ std::map<int, double> replayed_reductions(const ps::Timeline& t) {
   return out;
 }
 
+// Huber over `runs` of their replayed steps' relative errors on fit.hardware.
+double step_loss(const std::vector<const TraceRun*>& runs, const FitResult& fit, const Replay& replay) {
+  double sum = 0;
+  for (const TraceRun* run : runs) sum += huber_loss(replay(*run, fit.hardware).makespan() / run->step_time_s - 1);
+  return sum;
+}
+
 void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResult& fit);
 bool fit_tensor_rounds(const std::vector<const TraceRun*>& runs, FitResult& fit, const TensorShare& share);
 void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay);
@@ -109,13 +116,11 @@ void fit_tensor_compute(const std::vector<const TraceRun*>& runs, FitResult& fit
 
 void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay,
                      const TensorShare& tensor_share) {
-  std::vector<const TraceRun*> parallel, data, tensor;
+  std::vector<const TraceRun*> data, tensor;
   for (const auto& r : runs) {
-    if (r.program.is_pipeline_only()) continue;
-    parallel.push_back(&r);
-    (r.program.tensor_parallel > 1 ? tensor : data).push_back(&r);
+    if (!r.program.is_pipeline_only()) (r.program.tensor_parallel > 1 ? tensor : data).push_back(&r);
   }
-  if (parallel.empty()) return;
+  if (data.empty() && tensor.empty()) return;
   if (fit.hardware.topology.kind != pm::TopologyKind::SharedHost) {
     fit.notes.push_back("the parallel runs' collectives are fitted on a shared host (--hardware cpu) only; on " +
                         std::string(pm::topology_name(fit.hardware.topology.kind)) +
@@ -239,9 +244,7 @@ void fit_tensor_compute(const std::vector<const TraceRun*>& runs, FitResult& fit
   double& slower = fit.hardware.topology.tensor_compute;
   const auto loss = [&](double value) {
     slower = value;
-    double sum = 0;
-    for (const TraceRun* run : runs) sum += huber_loss(replay(*run, fit.hardware).makespan() / run->step_time_s - 1);
-    return sum;
+    return step_loss(runs, fit, replay);
   };
   slower = fitting::golden_min(loss, 0.0, 1.0, 1e-4);
   fit.coefficients.push_back({"tensor_compute", slower,
@@ -259,9 +262,7 @@ void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, FitResult& f
   pm::Link& link = t.tensor_collective;
   const auto loss = [&](double latency) {
     link.latency_s = latency;
-    double sum = 0;
-    for (const TraceRun* run : runs) sum += huber_loss(replay(*run, fit.hardware).makespan() / run->step_time_s - 1);
-    return sum;
+    return step_loss(runs, fit, replay);
   };
   const double latency = fitting::golden_min(loss, 0.0, 2 * std::max(link.latency_s, 1e-3), 1e-6);
   link.latency_s = latency;

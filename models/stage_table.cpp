@@ -42,12 +42,14 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     const auto& topo = hw.topology;
     // A tensor group's member on a shared host: its compute beyond 1/T of the work, the collectives apart.
     if (topo.kind == TopologyKind::SharedHost && T > 1 && topo.tensor_compute > 0) {
+      using schedule::Op;
       const double c = 1 + topo.tensor_compute;
-      for (auto [d, comm] : {std::pair{&t.forward_s, t.tp_forward_s}, std::pair{&t.recompute_s, t.tp_forward_s},
-                             std::pair{&t.backward_s, t.tp_backward_s}, std::pair{&t.input_grad_s, t.tp_backward_s},
-                             std::pair{&t.weight_grad_s, 0.0}, std::pair{&t.first_forward_extra_s, 0.0}}) {
+      for (auto [d, op] : {std::pair{&t.forward_s, Op::F}, std::pair{&t.recompute_s, Op::R}, std::pair{&t.backward_s, Op::B},
+                           std::pair{&t.input_grad_s, Op::I}, std::pair{&t.weight_grad_s, Op::W}}) {
+        const double comm = t.tp_share(op);
         if (*d > comm) *d = comm + (*d - comm) * c;
       }
+      t.first_forward_extra_s *= c;
     }
     // More processes (T x K x D) than a shared host's cores: each transfer also waits for a core.
     if (topo.kind == TopologyKind::SharedHost && program.num_devices() > topo.host_cores) {

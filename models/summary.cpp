@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "schedule/dry_run.hpp"
 #include "schedule/interpreter.hpp"
 
 namespace pipetwin::models {
@@ -85,12 +86,13 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
 std::vector<double> tp_collective_per_rank(const schedule::Program& p, const StageCostModel& costs) {
   std::vector<double> out(p.ranks.size(), 0.0);
   if (p.tensor_parallel <= 1) return out;
+  std::vector<schedule::StageCosts> stages(p.partition.size());  // each stage's two shares, as the stage table's
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    stages[s].tp_forward_s = costs.tp_forward_s(p.partition[s].begin, p.partition[s].end);
+    stages[s].tp_backward_s = costs.tp_backward_s(p.partition[s].begin, p.partition[s].end);
+  }
   for (std::size_t r = 0; r < p.ranks.size(); ++r) {
-    for (const auto& a : p.ranks[r]) {
-      const auto [i, j] = p.partition.at(a.stage.value);
-      if (a.op == schedule::Op::F || a.op == schedule::Op::R) out[r] += costs.tp_forward_s(i, j);
-      if (a.op == schedule::Op::B || a.op == schedule::Op::I) out[r] += costs.tp_backward_s(i, j);
-    }
+    for (const auto& a : p.ranks[r]) out[r] += stages.at(a.stage.value).tp_share(a.op);
   }
   return out;
 }

@@ -26,6 +26,16 @@ double StageCosts::of(Op op) const {
   }
 }
 
+double StageCosts::tp_share(Op op) const {
+  switch (op) {
+    case Op::F:
+    case Op::R: return tp_forward_s;
+    case Op::B:
+    case Op::I: return tp_backward_s;
+    default: return 0;
+  }
+}
+
 StageCosts OpDurations::stage() const {
   StageCosts c;
   c.forward_s = forward, c.backward_s = backward, c.input_grad_s = input_grad, c.weight_grad_s = weight_grad;

@@ -47,6 +47,7 @@ struct StageCosts {
   // which sim/ on a shared host spends waiting, without a core.
   double tp_forward_s = 0, tp_backward_s = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
+  double tp_share(Op op) const;      // of those, the tensor group's collectives: F and R forward's, B and I backward's
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.
   double of(const Action& a) const {

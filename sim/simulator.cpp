@@ -177,11 +177,7 @@ class SimBackend final : public ps::Backend {
   // the cores either).
   double collective_wait(const ps::Action& a, double d) const {
     if (in_.topology.kind != models::TopologyKind::SharedHost || in_.program.tensor_parallel <= 1) return 0;
-    const ps::StageCosts& t = in_.stages.at(a.stage.value);
-    const double c = a.op == ps::Op::F || a.op == ps::Op::R ? t.tp_forward_s
-                     : a.op == ps::Op::B || a.op == ps::Op::I ? t.tp_backward_s
-                                                              : 0;
-    return std::clamp(c, 0.0, d);
+    return std::clamp(in_.stages.at(a.stage.value).tp_share(a.op), 0.0, d);
   }
   // A rank's cores: one, or on a shared host its tensor group's T (each
   // member a process), taken at once (one group at a time takes them, so
