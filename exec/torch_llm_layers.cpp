@@ -2,6 +2,7 @@
 #include "exec/torch_llm_layers.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "exec/torch_layers.hpp"
@@ -69,7 +70,14 @@ at::Tensor attention(const LayerShape& s, const at::Tensor& h, Cursor& c) {
     k = k.repeat_interleave(a / g, 1);
     v = v.repeat_interleave(a / g, 1);
   }
-  auto ctx = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  at::Tensor ctx;
+  if (s.flash_attention) {
+    ctx = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  } else {  // the scores materialized, as the model's costs then count them
+    auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
+    const auto future = at::ones({n, n}, at::TensorOptions(at::kBool).device(h.device())).triu(1);
+    ctx = at::matmul(at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1), v);
+  }
   return project(ctx.transpose(1, 2).reshape({b, n, s.d_model}), c, s.out_bias);
 }
 

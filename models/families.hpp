@@ -51,6 +51,10 @@ struct LlmSpec {
   bool attention_bias = false;   // q, k, v and output projections have biases (HF Llama's attention_bias)
   bool qkv_bias = false;         // q, k, v projections have biases (Qwen2)
   bool dropout = false;          // dropout after the embedding, attention and MLP (GPT); Llama has none
+  // Flash attention (the default): no s x s score matrix is written, stashed
+  // or read back. Off: the attention core materializes its scores, as
+  // Megatron-LM's fused softmax kernels of 2021 did (Narayanan et al., SC'21).
+  bool flash_attention = true;
 
   std::int64_t kv() const { return hidden / heads * (kv_heads > 0 ? kv_heads : heads); }  // width of K (and of V)
   std::int64_t positions_table() const { return max_positions > 0 ? max_positions : seq_len; }

@@ -39,6 +39,34 @@
 //   head       the final norm's input s·h, the output matrix's input s·h and
 //              the cross-entropy's fp32 logits 4·s·V bytes (the paper's
 //              Section 4.3: 4sh(1 + V/h) bytes in 16-bit)
+// Without flash attention (flash_attention: false) a block also stashes the
+// attention core's 5·a·s² bytes (2·a·s² without dropout), split over T.
+//
+// Memory-bound traffic per token, in elements of the precision (e bytes) and
+// 1-byte masks, read plus written by the elementwise kernels, as Megatron-LM's
+// fused kernels do them (LayerCost::forward_traffic):
+//   block forward   norms 2·2h, residual adds 2·3h (with dropout, fused
+//                   bias-dropout-add: + its 1-byte mask h each), whole under T;
+//                   split over T: the activation 2f (GELU) or 3f (SwiGLU),
+//                   rotary 2(h + kv) on Q and K, and without flash attention
+//                   the scores a·s: QKᵀ's write, the softmax's read and write,
+//                   AV's read (4; with dropout its read and write, 6, and a
+//                   1-byte mask)
+//         backward  norms 2·3h and the residual gradients' sums 2·3h (with
+//                   dropout + 2·(2h elements, h mask bytes)), whole; split:
+//                   the activation 3f (GELU) or 5f (SwiGLU), rotary 2(h + kv),
+//                   and without flash attention the scores a·s: dP's write, the
+//                   softmax backward's two reads and a write, and the two
+//                   reads of dS by QKᵀ's backward (6; with dropout 8 and a
+//                   1-byte mask)
+//   embedding       forward: the rows' write h, learned positions' sum 3h,
+//                   dropout 2h + h mask bytes; backward: the scatter-add 3h,
+//                   dropout 2h + h mask bytes; whole (each member writes the
+//                   whole output before the all-reduce)
+//   head            the final norm 2h forward, 3h backward, whole; the
+//                   cross-entropy reads the V logits and writes them in fp32
+//                   (e + 4 bytes each), and its backward reads those and writes
+//                   the logits' gradient (4 + e), split over T (vocabulary)
 // Output per sample: s·h after the embedding and after each block; the head's is the loss.
 #include <string>
 
@@ -82,14 +110,9 @@ std::int64_t llm_embedding_params(const LlmSpec& t) {
 
 std::int64_t llm_head_params(const LlmSpec& t) { return norm_params(t) + (t.tied_embeddings ? 0 : t.vocab * t.hidden); }
 
-Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
-  const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), V = static_cast<double>(t.vocab);
-  const double b = bytes_per_element(precision);
-  Model m;
-  m.name = std::move(name);
-  m.family = "llm";
-  m.precision = precision;
-  m.input_elems = t.seq_len;  // token ids
+namespace {
+
+LayerShape llm_shape(const LlmSpec& t) {
   LayerShape shape;
   shape.seq_len = t.seq_len;
   shape.d_model = t.hidden;
@@ -104,56 +127,105 @@ Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
   shape.qkv_bias = t.bias || t.attention_bias || t.qkv_bias;
   shape.out_bias = t.bias || t.attention_bias;
   shape.mlp_bias = t.bias;
+  shape.flash_attention = t.flash_attention;
+  return shape;
+}
 
-  Layer emb{"embedding", LayerKind::LlmEmbedding, shape, {}, {}};
-  emb.cost.forward_flops = t.positions == LlmSpec::Positions::Learned ? s * h : 0;
-  emb.cost.weight_grad_flops = s * h;
-  emb.cost.params = llm_embedding_params(t);
-  emb.cost.stashed_elems = t.dropout ? as_elems(s * h, precision) : 0;
-  emb.cost.output_elems = t.seq_len * t.hidden;
+LayerCost embedding_cost(const LlmSpec& t, Precision precision) {
+  const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), b = bytes_per_element(precision);
+  const bool learned = t.positions == LlmSpec::Positions::Learned;
+  LayerCost c;
+  c.forward_flops = learned ? s * h : 0;
+  c.weight_grad_flops = s * h;
+  c.params = llm_embedding_params(t);
+  c.stashed_elems = t.dropout ? as_elems(s * h, precision) : 0;
+  c.output_elems = t.seq_len * t.hidden;
   // Vocabulary-parallel (Megatron-LM): one all-reduce of the output; its dropout mask stays whole.
-  emb.cost.tensor_split = true;
-  emb.cost.tp_forward_collectives = 1;
-  emb.cost.tp_collective_elems = t.seq_len * t.hidden;
-  emb.cost.tp_replicated_elems = emb.cost.stashed_elems;
-  m.layers.push_back(emb);
+  c.tensor_split = true;
+  c.tp_forward_collectives = 1;
+  c.tp_collective_elems = t.seq_len * t.hidden;
+  c.tp_replicated_elems = c.stashed_elems;
+  const double drop_traffic = t.dropout ? 2 * b + 1 : 0;  // per element: read, write, 1-byte mask
+  c.forward_traffic = c.forward_traffic_replicated = s * h * (b + (learned ? 3 * b : 0) + drop_traffic);
+  c.backward_traffic = c.backward_traffic_replicated = s * h * (3 * b + drop_traffic);
+  return c;
+}
 
+LayerCost block_cost(const LlmSpec& t, Precision precision) {
+  const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), b = bytes_per_element(precision);
+  const double f = static_cast<double>(t.ffn_hidden), kv = static_cast<double>(t.kv()), a = static_cast<double>(t.heads);
   const double matrices = static_cast<double>(llm_block_matrix_params(t));
   const LlmLayerStash stash = llm_layer_stash(t);
-  for (std::int64_t i = 0; i < t.layers; ++i) {
-    Layer blk{"block" + std::to_string(i), LayerKind::DecoderBlock, shape, {}, {static_cast<int>(m.layers.size()) - 1}};
-    blk.cost.forward_flops = 2 * s * matrices + 4 * s * s * h;
-    blk.cost.input_grad_flops = 2 * s * matrices + 8 * s * s * h;
-    blk.cost.weight_grad_flops = 2 * s * matrices;
-    blk.cost.params = llm_block_params(t);
-    blk.cost.stashed_elems = as_elems(s * (b * (stash.whole_elems + stash.split_elems) + stash.mask_bytes), precision);
-    blk.cost.output_elems = t.seq_len * t.hidden;
-    // Attention and MLP each column- then row-parallel: an all-reduce after
-    // each in forward, one before each in backward; the norms' inputs and the
-    // dropout masks stay whole on every device without sequence parallelism.
-    blk.cost.tensor_split = true;
-    blk.cost.tp_forward_collectives = 2;
-    blk.cost.tp_backward_collectives = 2;
-    blk.cost.tp_collective_elems = t.seq_len * t.hidden;
-    blk.cost.tp_replicated_elems = as_elems(s * (b * stash.whole_elems + stash.mask_bytes), precision);
-    m.layers.push_back(blk);
-  }
+  const double core = t.flash_attention ? 0 : s * s * stash.core_bytes_per_s;  // bytes per sample
+  LayerCost c;
+  c.forward_flops = 2 * s * matrices + 4 * s * s * h;
+  c.input_grad_flops = 2 * s * matrices + 8 * s * s * h;
+  c.weight_grad_flops = 2 * s * matrices;
+  c.params = llm_block_params(t);
+  c.stashed_elems = as_elems(s * (b * (stash.whole_elems + stash.split_elems) + stash.mask_bytes) + core, precision);
+  c.output_elems = t.seq_len * t.hidden;
+  // Attention and MLP each column- then row-parallel: an all-reduce after
+  // each in forward, one before each in backward; the norms' inputs and the
+  // dropout masks stay whole on every device without sequence parallelism.
+  c.tensor_split = true;
+  c.tp_forward_collectives = 2;
+  c.tp_backward_collectives = 2;
+  c.tp_collective_elems = t.seq_len * t.hidden;
+  c.tp_replicated_elems = as_elems(s * (b * stash.whole_elems + stash.mask_bytes), precision);
+  // Traffic per token (see the header).
+  const bool gelu = t.mlp == LlmSpec::Mlp::Gelu, rotary = t.positions == LlmSpec::Positions::Rotary;
+  const double fwd_whole = 4 * h * b + 6 * h * b + (t.dropout ? 2 * h : 0);
+  const double bwd_whole = 6 * h * b + 6 * h * b + (t.dropout ? 2 * (2 * h * b + h) : 0);
+  const double scores_fwd = t.flash_attention ? 0 : a * s * (t.dropout ? 6 * b + 1 : 4 * b);
+  const double scores_bwd = t.flash_attention ? 0 : a * s * (t.dropout ? 8 * b + 1 : 6 * b);
+  const double rope = rotary ? 2 * (h + kv) * b : 0;
+  c.forward_traffic_replicated = s * fwd_whole;
+  c.backward_traffic_replicated = s * bwd_whole;
+  c.forward_traffic = s * (fwd_whole + (gelu ? 2 : 3) * f * b + rope + scores_fwd);
+  c.backward_traffic = s * (bwd_whole + (gelu ? 3 : 5) * f * b + rope + scores_bwd);
+  return c;
+}
 
-  Layer head{"head", LayerKind::LlmHead, shape, {}, {static_cast<int>(m.layers.size()) - 1}};
-  head.cost.forward_flops = 2 * s * h * V;
-  head.cost.input_grad_flops = 2 * s * h * V;
-  head.cost.weight_grad_flops = 2 * s * h * V;
-  head.cost.params = llm_head_params(t);
-  head.cost.stashed_elems = 2 * t.seq_len * t.hidden + as_elems(4 * s * V, precision);
-  head.cost.output_elems = 1;  // the loss
+LayerCost head_cost(const LlmSpec& t, Precision precision) {
+  const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), V = static_cast<double>(t.vocab);
+  const double b = bytes_per_element(precision);
+  LayerCost c;
+  c.forward_flops = 2 * s * h * V;
+  c.input_grad_flops = 2 * s * h * V;
+  c.weight_grad_flops = 2 * s * h * V;
+  c.params = llm_head_params(t);
+  c.stashed_elems = 2 * t.seq_len * t.hidden + as_elems(4 * s * V, precision);
+  c.output_elems = 1;  // the loss
   // Vocabulary-parallel projection and cross-entropy (their all-reduces of s
   // numbers left out); the input gradient all-reduced in backward; the final
   // norm's input and output stay whole without sequence parallelism.
-  head.cost.tensor_split = true;
-  head.cost.tp_backward_collectives = 1;
-  head.cost.tp_collective_elems = t.seq_len * t.hidden;
-  head.cost.tp_replicated_elems = 2 * t.seq_len * t.hidden;
-  m.layers.push_back(head);
+  c.tensor_split = true;
+  c.tp_backward_collectives = 1;
+  c.tp_collective_elems = t.seq_len * t.hidden;
+  c.tp_replicated_elems = 2 * t.seq_len * t.hidden;
+  c.forward_traffic_replicated = s * 2 * h * b;
+  c.backward_traffic_replicated = s * 3 * h * b;
+  c.forward_traffic = c.forward_traffic_replicated + s * V * (b + 4);
+  c.backward_traffic = c.backward_traffic_replicated + s * V * (4 + b);
+  return c;
+}
+
+}  // namespace
+
+Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
+  Model m;
+  m.name = std::move(name);
+  m.family = "llm";
+  m.precision = precision;
+  m.input_elems = t.seq_len;  // token ids
+  const LayerShape shape = llm_shape(t);
+  m.layers.push_back({"embedding", LayerKind::LlmEmbedding, shape, embedding_cost(t, precision), {}});
+  const LayerCost block = block_cost(t, precision);
+  for (std::int64_t i = 0; i < t.layers; ++i) {
+    m.layers.push_back({"block" + std::to_string(i), LayerKind::DecoderBlock, shape, block,
+                        {static_cast<int>(m.layers.size()) - 1}});
+  }
+  m.layers.push_back({"head", LayerKind::LlmHead, shape, head_cost(t, precision), {static_cast<int>(m.layers.size()) - 1}});
   return m;
 }
 

@@ -69,6 +69,11 @@ double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Pre
   return op_overhead_s + flops / (peak_flops(p) * curves->of(pass).at(flops));
 }
 
+double Device::traffic_seconds(std::string_view kind, double bytes) const {
+  if (bytes <= 0 || memory_bandwidth <= 0 || kind_curves(kind) != nullptr) return 0;
+  return bytes / (memory_bandwidth * memory_efficiency);
+}
+
 double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
 
 double Device::compute_seconds(double flops, Precision p) const {
@@ -167,7 +172,8 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
-                                 "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps"};
+                                 "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
+                                 "memory_efficiency",     "blocking_sends"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.line("name");
@@ -175,6 +181,11 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
   if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
+  if (y.has("blocking_sends")) d.blocking_sends = y.boolean_or("blocking_sends", false);
+  if (y.has("memory_efficiency")) {
+    d.memory_efficiency = y.positive_number("memory_efficiency");
+    if (d.memory_efficiency > 1) y.fail("memory_efficiency", "is a share of memory_bandwidth_gbps: at most 1");
+  }
   if (y.has("op_overhead_us")) d.op_overhead_s = y.non_negative_number("op_overhead_us") * kUs;
   if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;
   if (y.has("efficiency")) d.efficiency = efficiency_from_yaml(y.child("efficiency"), d.efficiency);

@@ -74,9 +74,15 @@ struct Device {
   Efficiency efficiency;
   double memory_bytes = 0;
   double memory_bandwidth = 0;   // bytes/s
+  // The share of memory_bandwidth a layer's elementwise kernels achieve
+  // (LayerCost::forward_traffic): in (0, 1].
+  double memory_efficiency = 1.0;
   double op_overhead_s = 0;      // per compute operation (kernel launch)
   double transfer_overhead_s = 0;  // per transfer, on top of the link
   double send_bandwidth = 0;       // bytes/s the sender itself writes (the sender's cost per byte); 0: none
+  // The runtime waits for each send to arrive before its next action
+  // (StageCosts::blocking_sends); false: sends are posted and left to fly.
+  bool blocking_sends = false;
   // Calibrated refinements (absent from the presets):
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(), or kDefaultKind: per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage
@@ -98,6 +104,11 @@ struct Device {
   // Time of one layer's pass of `flops` work: the kind's curve when `kinds`
   // has one, else compute_seconds(). 0 for no work.
   double layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const;
+  // Time of a layer's memory-bound traffic (bytes read and written by its
+  // elementwise kernels) at memory_bandwidth × memory_efficiency; 0 where a
+  // calibrated curve covers the kind (the measured times include it) or the
+  // device gives no bandwidth.
+  double traffic_seconds(std::string_view kind, double bytes) const;
   // The kind's curves; else the calibrated `default` (every kind a calibration
   // saw, pooled: for the kinds it did not see); else none (the device's curve).
   const KindEfficiency* kind_curves(std::string_view kind) const;

@@ -55,6 +55,7 @@ struct LayerShape {
   std::int64_t kv_heads = 0, positions = 0;
   bool swiglu = false, rms_norm = false, tied = false;
   bool qkv_bias = false, out_bias = false, mlp_bias = false;
+  bool flash_attention = true;  // false: the attention's scores are materialized (LlmSpec::flash_attention)
 };
 
 struct LayerCost {
@@ -80,6 +81,18 @@ struct LayerCost {
   int tp_forward_collectives = 0, tp_backward_collectives = 0;
   std::int64_t tp_collective_elems = 0;
   std::int64_t tp_replicated_elems = 0;
+  // Memory-bound traffic per sample, in bytes read and written by the
+  // layer's elementwise kernels (norms, activations, dropouts, residual adds,
+  // rotary positions, the softmax of a materialized score matrix, the
+  // cross-entropy over the logits), in its forward and in its input-gradient
+  // pass; the matrix multiplications' own operands are not counted (their
+  // time is the FLOPs'). Of each, the *_replicated part is done whole by
+  // every device of a tensor group without sequence parallelism (the norms,
+  // dropouts and residuals); the rest splits over the group. Timed against
+  // the device's memory bandwidth where no calibrated curve covers the layer
+  // (Device::traffic_seconds).
+  double forward_traffic = 0, backward_traffic = 0;
+  double forward_traffic_replicated = 0, backward_traffic_replicated = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 

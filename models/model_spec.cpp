@@ -19,7 +19,7 @@ template <class Known>
 Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string& name, const Known& known) {
   constexpr std::int64_t kLayers = kLlmLayers, kWidth = kLlmWidth, kSide = kLlmSide;
   known({"layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "max_positions", "mlp", "norm",
-         "positions", "tied_embeddings", "bias", "attention_bias", "qkv_bias", "dropout"});
+         "positions", "tied_embeddings", "bias", "attention_bias", "qkv_bias", "dropout", "flash_attention"});
   LlmSpec t;
   t.layers = y.positive_int("layers", kLayers);
   t.hidden = y.positive_int("hidden", kWidth);
@@ -37,6 +37,7 @@ Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string&
   t.attention_bias = y.boolean_or("attention_bias", false);
   t.qkv_bias = y.boolean_or("qkv_bias", false);
   t.dropout = y.boolean_or("dropout", false);
+  t.flash_attention = y.boolean_or("flash_attention", true);
   if (t.hidden % t.heads != 0) y.fail("heads", "must divide hidden (" + std::to_string(t.hidden) + ")");
   if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
     y.fail("kv_heads", "must divide heads (" + std::to_string(t.heads) + "), got " + std::to_string(t.kv_heads));

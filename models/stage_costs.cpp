@@ -36,6 +36,47 @@ void StageCostModel::init_tensor_parallel(int microbatch_size) {
   }
 }
 
+void StageCostModel::time_layers(int k, double b) {
+  const Device& d = devices_[k];
+  const int T = tensor_parallel_, n = static_cast<int>(model_.layers.size());
+  const Model& m = model_;
+  for (int l = 0; l < n; ++l) {
+    const auto& c = m.layers[l].cost;
+    const std::string_view kind = kind_name(m.layers[l].kind);
+    // Split over a tensor-parallel group, each device's share of the work
+    // runs at the efficiency of its smaller matrices (the curve at work / T).
+    const double share = b / T;
+    const double f = c.forward_flops * share;
+    double in = 0, w = 0;
+    if (d.has_kind(kind)) {
+      // A calibrated kind times the layer's whole backward on its curve,
+      // shared between I and W in proportion to their work.
+      const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
+      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision);
+      in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
+      w = bwd > 0 ? t - in : 0;
+    } else {
+      in = d.compute_seconds(c.input_grad_flops * share, m.precision);
+      w = d.compute_seconds(c.weight_grad_flops * share, m.precision);
+    }
+    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
+    // Elementwise traffic: the replicated part whole on each device unless
+    // sequence parallelism splits it, the rest split over the group.
+    const double whole_share = sequence_parallel_ ? share : b;
+    const double fwd_mem = d.traffic_seconds(kind, c.forward_traffic_replicated * whole_share +
+                                                       (c.forward_traffic - c.forward_traffic_replicated) * share);
+    const double bwd_mem = d.traffic_seconds(kind, c.backward_traffic_replicated * whole_share +
+                                                       (c.backward_traffic - c.backward_traffic_replicated) * share);
+    forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision) + fwd_comm + fwd_mem;
+    forward_nograd_[k][l + 1] =
+        forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision) + fwd_comm + fwd_mem;
+    recompute_[k][l + 1] =
+        recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision) + fwd_comm + fwd_mem;
+    input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem;
+    weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
+  }
+}
+
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m),
       hardware_(hw),
@@ -72,36 +113,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
   }
-  for (int k = 0; k < K; ++k) {
-    const Device& d = devices_[k];
-    for (int l = 0; l < n; ++l) {
-      const auto& c = m.layers[l].cost;
-      const std::string_view kind = kind_name(m.layers[l].kind);
-      // Split over a tensor-parallel group, each device's share of the work
-      // runs at the efficiency of its smaller matrices (the curve at work / T).
-      const double share = b / T;
-      const double f = c.forward_flops * share;
-      double in = 0, w = 0;
-      if (d.has_kind(kind)) {
-        // A calibrated kind times the layer's whole backward on its curve,
-        // shared between I and W in proportion to their work.
-        const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
-        const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision);
-        in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
-        w = bwd > 0 ? t - in : 0;
-      } else {
-        in = d.compute_seconds(c.input_grad_flops * share, m.precision);
-        w = d.compute_seconds(c.weight_grad_flops * share, m.precision);
-      }
-      const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
-      forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision) + fwd_comm;
-      forward_nograd_[k][l + 1] =
-          forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision) + fwd_comm;
-      recompute_[k][l + 1] = recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision) + fwd_comm;
-      input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm;
-      weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
-    }
-  }
+  for (int k = 0; k < K; ++k) time_layers(k, b);
   params_.assign(n + 1, 0);
   stashed_.assign(n + 1, 0);
   for (int l = 0; l < n; ++l) {

@@ -97,6 +97,8 @@ class StageCostModel {
     return p[j] - p[i];
   }
   void init_tensor_parallel(int microbatch_size);
+  // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
+  void time_layers(int k, double b);
   double action(Pass pass, int i, int j, int s) const { return j > i ? device_of(s).action_overhead.of(pass) : 0; }
 
   const Model& model_;

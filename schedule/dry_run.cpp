@@ -62,9 +62,10 @@ class EvalBackend final : public Backend {
   void send(RankId r, const Action& a, RankId) override {
     const StageCosts& c = costs_[a.stage.value];
     const double start = clock_[r.value];
-    record(r, a, start, c.send_s(a.op));
+    const double flight = a.op == Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
+    record(r, a, start, c.send_s(a.op) + (c.blocking_sends ? flight : 0));
     const std::size_t slot = slot_of(message_of(a));
-    posted_[slot] = clock_[r.value] + (a.op == Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s);
+    posted_[slot] = start + c.send_s(a.op) + flight;
     if (waiting_[slot] >= 0) {
       woken_.push_back(waiting_[slot]);
       waiting_[slot] = -1;

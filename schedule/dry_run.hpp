@@ -19,6 +19,10 @@ struct StageCosts {
   double forward_s = 0, backward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0, step_s = 0;
   double send_overhead_s = 0;        // sender-side cost of posting a transfer
   double send_s_per_byte = 0;        // and per byte it carries (a send that writes its data itself)
+  // The sender waits until its message has arrived (a runtime that waits on
+  // each send's request, as Megatron-LM's p2p of 2021 did): a SEND lasts its
+  // own cost and then the flight.
+  bool blocking_sends = false;
   // Receiver-side cost of its RECV_F / RECV_B when the message is already
   // there as the receive starts (asking the sender's transport for it and
   // copying it out). A receive that starts before its message arrives spends

@@ -225,7 +225,11 @@ class SimBackend final : public ps::Backend {
     const double start = sg4::Engine::get_clock();
     if (t.send_s(a.op) > 0) sg4::this_actor::sleep_for(t.send_s(a.op));
     static int payload = 0;
-    boxes_.of(a)->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
+    if (t.blocking_sends) {
+      boxes_.of(a)->put(&payload, static_cast<uint64_t>(bytes));  // waits for the flight
+    } else {
+      boxes_.of(a)->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
+    }
     out_.push_back({a, start, sg4::Engine::get_clock()});
   }
 

@@ -257,6 +257,8 @@ std::vector<Bad> catalogue() {
       hw("hw_extra_field", "preset: a100\ncolor: red\n", "hw.yaml:2: field 'color': unknown"),
       hw("hw_unknown_topology", "preset: a100\ntopology:\n  kind: torus\n", "hw.yaml:3: field 'topology.kind'"),
       hw("hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency:\n    max: 2\n", "field 'device.efficiency.max'"),
+      hw("hw_memory_efficiency_above_one", "preset: a100\ndevice:\n  memory_efficiency: 1.5\n",
+         "field 'device.memory_efficiency'"),
       hw("hw_device_not_mapping", "preset: a100\ndevice: 3\n", "hw.yaml:2: field 'device': expected a mapping"),
       hw("hw_malformed_yaml", "preset: [a100\n", "hw.yaml:2: malformed YAML"),
       hw("hw_oversubscription_below_one", "preset: dgx-h100\ntopology:\n  oversubscription: 0.5\n",

@@ -116,6 +116,25 @@ TEST(Llm, BlocksAreCausal) {
   }
 }
 
+// flash_attention: false materializes the causal scores (the model then
+// counts their stash and traffic); the block computes the same function and
+// the same input gradient as with PyTorch's fused attention.
+TEST(Llm, MaterializedScoresEqualFusedAttention) {
+  for (const std::string family : {"llama", "gpt2"}) {
+    auto fused = tiny_llm(family), scores = fused;
+    for (auto& layer : scores.layers) layer.shape.flash_attention = false;
+    const auto params = pe::init_layer(fused, 1, 3);
+    torch::manual_seed(1);
+    const auto x = torch::randn({2, 8, 32});
+    const auto x1 = x.clone().requires_grad_(true), x2 = x.clone().requires_grad_(true);
+    const auto a = pe::forward_layer(fused, 1, {x1}, params, {}), b = pe::forward_layer(scores, 1, {x2}, params, {});
+    EXPECT_TRUE(torch::allclose(a, b, 1e-5, 1e-6)) << family;
+    a.pow(2).sum().backward();
+    b.pow(2).sum().backward();
+    EXPECT_TRUE(torch::allclose(x1.grad(), x2.grad(), 1e-4, 1e-5)) << family;
+  }
+}
+
 // Rotary (Llama) or learned (GPT-2) positions: attention without them
 // would see the prefix as a set, so swapping its two tokens would not change
 // the third position's output.

@@ -116,6 +116,8 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.device.transfer_overhead_s = 1.0 / 3 * 1e-5;
   h.device.memory_bandwidth = 7.123456789e9;
   h.device.cold_weights_bandwidth = 13.0987654321e9;
+  h.device.memory_efficiency = 0.8765432109876;
+  h.device.blocking_sends = true;
   h.device.action_overhead.forward_nograd_s = 0.1e-6;
   h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321, {}};
   h.device.kinds["embedding"].forward.points = {{1234.5, 0.01}, {9876.54321, 0.0123456789}};
@@ -141,6 +143,8 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.device.transfer_overhead_s, h.device.transfer_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.memory_bandwidth, h.device.memory_bandwidth);
   EXPECT_DOUBLE_EQ(back.device.cold_weights_bandwidth, h.device.cold_weights_bandwidth);
+  EXPECT_DOUBLE_EQ(back.device.memory_efficiency, h.device.memory_efficiency);
+  EXPECT_TRUE(back.device.blocking_sends);
   EXPECT_DOUBLE_EQ(back.device.memory_bytes, h.device.memory_bytes);
   EXPECT_DOUBLE_EQ(back.topology.intra.latency_s, h.topology.intra.latency_s);
   EXPECT_DOUBLE_EQ(back.topology.intra.bandwidth, h.topology.intra.bandwidth);

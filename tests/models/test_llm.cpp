@@ -152,6 +152,9 @@ TEST(LlmFamily, YamlSpecAndItsErrors) {
   expect_error("heads: 8\nkv_heads: 3\n", "field 'kv_heads': must divide heads (8)");
   expect_error("heads: 8\nmlp: relu\n", "field 'mlp': unknown value 'relu' (valid: swiglu, gelu)");
   expect_error("heads: 8\nbias: maybe\n", "field 'bias': expected true or false");
+  expect_error("heads: 8\nflash_attention: often\n", "field 'flash_attention': expected true or false");
+  const auto p = write_temp("scores.yaml", base + "heads: 8\nflash_attention: false\n");
+  EXPECT_FALSE(pm::load_model(p).layers[1].shape.flash_attention);
   expect_error("heads: 8\nmax_positions: 32\n", "field 'max_positions': only a learned position table");
   expect_error("heads: 8\npositions: learned\nmax_positions: 8\n", "field 'max_positions': must be at least seq_len");
   expect_error("heads: 8\nwidth: 3\n", "width");
@@ -202,6 +205,54 @@ TEST(LlmFamily, GptBlockStashesKorthikantis34sh) {
   t.layers = 1, t.hidden = 4096, t.ffn_hidden = 14336, t.heads = 32, t.kv_heads = 8, t.seq_len = 8192, t.vocab = 128256;
   const std::int64_t s = 8192, h = 4096, f = 14336, kv = 1024;
   EXPECT_EQ(pm::llm_model(t, pm::Precision::BF16, "l").layers[1].cost.stashed_elems, s * (4 * h + h + 2 * kv + h + 3 * f));
+}
+
+// Without flash attention a block also stashes the attention core: the
+// paper's sbh(34 + 5as/h) bytes in 16-bit.
+TEST(LlmFamily, WithoutFlashAttentionTheScoresAreStashed) {
+  for (auto t : {gpt(2, 768, 12, 1024), gpt(2, 12288, 96, 2048)}) {
+    t.flash_attention = false;
+    const auto m = pm::llm_model(t, pm::Precision::BF16, "gpt");
+    EXPECT_EQ(m.layers[1].cost.stashed_elems * 2,
+              34 * t.seq_len * t.hidden + 5 * t.heads * t.seq_len * t.seq_len);
+    EXPECT_EQ(m.layers[1].cost.tp_replicated_elems * 2, 10 * t.seq_len * t.hidden);  // the scores split over T
+    EXPECT_FALSE(m.layers[1].shape.flash_attention);
+  }
+}
+
+// The elementwise traffic per token, in bytes (bf16), written out from the
+// kernels' reads and writes (models/family_llm.cpp's header).
+TEST(LlmFamily, ElementwiseTrafficFollowsTheKernels) {
+  for (const bool flash : {true, false}) {
+    auto t = gpt(2, 768, 12, 1024);
+    t.flash_attention = flash;
+    const double s = 1024, h = 768, a = 12, V = 51200;
+    const auto m = pm::llm_model(t, pm::Precision::BF16, "gpt");
+    const auto& c = m.layers[1].cost;
+    // GPT: norms 8h, two bias-dropout-adds 2·(6h + h), GELU 2·2·4h; scores 13 bytes each.
+    EXPECT_DOUBLE_EQ(c.forward_traffic_replicated, s * 22 * h);
+    EXPECT_DOUBLE_EQ(c.forward_traffic, s * (22 * h + 16 * h + (flash ? 0 : 13 * a * s)));
+    // Backward: norms 12h, residual sums 12h, dropouts 2·5h; GELU 3·2·4h; scores 17 bytes each.
+    EXPECT_DOUBLE_EQ(c.backward_traffic_replicated, s * 34 * h);
+    EXPECT_DOUBLE_EQ(c.backward_traffic, s * (34 * h + 24 * h + (flash ? 0 : 17 * a * s)));
+    // Embedding: rows 2h, positions 6h, dropout 5h; backward 6h + 5h; all whole.
+    EXPECT_DOUBLE_EQ(m.layers[0].cost.forward_traffic, s * 13 * h);
+    EXPECT_DOUBLE_EQ(m.layers[0].cost.forward_traffic_replicated, s * 13 * h);
+    EXPECT_DOUBLE_EQ(m.layers[0].cost.backward_traffic, s * 11 * h);
+    // Head: the final norm whole; the cross-entropy's 6 bytes a logit each way, split.
+    const auto& hd = m.layers.back().cost;
+    EXPECT_DOUBLE_EQ(hd.forward_traffic, s * (4 * h + 6 * V));
+    EXPECT_DOUBLE_EQ(hd.backward_traffic, s * (6 * h + 6 * V));
+    EXPECT_DOUBLE_EQ(hd.backward_traffic_replicated, s * 6 * h);
+  }
+  // Llama: RMSNorms 8h, residual adds 12h (no dropout); SwiGLU 3f, rotary on Q and K 2(h + kv), in bf16.
+  pm::LlmSpec t;
+  t.layers = 1, t.hidden = 4096, t.ffn_hidden = 14336, t.heads = 32, t.kv_heads = 8, t.seq_len = 8192, t.vocab = 128256;
+  const double s = 8192, h = 4096, f = 14336, kv = 1024;
+  const auto& c = pm::llm_model(t, pm::Precision::BF16, "l").layers[1].cost;
+  EXPECT_DOUBLE_EQ(c.forward_traffic, s * (20 * h + 6 * f + 4 * (h + kv)));
+  EXPECT_DOUBLE_EQ(c.backward_traffic, s * (24 * h + 10 * f + 4 * (h + kv)));
+  EXPECT_DOUBLE_EQ(c.backward_traffic_replicated, s * 24 * h);
 }
 
 // ---- Memory: Korthikanti et al. 2022, Table 2 -------------------------------------------------

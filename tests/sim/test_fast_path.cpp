@@ -68,6 +68,7 @@ TEST(FastPath, AgreesWithSimGridWhereverNothingIsShared) {
       c.activation_bytes = std::floor(bytes(rng)), c.gradient_bytes = std::floor(bytes(rng));  // whole bytes, as SimGrid sends
       if (s + 1 < S) c.activation_transfer_s = in.topology.path(rank(s), rank(s + 1)).seconds(c.activation_bytes);
       if (s > 0) c.gradient_transfer_s = in.topology.path(rank(s), rank(s - 1)).seconds(c.gradient_bytes);
+      c.blocking_sends = trial % 3 == 1;  // a runtime that waits for each send (StageCosts::blocking_sends)
       in.stages.push_back(c);
     }
     const auto fast = ps::evaluate(in.program, in.stages);
@@ -124,4 +125,39 @@ TEST(FastPath, ContentionIsFoundOnSharedLinksAndCores) {
   const auto cores = pm::check_contention(shared.timeline, in.program, in.stages, in.topology);
   EXPECT_FALSE(cores.contention_free);
   EXPECT_NE(cores.reason.find("2 ranks compute at once"), std::string::npos) << cores.reason;
+}
+
+// A runtime that waits for its sends: GPipe, K = 2, M = 2, forwards of 1 ms,
+// a flight of 0.5 ms. Rank 0's first SEND_F lasts the flight, so its second
+// forward starts at 1.5 ms and arrives at 3 ms, where a posted send lets it
+// start at 1 ms and arrive at 2.5 ms. Both engines, the same times.
+TEST(FastPath, BlockingSendsWaitForTheirFlight) {
+  for (const bool blocking : {false, true}) {
+    pipetwin::sim::SimInput in;
+    in.program = ps::build_schedule("gpipe", {2, 2, 1, ps::RecomputePolicy::None});
+    in.topology.kind = pm::TopologyKind::AllToAll;
+    in.topology.intra = {0, 2e9};
+    for (int s = 0; s < 2; ++s) {
+      ps::StageCosts c;
+      c.forward_s = 1e-3, c.backward_s = 2e-3, c.input_grad_s = 1e-3, c.weight_grad_s = 1e-3, c.recompute_s = 1e-3;
+      c.activation_bytes = c.gradient_bytes = 1e6;  // 0.5 ms at 2 GB/s
+      c.activation_transfer_s = c.gradient_transfer_s = 0.5e-3;
+      c.blocking_sends = blocking;
+      in.stages.push_back(c);
+    }
+    const auto fast = ps::evaluate(in.program, in.stages).timeline;
+    const auto sim = pipetwin::sim::simulate(in).timeline;
+    for (const auto* t : {&fast, &sim}) {
+      double send0 = -1, second_forward = -1;
+      for (const auto& a : t->ranks[0]) {
+        if (a.action.op == ps::Op::SEND_F && a.action.microbatch->value == 0) send0 = a.end - a.start;
+      }
+      for (const auto& a : t->ranks[1]) {
+        if (a.action.op == ps::Op::F && a.action.microbatch->value == 1) second_forward = a.start;
+      }
+      EXPECT_NEAR(send0, blocking ? 0.5e-3 : 0, 1e-12) << blocking;
+      EXPECT_NEAR(second_forward, blocking ? 3e-3 : 2.5e-3, 1e-12) << blocking;
+    }
+    EXPECT_NEAR(sim.makespan(), fast.makespan(), 1e-9 * fast.makespan());
+  }
 }

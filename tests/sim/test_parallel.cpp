@@ -344,6 +344,50 @@ TEST(TensorParallel, AStageComputesATthAndRunsItsCollectives) {
   }
 }
 
+// A layer's elementwise traffic runs at the memory bandwidth times the
+// device's memory_efficiency, on top of its FLOPs and collectives: the norms'
+// and dropouts' part whole on every member of a tensor group unless sequence
+// parallelism splits it, the rest split over T. A calibrated curve for the
+// kind includes it (the measured times did), so nothing is added then.
+TEST(TensorParallel, ElementwiseTrafficRunsAtTheMemoryBandwidth) {
+  pm::LlmSpec t;
+  t.layers = 4, t.hidden = 512, t.ffn_hidden = 2048, t.heads = 8, t.seq_len = 256, t.vocab = 1000;
+  t.mlp = pm::LlmSpec::Mlp::Gelu, t.norm = pm::LlmSpec::Norm::LayerNorm, t.dropout = true, t.flash_attention = false;
+  const auto model = pm::llm_model(t, pm::Precision::BF16, "gpt");
+  const int n = static_cast<int>(model.layers.size()), b = 2;
+  auto hw = ideal(1e-6, 1e11);
+  hw.device.memory_efficiency = 0.5;
+  auto no_bandwidth = hw;
+  no_bandwidth.device.memory_bandwidth = 0;
+  for (const int T : {1, 2, 4}) {
+    for (const bool sp : {false, true}) {
+      if (sp && T == 1) continue;
+      const pm::StageCostModel with(model, hw, request(T, 1, sp, false, b)),
+          without(model, no_bandwidth, request(T, 1, sp, false, b));
+      double fwd = 0, bwd = 0;
+      for (const auto& l : model.layers) {
+        const auto& c = l.cost;
+        const double whole = sp ? 1.0 / T : 1.0;
+        fwd += b * (c.forward_traffic_replicated * whole + (c.forward_traffic - c.forward_traffic_replicated) / T);
+        bwd += b * (c.backward_traffic_replicated * whole + (c.backward_traffic - c.backward_traffic_replicated) / T);
+      }
+      EXPECT_GT(fwd, 0);
+      const double rate = 1e12 * 0.5;
+      EXPECT_NEAR(with.forward_s(0, n, 0) - without.forward_s(0, n, 0), fwd / rate, 1e-9 * fwd / rate) << T << sp;
+      EXPECT_NEAR(with.input_grad_s(0, n, 0) - without.input_grad_s(0, n, 0), bwd / rate, 1e-9 * bwd / rate) << T << sp;
+      EXPECT_DOUBLE_EQ(with.weight_grad_s(0, n, 0), without.weight_grad_s(0, n, 0));
+    }
+  }
+  // A calibrated curve for the blocks: their traffic is in it.
+  auto calibrated = hw;
+  calibrated.device.kinds["decoder_block"] = pm::KindEfficiency{};
+  auto calibrated_nb = calibrated;
+  calibrated_nb.device.memory_bandwidth = 0;
+  const pm::StageCostModel c1(model, calibrated, request(1, 1, false, false, b)),
+      c0(model, calibrated_nb, request(1, 1, false, false, b));
+  EXPECT_DOUBLE_EQ(c1.forward_s(1, n - 1, 0), c0.forward_s(1, n - 1, 0));
+}
+
 // On a shared host a tensor group's collectives are waits, not compute: its
 // members' cores are free meanwhile. Two replicas of a T = 2 group on two
 // cores, each forward half compute and half collective: replica A computes
