@@ -10,14 +10,25 @@ paper's.
 
 Calibration, by the method of `pipetwin calibrate` (least squares on the
 logarithm of time): the A100's efficiency curve eff(w) = max · w / (w + half)
-is fitted on the rows named by --calibrate (default the 1.7 B, 18.4 B and
-145.6 B rows: the smallest model and two spread over the sizes, chosen before
-any prediction was seen), and the other rows are predicted with it. For each
-half on a log grid, the compute of every action scales as 1 / max, so two
-simulations of a row (max 1 and max 1/2) give its step time as
-a / max + c; max is then the least-squares solution over the calibration
-rows, and the (max, half) pair of least error is kept. Every figure printed
-comes from a simulation with the fitted curve itself.
+and the share of its memory bandwidth the elementwise kernels achieve
+(memory_efficiency) are fitted on the rows named by --calibrate (default the
+1.7 B, 18.4 B and 145.6 B rows: the smallest model and two spread over the
+sizes, chosen before any prediction was seen), and the other rows are
+predicted with them. For each half on a log grid, the matrix work of every
+action scales as 1 / max and its elementwise traffic as 1 / memory_efficiency,
+so three simulations of a row ((1, 1), (1/2, 1), (1, 1/2)) give its step time
+as c + a / max + g / memory_efficiency; the pair of least squared log error
+over the calibration rows is found by nested golden-section searches, and the
+(max, half, memory_efficiency) of least error is kept. Every figure printed
+comes from a simulation with the fitted values themselves.
+
+The models are the paper's as it ran them in 2021: GPT blocks (GELU,
+LayerNorm, learned positions, biases, dropout) without flash attention (the
+scores materialized by Megatron-LM's fused softmax) and without sequence
+parallelism (it came in 2022), and with its runtime's blocking pipeline
+sends: Megatron-LM's p2p `_communicate` of 2021 waits for every request it
+posts (and synchronizes the device) before the next computation, so the
+hardware files say `blocking_sends: true`.
 
 A row's micro-batch size b and V (stages per rank) are the paper's
 unpublished choices: for each row the twin takes the (b, V) it predicts
@@ -61,26 +72,30 @@ def paper_flops(r):
     return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
-def write_model(r, folder):
+def write_model(r, folder, flash=False):
     path = os.path.join(folder, "gpt-%s.yaml" % r["name"])
     with open(path, "w") as f:
         f.write("# Narayanan et al. (SC'21), Table 1: the %s-parameter GPT\n" % r["name"])
         f.write("family: llm\nname: gpt-%s\nlayers: %d\nhidden: %d\nffn_hidden: %d\nheads: %d\n"
                 "seq_len: %d\nvocab: %d\nmlp: gelu\nnorm: layernorm\npositions: learned\n"
-                "tied_embeddings: true\nbias: true\ndropout: true\nprecision: bf16\n"
-                % (r["name"], r["l"], r["h"], 4 * r["h"], r["heads"], SEQ, VOCAB))
+                "tied_embeddings: true\nbias: true\ndropout: true\nflash_attention: %s\nprecision: bf16\n"
+                % (r["name"], r["l"], r["h"], 4 * r["h"], r["heads"], SEQ, VOCAB, "true" if flash else "false"))
     return path
 
 
-def write_hardware(folder, eff_max, half):
-    path = os.path.join(folder, "selene-%.6g-%.6g.yaml" % (eff_max, half))
+BLOCKING_SENDS = True  # main() sets it from --posted-sends
+
+
+def write_hardware(folder, eff_max, half, mem=1.0):
+    path = os.path.join(folder, "selene-%.6g-%.6g-%.6g.yaml" % (eff_max, half, mem))
     with open(path, "w") as f:
-        f.write("preset: selene\nname: selene\ndevice:\n  efficiency:\n    max: %.17g\n    half_flops: %.17g\n"
-                % (eff_max, half))
+        f.write("preset: selene\nname: selene\ndevice:\n  memory_efficiency: %.17g\n  blocking_sends: %s\n"
+                "  efficiency:\n    max: %.17g\n    half_flops: %.17g\n"
+                % (mem, "true" if BLOCKING_SENDS else "false", eff_max, half))
     return path
 
 
-def simulate(pipetwin, model, hardware, r, b, v):
+def simulate(pipetwin, model, hardware, r, b, v, sp=False):
     m = r["batch"] // (r["d"] * b)
     schedule = "interleaved-1f1b" if v > 1 else "1f1b"
     cmd = [pipetwin, "simulate", "--model", model, "--hardware", hardware, "-s", schedule, "-k", str(r["k"]),
@@ -88,7 +103,7 @@ def simulate(pipetwin, model, hardware, r, b, v):
            "--json"]
     if v > 1:
         cmd += ["-v", str(v)]
-    if r["t"] > 1:
+    if sp and r["t"] > 1:
         cmd += ["--sequence-parallel"]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -126,11 +141,12 @@ def tflops(r, step):
 class Bench:
     def __init__(self, args, table):
         self.a, self.table = args, table
-        self.models = {r["name"]: write_model(r, args.out) for r in table}
+        self.models = {r["name"]: write_model(r, args.out, args.flash_attention) for r in table}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
 
     def run_all(self, jobs):
-        futures = [self.pool.submit(simulate, self.a.pipetwin, self.models[r["name"]], hw, r, b, v)
+        futures = [self.pool.submit(simulate, self.a.pipetwin, self.models[r["name"]], hw, r, b, v,
+                                    self.a.sequence_parallel)
                    for (r, hw, b, v) in jobs]
         return [f.result() for f in futures]
 
@@ -138,7 +154,7 @@ class Bench:
         """Each row's (b, V): the fastest the preset's own curve predicts, among those that fit."""
         preset_hw = os.path.join(self.a.out, "selene-preset.yaml")
         with open(preset_hw, "w") as f:
-            f.write("preset: selene\n")
+            f.write("preset: selene\ndevice:\n  blocking_sends: %s\n" % ("true" if BLOCKING_SENDS else "false"))
         jobs = [(r, preset_hw, b, v) for r in self.table for (b, v) in choices(r)]
         best = {}
         for (r, _, b, v), res in zip(jobs, self.run_all(jobs)):
@@ -152,28 +168,39 @@ class Bench:
         return best
 
     def fit(self, cal, best):
-        """(max, half) of least squared log error on the rows `cal`: step = c + a / max for each half."""
+        """(max, half, mem) of least squared log error on the rows `cal`: step = c + a / max + g / mem."""
         fits = []
         for half in [10 ** e for e in (8, 9, 9.5, 10, 10.5, 11, 11.5, 12)]:
             jobs = []
             for r in cal:
                 b, v, _ = best[r["name"]]
-                jobs += [(r, write_hardware(self.a.out, 1.0, half), b, v), (r, write_hardware(self.a.out, 0.5, half), b, v)]
+                jobs += [(r, write_hardware(self.a.out, mx, half, mem), b, v) for mx, mem in ((1, 1), (0.5, 1), (1, 0.5))]
             res = self.run_all(jobs)
             if any("error" in x for x in res):
                 continue
-            # max 1/2 doubles a: a = t(1/2) - t(1), c = t(1) - a.
-            lines = [(r, 2 * res[2 * i]["step"] - res[2 * i + 1]["step"], res[2 * i + 1]["step"] - res[2 * i]["step"])
-                     for i, r in enumerate(cal)]
+            # max 1/2 doubles a, mem 1/2 doubles g: a = t(1/2, 1) - t(1, 1), g = t(1, 1/2) - t(1, 1).
+            lines = []
+            for i, r in enumerate(cal):
+                t11, t21, t12 = (res[3 * i + j]["step"] for j in range(3))
+                aa, g = t21 - t11, t12 - t11
+                lines.append((r, t11 - aa - g, aa, g))
 
-            def err(mx):
-                return sum(math.log((c + aa / mx) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"]))) ** 2
-                           for r, c, aa in lines)
-            lo, hi = 0.05, 1.0  # golden section: the error has one minimum, every step falling with max
-            for _ in range(60):
-                m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
-                lo, hi = (lo, m2) if err(m1) < err(m2) else (m1, hi)
-            fits.append((err((lo + hi) / 2), (lo + hi) / 2, half))
+            def err(mx, mem):
+                return sum(math.log((c + aa / mx + g / mem) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"]))) ** 2
+                           for r, c, aa, g in lines)
+
+            def golden(f, lo=0.05, hi=1.0):  # the error has one minimum along each axis
+                for _ in range(50):
+                    m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+                    lo, hi = (lo, m2) if f(m1) < f(m2) else (m1, hi)
+                return (lo + hi) / 2
+
+            def best_mem(mx):
+                return golden(lambda mem: err(mx, mem))
+
+            mx = golden(lambda x: err(x, best_mem(x)))
+            mem = best_mem(mx)
+            fits.append((err(mx, mem), mx, half, mem))
         if not fits:
             sys.exit("bench_narayanan: no calibration simulation succeeded")
         return min(fits)[1:]
@@ -209,7 +236,15 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "narayanan"))
     ap.add_argument("--calibrate", default="1.7B,18.4B,145.6B", help="rows fitted (names as in the table)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--flash-attention", action="store_true",
+                    help="model flash attention (the paper's runs of 2021 materialized the scores)")
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="split the norms and dropouts over T (the paper's runs of 2021 did not)")
+    ap.add_argument("--posted-sends", action="store_true",
+                    help="let a pipeline send fly while its sender goes on (Megatron-LM of 2021 waited for each)")
     a = ap.parse_args()
+    global BLOCKING_SENDS
+    BLOCKING_SENDS = not a.posted_sends
     os.makedirs(a.out, exist_ok=True)
     table = rows(a.rows)
     names = [r["name"] for r in table]
@@ -221,9 +256,9 @@ def main():
     best = bench.shapes()
     print("shapes (the preset's fastest that fit): " +
           ", ".join("%s b=%d V=%d" % (n, best[n][0], best[n][1]) for n in names))
-    eff_max, half = bench.fit([r for r in table if r["name"] in fitted], best)
-    print("calibrated on %s: max %.4f, half_flops %.3g" % (", ".join(fitted), eff_max, half))
-    hw = write_hardware(a.out, eff_max, half)
+    eff_max, half, mem = bench.fit([r for r in table if r["name"] in fitted], best)
+    print("calibrated on %s: max %.4f, half_flops %.3g, memory_efficiency %.4f" % (", ".join(fitted), eff_max, half, mem))
+    hw = write_hardware(a.out, eff_max, half, mem)
     report(table, bench.run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table]), best, fitted)
 
 
