@@ -558,6 +558,16 @@ std::vector<Bad> catalogue() {
       {"calibrate_two_models", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
        "{}/b.json: its model has model", 1,
        {{"a.json", [] { return fixture("p.json"); }}, {"b.json", [] { return fixture("pt.json"); }}}},
+      // A T > 1 run's seconds in its tensor collectives: one number per step, finite, not negative.
+      {"calibrate_tp_collective_not_numbers", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
+       "{}/b.json: otherData.measured.ranks[0].tp_collective_s must list a finite, non-negative number of seconds "
+       "for each step, the trace's step 0 included", 1,
+       {{"a.json", edited("p.json", [](json& j) { as_measured(j); })},
+        {"b.json", edited("pd.json", [](json& j) {
+           as_measured(j);
+           j["otherData"]["measured"]["representative_step"] = 0;
+           j["otherData"]["measured"]["ranks"][0]["tp_collective_s"] = json::array({"fast"});
+         })}}},
       {"calibrate_two_thread_counts", {}, "calibrate {}/a.json {}/b.json --hardware cpu --out {}/out.yaml",
        "{}/b.json: rank 0 ran with 2 intra-op threads, but {}/a.json with 1", 1,
        {{"a.json", edited("p.json", [](json& j) { as_measured(j, 1); })},
