@@ -314,6 +314,12 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
 }  // namespace
 
 void check_runnable(const models::Model& model, const ps::Program& p) {
+  if (model.gradients() != model.precision) {
+    throw Error("run: " + model.name + " has grad_precision " + std::string(models::precision_name(model.gradients())) +
+                ", but the executor keeps each gradient in its weight's precision (" +
+                std::string(models::precision_name(model.precision)) +
+                "): grad_precision is for planning a Megatron-LM-style run; leave it out to run");
+  }
   for (int l = 0; l < static_cast<int>(model.layers.size()) && p.tensor_parallel > 1; ++l) {
     check_tensor_parallel(model, l, p.tensor_parallel, p.sequence_parallel);
   }

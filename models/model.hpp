@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,11 @@ struct Model {
   std::string name;
   std::string family;
   Precision precision = Precision::FP32;
+  // Gradients accumulated and reduced in another precision than the weights
+  // (Megatron-LM's fp32 main_grad beside 16-bit weights: 18 bytes a parameter
+  // with Adam, not 16); unset: the weights'.
+  std::optional<Precision> grad_precision;
+  Precision gradients() const { return grad_precision.value_or(precision); }
   std::int64_t input_elems = 0;  // per sample, fed to layer 0
   std::vector<Layer> layers;     // in a topological order
 

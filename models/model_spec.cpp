@@ -55,7 +55,9 @@ Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string&
 
 }  // namespace
 
-Model model_from_yaml(const YamlFields& y) {
+namespace {
+
+Model model_of_family(const YamlFields& y) {
   const std::string family = y.text("family");
   const std::string name = y.has("name") ? y.line("name") : family;
   // An LLM trains in 16-bit; the other families default to fp32.
@@ -67,7 +69,7 @@ Model model_from_yaml(const YamlFields& y) {
       y.fail("precision", e.what());
     }
   }
-  const std::vector<std::string> common{"family", "name", "precision"};
+  const std::vector<std::string> common{"family", "name", "precision", "grad_precision"};
   const auto known = [&](std::vector<std::string> fields) {
     fields.insert(fields.end(), common.begin(), common.end());
     y.reject_unknown(fields);
@@ -118,6 +120,28 @@ Model model_from_yaml(const YamlFields& y) {
   }
   if (family == "llm") return llm_from_yaml(y, precision, name, known);
   y.fail("family", "unknown family '" + family + "' (valid: transformer, mlp, resnet, amoebanet, llm)");
+}
+
+}  // namespace
+
+// grad_precision: gradients accumulated and reduced in fp32 beside 16-bit
+// weights (Megatron-LM's main_grad), or in the weights' own precision.
+Model model_from_yaml(const YamlFields& y) {
+  Model m = model_of_family(y);
+  if (y.has("grad_precision")) {
+    Precision g = m.precision;
+    try {
+      g = parse_precision(y.text("grad_precision"));
+    } catch (const Error& e) {
+      y.fail("grad_precision", e.what());
+    }
+    if (bytes_per_element(g) < bytes_per_element(m.precision) || (g != m.precision && g != Precision::FP32)) {
+      y.fail("grad_precision", "must be fp32 or the weights' precision (" + std::string(precision_name(m.precision)) +
+                                   "), got " + std::string(precision_name(g)));
+    }
+    m.grad_precision = g;
+  }
+  return m;
 }
 
 Model model_from_text(const std::string& text, const std::string& source, const std::string& name) {

@@ -180,7 +180,7 @@ double StageCostModel::tp_collective_s(int i, int j, int) const {
 }
 
 double StageCostModel::reduce_bytes(int i, int j) const {
-  return data_parallel_ > 1 ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+  return data_parallel_ > 1 ? (params_[j] - params_[i]) * bytes_per_element(model_.gradients()) : 0;
 }
 
 double StageCostModel::gather_bytes(int i, int j) const {
@@ -192,7 +192,8 @@ double StageCostModel::step_s(int i, int j, int s) const {
   const double p = (params_[j] - params_[i]) / (shard_optimizer_ ? data_parallel_ : 1);
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
-  const double traffic = p * (3 * bytes + 2 * master_bytes(model_.precision) + 8 * optimizer_states(optimizer_));
+  const double traffic = p * (bytes_per_element(model_.gradients()) + 2 * bytes + 2 * master_bytes(model_.precision) +
+                              8 * optimizer_states(optimizer_));
   const Device& d = device_of(s);
   return d.memory_bandwidth > 0 ? d.step_overhead() + traffic / d.memory_bandwidth : 0;
 }
@@ -236,7 +237,7 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   // ZeRO-1 shards the fp32 master copy and the optimizer states over the data group.
   const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) /
                          (shard_optimizer_ ? data_parallel_ : 1);
-  return p * (bytes * st.weight_versions + bytes + sharded);
+  return p * (bytes * st.weight_versions + bytes_per_element(model_.gradients()) + sharded);
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {

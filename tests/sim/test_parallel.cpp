@@ -444,6 +444,21 @@ TEST(TensorParallel, MemoryPerDeviceSplitsAsMegatronDoes) {
     }
   }
   EXPECT_NEAR(one.activation_bytes(0, n), 2.0 * b * stashed, 1e-9 * stashed);
+  // Gradients in fp32 beside bf16 weights (Megatron-LM's main_grad): 18 bytes a
+  // parameter with Adam, 6 + 12/D with ZeRO-1 (its theoretical_memory_usage.py),
+  // and the data-parallel reductions carry 4 bytes a parameter.
+  auto fp32_grads = model;
+  fp32_grads.grad_precision = pm::Precision::FP32;
+  for (const int D : {1, 4}) {
+    for (const bool zero1 : {false, true}) {
+      if (zero1 && D == 1) continue;
+      const pm::StageCostModel c(fp32_grads, hw, request(2, D, false, zero1, b));
+      const double per_param = c.static_bytes(0, n, 0) / (params / 2);
+      EXPECT_NEAR(per_param, zero1 ? 6 + 12.0 / D : 18, 1e-9) << "D=" << D;
+      EXPECT_NEAR(c.reduce_bytes(0, n), D > 1 ? params / 2 * 4 : 0, 1e-9 * params);
+      EXPECT_NEAR(c.gather_bytes(0, n), D > 1 && zero1 ? params / 2 * 2 : 0, 1e-9 * params);
+    }
+  }
 }
 
 TEST(TensorParallel, ALayerMegatronDoesNotSplitIsRefusedByName) {
