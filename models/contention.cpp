@@ -90,7 +90,9 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
       const std::size_t half = hops.size() == 1 ? 1 : hops.size() / 2;
       for (std::size_t h = 0; h < hops.size(); ++h) {
         const bool up = (h < half) == (src < dst) || topo.kind == TopologyKind::SharedHost;
-        links[hops[h].link + (up ? " (up)" : " (down)")].push_back({a.end, a.end + flight, schedule::to_string(a.action)});
+        // A blocking send's action ends with its flight (StageCosts::blocking_sends).
+        const double leaves = c.blocking_sends ? a.end - flight : a.end;
+        links[hops[h].link + (up ? " (up)" : " (down)")].push_back({leaves, leaves + flight, schedule::to_string(a.action)});
       }
     }
   }
