@@ -226,6 +226,7 @@ class SimBackend final : public ps::Backend {
     if (t.send_s(a.op) > 0) sg4::this_actor::sleep_for(t.send_s(a.op));
     static int payload = 0;
     if (t.blocking_sends) {
+      if (cores_) give_core();  // it waits: its core goes to a rank that has work
       boxes_.of(a)->put(&payload, static_cast<uint64_t>(bytes));  // waits for the flight
     } else {
       boxes_.of(a)->put_init(&payload, static_cast<uint64_t>(bytes))->detach();
