@@ -93,6 +93,12 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   const pm::Model& model = runs.front().model;
   const pm::Precision precision = model.precision;
   pm::Device device = base.device;
+  // The executor posts its sends and reaps them later: what its traces time is
+  // a posted send, whatever the base file says of another runtime.
+  if (device.blocking_sends) {
+    device.blocking_sends = false;
+    result.notes.push_back("the base hardware's blocking_sends is left out: pipetwin run posts its sends");
+  }
   const double base_peak = device.peak_flops(precision);
   if (!(base_peak > 0)) throw Error("calibrate: the base hardware's device has no peak FLOP/s for " + std::string(pm::precision_name(precision)));
 

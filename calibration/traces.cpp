@@ -315,7 +315,8 @@ std::string model_difference(const models::Model& a, const models::Model& b) {
     const auto &x = a.layers[l], &y = b.layers[l];
     if (x.kind != y.kind || x.cost.forward_flops != y.cost.forward_flops ||
         x.cost.input_grad_flops != y.cost.input_grad_flops || x.cost.weight_grad_flops != y.cost.weight_grad_flops ||
-        x.cost.params != y.cost.params || x.cost.output_elems != y.cost.output_elems) {
+        x.cost.params != y.cost.params || x.cost.output_elems != y.cost.output_elems ||
+        x.cost.stashed_elems != y.cost.stashed_elems || x.shape.flash_attention != y.shape.flash_attention) {
       return "a different layer " + std::to_string(l) + " (" + y.name + ", " + std::string(models::kind_name(y.kind)) +
              ")";
     }

@@ -61,8 +61,9 @@
 //                   1-byte mask)
 //   embedding       forward: the rows' write h, learned positions' sum 3h,
 //                   dropout 2h + h mask bytes; backward: the scatter-add 3h,
-//                   dropout 2h + h mask bytes; whole (each member writes the
-//                   whole output before the all-reduce)
+//                   dropout 2h + h mask bytes; whole on every member of a
+//                   tensor group (each writes the whole output before the
+//                   all-reduce), split only by sequence parallelism
 //   head            the final norm 2h forward, 3h backward, whole; the
 //                   cross-entropy reads the V logits and writes them in fp32
 //                   (e + 4 bytes each), and its backward reads those and writes
@@ -156,7 +157,8 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   const double f = static_cast<double>(t.ffn_hidden), kv = static_cast<double>(t.kv()), a = static_cast<double>(t.heads);
   const double matrices = static_cast<double>(llm_block_matrix_params(t));
   const LlmLayerStash stash = llm_layer_stash(t);
-  const double core = t.flash_attention ? 0 : s * s * stash.core_bytes_per_s;  // bytes per sample
+  // The scores' softmax output (and with dropout its 1-byte mask and output): bytes per sample.
+  const double core = t.flash_attention ? 0 : s * s * static_cast<double>(t.heads) * (t.dropout ? 2 * b + 1 : b);
   LayerCost c;
   c.forward_flops = 2 * s * matrices + 4 * s * s * h;
   c.input_grad_flops = 2 * s * matrices + 8 * s * s * h;

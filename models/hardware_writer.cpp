@@ -34,8 +34,8 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   field("peak_flops_half", yaml_number(d.peak_flops_half));
   field("memory_gb", yaml_number(d.memory_bytes / kGB));
   if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", yaml_number(d.memory_bandwidth / kGB));
-  if (d.memory_efficiency != 1.0) field("memory_efficiency", yaml_number(d.memory_efficiency));
-  if (d.blocking_sends) field("blocking_sends", "true");
+  field("memory_efficiency", yaml_number(d.memory_efficiency));
+  field("blocking_sends", d.blocking_sends ? "true" : "false");
   field("efficiency", curve(d.efficiency));
   field("op_overhead_us", yaml_number(d.op_overhead_s / kUs));
   field("transfer_overhead_us", yaml_number(d.transfer_overhead_s / kUs));

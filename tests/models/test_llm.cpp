@@ -217,6 +217,9 @@ TEST(LlmFamily, WithoutFlashAttentionTheScoresAreStashed) {
               34 * t.seq_len * t.hidden + 5 * t.heads * t.seq_len * t.seq_len);
     EXPECT_EQ(m.layers[1].cost.tp_replicated_elems * 2, 10 * t.seq_len * t.hidden);  // the scores split over T
     EXPECT_FALSE(m.layers[1].shape.flash_attention);
+    // In fp32: 4-byte activations and scores, 1-byte masks: (16·4 + 2)·s·h + (2·4 + 1)·a·s².
+    EXPECT_EQ(pm::llm_model(t, pm::Precision::FP32, "gpt").layers[1].cost.stashed_elems * 4,
+              66 * t.seq_len * t.hidden + 9 * t.heads * t.seq_len * t.seq_len);
   }
 }
 
@@ -249,7 +252,8 @@ TEST(LlmFamily, ElementwiseTrafficFollowsTheKernels) {
   pm::LlmSpec t;
   t.layers = 1, t.hidden = 4096, t.ffn_hidden = 14336, t.heads = 32, t.kv_heads = 8, t.seq_len = 8192, t.vocab = 128256;
   const double s = 8192, h = 4096, f = 14336, kv = 1024;
-  const auto& c = pm::llm_model(t, pm::Precision::BF16, "l").layers[1].cost;
+  const auto llama = pm::llm_model(t, pm::Precision::BF16, "l");
+  const auto& c = llama.layers[1].cost;
   EXPECT_DOUBLE_EQ(c.forward_traffic, s * (20 * h + 6 * f + 4 * (h + kv)));
   EXPECT_DOUBLE_EQ(c.backward_traffic, s * (24 * h + 10 * f + 4 * (h + kv)));
   EXPECT_DOUBLE_EQ(c.backward_traffic_replicated, s * 24 * h);

@@ -161,3 +161,28 @@ TEST(FastPath, BlockingSendsWaitForTheirFlight) {
     EXPECT_NEAR(sim.makespan(), fast.makespan(), 1e-9 * fast.makespan());
   }
 }
+
+// The contention check places a blocking send's flight at the end of its
+// action. On one shared link: rank 0's SEND_F flies [2, 3] ms (its action
+// [1, 3]: 1 ms of its own, then the flight), rank 1's SEND_B [2, 2.5]: they
+// overlap. Were the flights placed after the actions ([3, 4] and [2.5, 3]),
+// they would not.
+TEST(FastPath, ABlockingSendsFlightEndsItsAction) {
+  const auto program = ps::build_schedule("gpipe", {2, 1, 1, ps::RecomputePolicy::None});
+  pm::Topology topo;
+  topo.kind = pm::TopologyKind::SharedHost;
+  topo.host_cores = 2;
+  topo.intra = {0, 1e9};
+  std::vector<ps::StageCosts> costs(2);
+  for (auto& c : costs) c.blocking_sends = true;
+  costs[0].activation_transfer_s = 1e-3;
+  costs[1].gradient_transfer_s = 0.5e-3;
+  ps::Timeline t;
+  t.ranks.resize(2);
+  t.ranks[0].push_back({ps::make_action(ps::Op::SEND_F, 0, 0), 1e-3, 3e-3});
+  t.ranks[1].push_back({ps::make_action(ps::Op::SEND_B, 1, 0), 1.5e-3, 2.5e-3});
+  EXPECT_FALSE(pm::check_contention(t, program, costs, topo).contention_free);
+  for (auto& c : costs) c.blocking_sends = false;  // posted: flights [3, 4] and [2.5, 3]
+  EXPECT_TRUE(pm::check_contention(t, program, costs, topo).contention_free)
+      << pm::check_contention(t, program, costs, topo).reason;
+}

@@ -459,6 +459,17 @@ TEST(TensorParallel, MemoryPerDeviceSplitsAsMegatronDoes) {
       EXPECT_NEAR(c.gather_bytes(0, n), D > 1 && zero1 ? params / 2 * 2 : 0, 1e-9 * params);
     }
   }
+  // The optimizer step reads 4-byte gradients, not 2: 2 bytes a parameter more over the bandwidth.
+  const pm::StageCostModel bf16(model, hw, request(2, 1, false, false, b)), fp32(fp32_grads, hw, request(2, 1, false, false, b));
+  const double more = params / 2 * 2 / hw.device.memory_bandwidth;
+  EXPECT_NEAR(fp32.step_s(0, n, 0) - bf16.step_s(0, n, 0), more, 1e-9 * more);
+  // The device's blocking_sends reaches every stage's costs.
+  auto blocking = hw;
+  blocking.device.blocking_sends = true;
+  auto r = request(1, 1, false, false, b);
+  r.program.partition = {{0, 3}, {3, n}};
+  for (const auto& t : pm::stage_table(pm::StageCostModel(model, blocking, r), blocking, r.program)) EXPECT_TRUE(t.blocking_sends);
+  for (const auto& t : pm::stage_table(pm::StageCostModel(model, hw, r), hw, r.program)) EXPECT_FALSE(t.blocking_sends);
 }
 
 TEST(TensorParallel, ALayerMegatronDoesNotSplitIsRefusedByName) {
