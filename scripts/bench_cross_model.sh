@@ -37,8 +37,10 @@ STEPS="${CROSS_STEPS:-12}"
 MODELS="${CROSS_MODELS:-mlp-small resnet-small transformer-wide}"
 BATCH=16
 mkdir -p "$OUT/runs" "$OUT/predicted"
+# shellcheck disable=SC2034  # read by scripts/bench_lib.sh
 BENCH_PRIORITY="${CROSS_PRIORITY:-1}"
 # shellcheck source=scripts/bench_lib.sh
+# shellcheck source=scripts/bench_lib.sh disable=SC1091
 source scripts/bench_lib.sh
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

@@ -45,8 +45,10 @@ MODEL=examples/transformer-small.yaml
 BATCH=16
 CALIBRATE_M=" 1 4 16 "
 mkdir -p "$OUT/runs" "$OUT/predicted"
+# shellcheck disable=SC2034  # read by scripts/bench_lib.sh
 BENCH_PRIORITY="${FIDELITY_PRIORITY:-1}"
 # shellcheck source=scripts/bench_lib.sh
+# shellcheck source=scripts/bench_lib.sh disable=SC1091
 source scripts/bench_lib.sh
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
@@ -286,6 +288,7 @@ EOF
 # their collectives calibrated, held-out ones predicted.
 if [ "${FIDELITY_PARALLEL:-1}" != 0 ]; then
   # shellcheck source=scripts/fidelity_parallel.sh
+  # shellcheck source=scripts/fidelity_parallel.sh disable=SC1091
   source scripts/fidelity_parallel.sh
   fidelity_parallel
 fi

@@ -69,8 +69,10 @@ CAL_BATCH=4
 H100_MODEL=examples/transformer-24.yaml
 CPU_MODEL=examples/transformer-24-narrow.yaml
 case "$PART" in h100 | cpu | both) ;; *) echo "SCHEDULES_PART: h100, cpu or both, not '$PART'" >&2; exit 2 ;; esac
+# shellcheck disable=SC2034  # read by scripts/bench_lib.sh
 BENCH_PRIORITY="${SCHEDULES_PRIORITY:-1}"
 # shellcheck source=scripts/bench_lib.sh
+# shellcheck source=scripts/bench_lib.sh disable=SC1091
 source scripts/bench_lib.sh
 
 # "name V" per generator, V the stages per rank it runs with here (2 where it

@@ -13,6 +13,7 @@ PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 MODEL=examples/transformer-small.yaml
+# shellcheck disable=SC2054  # the commas separate the values of one option
 COMMON=(--model "$MODEL" --hardware a100 --ranks 1,2,3,4,5,6 --schedules gpipe,1f1b,interleaved-1f1b,zb-h1,pipedream
         --recompute none,full,except-last)
 
@@ -25,6 +26,7 @@ timed() {  # prints the wall seconds of "$@"
 }
 calc() { awk "BEGIN { print $1 }"; }
 
+# shellcheck disable=SC2054
 small=(--microbatches "$(seq -s, 1 16)" --microbatch-size 1,2,4)   # 6 x 16 x 5 x 3 x 3 = 4,320 configurations
 fast=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${small[@]}" --engine fast --out "$TMP/fast.csv")
 sg=$(timed "$PIPETWIN" sweep "${COMMON[@]}" "${small[@]}" --engine simgrid --out "$TMP/simgrid.csv")
@@ -33,6 +35,7 @@ printf "%d configurations: fast path %.2f s (%.0f/s), SimGrid %.2f s (%.0f/s), r
   "$n" "$fast" "$(calc "$n / $fast")" "$sg" "$(calc "$n / $sg")" "$(calc "$sg / $fast")"
 
 # 4 x 25 x 2 x 5 = 1,000 configurations, every one runnable: SimGrid, then the fast path.
+# shellcheck disable=SC2054
 k1000=(--model "$MODEL" --hardware a100 --ranks 1,2,3,4 --microbatches "$(seq -s, 1 25)" --schedules gpipe,1f1b
        --microbatch-size 1,2,4,8,16)
 sg1000=$(timed "$PIPETWIN" sweep "${k1000[@]}" --engine simgrid --out "$TMP/sg1000.csv")

@@ -127,4 +127,4 @@ done
   --image "Throughput over K x M, calibrated prediction (1f1b)=$R/heatmap.png" \
   --image "Memory per stage, $gantt=$R/memory.png" \
   --title "pipetwin on this machine: transformer-small, predicted against measured" --out "$R/report" >/dev/null
-printf '\nreport: %s (with %s)\n' "$R/report.md" "$(cd "$R" && ls ./*.png | tr '\n' ' ')"
+printf '\nreport: %s (with %s)\n' "$R/report.md" "$(cd "$R" && printf '%s ' ./*.png)"

@@ -125,7 +125,7 @@ for name in "${HARNESSES[@]}"; do
   fi
   done_line=$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)
   [ -n "$done_line" ] || { tail -n 20 "$log" >&2; die "fuzz_$name did not report its runs"; }
-  say "fuzz_$name ($(ls "$seeds/$name" | wc -l) seeds, corpus now $(ls "$BUILD/corpus/$name" | wc -l)): $done_line"
+  say "fuzz_$name ($(find "$seeds/$name" -mindepth 1 -maxdepth 1 | wc -l) seeds, corpus now $(find "$BUILD/corpus/$name" -mindepth 1 -maxdepth 1 | wc -l)): $done_line"
 done
 [ "$failed" = 0 ] || die "fuzzing found a failure (above)"
 say "fuzzing took $((SECONDS - t0)) s; the whole pass $((SECONDS - t_start)) s"

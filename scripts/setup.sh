@@ -29,6 +29,7 @@ install_apt() {
   local missing
   missing=$(missing_apt)
   [ -z "$missing" ] && return 0
+  # shellcheck disable=SC2086  # word splitting joins the list on one line
   log "installing Debian packages: $(echo $missing | tr '\n' ' ')"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
