@@ -147,11 +147,6 @@ ps::Program recorded_program(const ps::TraceMetadata& md, const std::string& pat
   return p;
 }
 
-// What a measured run recorded of each rank (otherData.measured.ranks):
-// threads, the host's usable cores, the host, the clock's uncertainty.
-// The K pipeline ranks' entries: measured.ranks lists K of them, or every one
-// of the T x K x D processes, by process (pipeline rank k's first is T·D·k:
-// the replica 0, tensor member 0 of that rank).
 // measured.ranks[].tp_collective_s (T > 1): per pipeline rank, its members'
 // mean at the trace's step; left empty unless every rank has one.
 void read_tensor_collectives(const json& meta, const std::string& path, int K, TraceRun& run) {
@@ -183,6 +178,11 @@ void read_tensor_collectives(const json& meta, const std::string& path, int K, T
   for (int k = 0; k < K; ++k) run.tp_collective_s.push_back(sum[k] / members[k]);
 }
 
+// What a measured run recorded of each rank (otherData.measured.ranks):
+// threads, the host's usable cores, the host, the clock's uncertainty.
+// The K pipeline ranks' entries: measured.ranks lists K of them, or every one
+// of the T x K x D processes, by process (pipeline rank k's first is T·D·k:
+// the replica 0, tensor member 0 of that rank).
 void read_measured_ranks(const json& meta, const std::string& path, int K, TraceRun& run) {
   if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("ranks")) {
     run.clock_uncertainty_s.assign(K, 0.0);

@@ -80,7 +80,7 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
     for (const auto& a : rank) {
       if (!schedule::is_send(a.action.op)) continue;
       const auto& c = costs[a.action.stage.value];
-      const double flight = a.action.op == schedule::Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
+      const double flight = c.flight_s(a.action.op);
       if (flight <= 0) continue;
       const int src = p.rank_of(a.action.stage).value, dst = schedule::peer_of(p, a.action).value;
       // Replica 0's tensor-parallel groups at the two ranks (Program::first_device).

@@ -90,6 +90,13 @@ Link link_from_yaml(const YamlFields& y) {
   return {y.non_negative_number("latency_us") * kUs, y.positive_number("bandwidth_gbps") * kGB};
 }
 
+// A share of something the file also gives: in (0, 1].
+double share_field(const YamlFields& y, const std::string& key, const std::string& of) {
+  const double v = y.positive_number(key);
+  if (v > 1) y.fail(key, "is a share of " + of + " and must be at most 1");
+  return v;
+}
+
 Efficiency efficiency_from_yaml(const YamlFields& e, Efficiency curve = {}) {
   e.reject_unknown({"max", "half_flops", "points"});
   if (e.has("points")) {
@@ -113,10 +120,7 @@ Efficiency efficiency_from_yaml(const YamlFields& e, Efficiency curve = {}) {
     return curve;
   }
   if (e.has("max") || e.has("half_flops")) curve.points.clear();
-  if (e.has("max")) {
-    curve.max = e.positive_number("max");
-    if (curve.max > 1) e.fail("max", "is a share of peak and must be at most 1");
-  }
+  if (e.has("max")) curve.max = share_field(e, "max", "peak");
   if (e.has("half_flops")) curve.half_flops = e.non_negative_number("half_flops");
   return curve;
 }
@@ -182,10 +186,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
   if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
   if (y.has("blocking_sends")) d.blocking_sends = y.boolean_or("blocking_sends", false);
-  if (y.has("memory_efficiency")) {
-    d.memory_efficiency = y.positive_number("memory_efficiency");
-    if (d.memory_efficiency > 1) y.fail("memory_efficiency", "is a share of memory_bandwidth_gbps: at most 1");
-  }
+  if (y.has("memory_efficiency")) d.memory_efficiency = share_field(y, "memory_efficiency", "memory_bandwidth_gbps");
   if (y.has("op_overhead_us")) d.op_overhead_s = y.non_negative_number("op_overhead_us") * kUs;
   if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;
   if (y.has("efficiency")) d.efficiency = efficiency_from_yaml(y.child("efficiency"), d.efficiency);

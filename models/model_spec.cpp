@@ -12,6 +12,14 @@ namespace pipetwin::models {
 
 namespace {
 
+Precision precision_field(const YamlFields& y, const std::string& key) {
+  try {
+    return parse_precision(y.text(key));
+  } catch (const Error& e) {
+    y.fail(key, e.what());
+  }
+}
+
 // The bounds below (model_from_yaml's comment says why).
 constexpr std::int64_t kLlmLayers = 100'000, kLlmWidth = 1'000'000, kLlmSide = 100'000;
 
@@ -61,14 +69,8 @@ Model model_of_family(const YamlFields& y) {
   const std::string family = y.text("family");
   const std::string name = y.has("name") ? y.line("name") : family;
   // An LLM trains in 16-bit; the other families default to fp32.
-  Precision precision = family == "llm" ? Precision::BF16 : Precision::FP32;
-  if (y.has("precision")) {
-    try {
-      precision = parse_precision(y.text("precision"));
-    } catch (const Error& e) {
-      y.fail("precision", e.what());
-    }
-  }
+  const Precision precision =
+      y.has("precision") ? precision_field(y, "precision") : family == "llm" ? Precision::BF16 : Precision::FP32;
   const std::vector<std::string> common{"family", "name", "precision", "grad_precision"};
   const auto known = [&](std::vector<std::string> fields) {
     fields.insert(fields.end(), common.begin(), common.end());
@@ -129,12 +131,7 @@ Model model_of_family(const YamlFields& y) {
 Model model_from_yaml(const YamlFields& y) {
   Model m = model_of_family(y);
   if (y.has("grad_precision")) {
-    Precision g = m.precision;
-    try {
-      g = parse_precision(y.text("grad_precision"));
-    } catch (const Error& e) {
-      y.fail("grad_precision", e.what());
-    }
+    const Precision g = precision_field(y, "grad_precision");
     if (bytes_per_element(g) < bytes_per_element(m.precision) || (g != m.precision && g != Precision::FP32)) {
       y.fail("grad_precision", "must be fp32 or the weights' precision (" + std::string(precision_name(m.precision)) +
                                    "), got " + std::string(precision_name(g)));

@@ -63,10 +63,11 @@ void StageCostModel::time_layers(int k, double b) {
     // Elementwise traffic: the replicated part whole on each device unless
     // sequence parallelism splits it, the rest split over the group.
     const double whole_share = sequence_parallel_ ? share : b;
-    const double fwd_mem = d.traffic_seconds(kind, c.forward_traffic_replicated * whole_share +
-                                                       (c.forward_traffic - c.forward_traffic_replicated) * share);
-    const double bwd_mem = d.traffic_seconds(kind, c.backward_traffic_replicated * whole_share +
-                                                       (c.backward_traffic - c.backward_traffic_replicated) * share);
+    const auto traffic = [&](double total, double replicated) {
+      return d.traffic_seconds(kind, replicated * whole_share + (total - replicated) * share);
+    };
+    const double fwd_mem = traffic(c.forward_traffic, c.forward_traffic_replicated);
+    const double bwd_mem = traffic(c.backward_traffic, c.backward_traffic_replicated);
     forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision) + fwd_comm + fwd_mem;
     forward_nograd_[k][l + 1] =
         forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision) + fwd_comm + fwd_mem;

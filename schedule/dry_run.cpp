@@ -62,7 +62,7 @@ class EvalBackend final : public Backend {
   void send(RankId r, const Action& a, RankId) override {
     const StageCosts& c = costs_[a.stage.value];
     const double start = clock_[r.value];
-    const double flight = a.op == Op::SEND_F ? c.activation_transfer_s : c.gradient_transfer_s;
+    const double flight = c.flight_s(a.op);
     record(r, a, start, c.send_s(a.op) + (c.blocking_sends ? flight : 0));
     const std::size_t slot = slot_of(message_of(a));
     posted_[slot] = start + c.send_s(a.op) + flight;

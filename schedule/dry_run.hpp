@@ -61,6 +61,8 @@ struct StageCosts {
   double send_s(Op op) const {
     return send_overhead_s + send_s_per_byte * (op == Op::SEND_F ? activation_bytes : gradient_bytes);
   }
+  // The flight of its SEND_F or SEND_B.
+  double flight_s(Op op) const { return op == Op::SEND_F ? activation_transfer_s : gradient_transfer_s; }
 };
 
 // Uniform costs for every stage, in the units of the dry run.
