@@ -395,7 +395,7 @@ void TorchBackend::send(ps::RankId, const ps::Action& a, ps::RankId peer) {
   // message's in-flight bytes are released with its last tensor.
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     std::vector<at::Tensor> one{tensors[i]};
-    auto work = comm_.send(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i));
+    auto work = comm_.send(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i), key.forward);
     const bool last = i + 1 == tensors.size();
     sending_.push_back({std::move(work), std::move(one), from_stage, last ? in_flight : 0});
   }
@@ -431,7 +431,7 @@ TorchBackend::Posted TorchBackend::post(const ps::Action& a, ps::RankId peer) {
     if (post_ahead_) {
       out.works.push_back(comm_.post_recv(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i)));
     } else {
-      comm_.recv(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i));
+      comm_.recv(one, where_.device_at(peer.value), tag(key) + static_cast<int>(i), key.forward);
     }
   }
   return out;

@@ -88,10 +88,14 @@ Comm::Comm(const RankEnv& env, bool cuda, std::chrono::milliseconds timeout) : e
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     // Longer than the rank's own watch (run_rank), which names what hangs.
     opts->timeout = 2 * timeout + std::chrono::seconds(30);
-    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl/up", store_),
-                                                         env.rank, env.world_size, opts);
-    group_down_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-        c10::make_intrusive<c10d::PrefixStore>("nccl/down", store_), env.rank, env.world_size, opts);
+    // One group per channel kind: activations and gradients, each way
+    // (lower -> higher rank, higher -> lower). Each group makes a
+    // communicator only for the pairs that use it.
+    const char* names[] = {"nccl/act/up", "nccl/act/down", "nccl/grad/up", "nccl/grad/down"};
+    for (int i = 0; i < 4; ++i) {
+      nccl_[i] = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>(names[i], store_),
+                                                             env.rank, env.world_size, opts);
+    }
     return;
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -134,13 +138,13 @@ c10::intrusive_ptr<c10d::Backend> Comm::subgroup(const std::string& name, const 
 Comm::~Comm() {
   if (!cuda_) return;
   const bool failing = std::uncaught_exceptions() > 0;
-  for (auto* g : {&group_down_, &group_}) {
-    if (!*g) continue;
+  for (auto& g : nccl_) {
+    if (!g) continue;
     try {
       if (failing) {
-        (*g)->abort();
+        g->abort();
       } else {
-        (*g)->shutdown();
+        g->shutdown();
       }
     } catch (const std::exception&) {
       // Leaving anyway; the process group's destructor aborts what is left.
@@ -199,14 +203,17 @@ void Comm::align_clocks() {
 
 double Comm::now() const { return monotonic_now() + offset_s_; }
 
-c10::intrusive_ptr<c10d::Work> Comm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  auto& group = cuda_ && dst < env_.rank ? group_down_ : group_;
-  return group->send(tensors, dst, tag);
+c10d::Backend& Comm::channel(int from, int to, bool activations) const {
+  if (!cuda_) return *group_;
+  return *nccl_[(activations ? 0 : 2) + (from > to ? 1 : 0)];
 }
 
-void Comm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  auto& group = cuda_ && src > env_.rank ? group_down_ : group_;
-  group->recv(tensors, src, tag)->wait();
+c10::intrusive_ptr<c10d::Work> Comm::send(std::vector<at::Tensor>& tensors, int dst, int tag, bool activations) {
+  return channel(env_.rank, dst, activations).send(tensors, dst, tag);
+}
+
+void Comm::recv(std::vector<at::Tensor>& tensors, int src, int tag, bool activations) {
+  channel(src, env_.rank, activations).recv(tensors, src, tag)->wait();
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::post_recv(std::vector<at::Tensor>& tensors, int src, int tag) {

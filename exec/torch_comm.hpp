@@ -5,16 +5,18 @@
 //   Gloo (CPU):  one group; every message has its own tag, so receives may be
 //                posted in any order.
 //   NCCL (CUDA): NCCL ignores tags and pairs sends and receives in issue
-//                order on one stream per peer pair; two groups, one per
-//                direction (lower -> higher rank, higher -> lower), keep the
-//                two ways of a pair apart, and the executor checks that each
-//                channel's receives come in its sends' order.
+//                order on one stream per peer pair; four groups, one per
+//                channel kind (activations, gradients) and direction (lower
+//                -> higher rank, higher -> lower), keep a pair's channels
+//                apart, and the executor checks that each channel's receives
+//                come in its sends' order (schedule/channels.hpp).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/torch.h>
 
+#include <array>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -40,9 +42,11 @@ class Comm {
 
   // Point-to-point. send() returns at once; keep the work (and the tensors)
   // until it completes. recv() returns when the data is there (CPU) or is
-  // ordered before later work on the current stream (CUDA).
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag);
-  void recv(std::vector<at::Tensor>& tensors, int src, int tag);
+  // ordered before later work on the current stream (CUDA). `activations`:
+  // the message is a forward's output (else a backward's input gradient),
+  // which picks its channel on NCCL.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag, bool activations);
+  void recv(std::vector<at::Tensor>& tensors, int src, int tag, bool activations);
   // CPU (Gloo) only: posts the receive and returns at once; wait() on the
   // work. Gloo moves a message only once its receive is posted (the sender
   // waits for the receiver's ready notice), so posting ahead lets the data
@@ -69,14 +73,16 @@ class Comm {
 
  private:
   void join(std::chrono::milliseconds timeout);
+  // The group that carries messages of one kind from `from` to `to`.
+  c10d::Backend& channel(int from, int to, bool activations) const;
   void align_clocks();
 
   RankEnv env_;
   bool cuda_ = false;
   std::string host_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::Backend> group_;       // Gloo, or NCCL lower -> higher
-  c10::intrusive_ptr<c10d::Backend> group_down_;  // NCCL higher -> lower
+  c10::intrusive_ptr<c10d::Backend> group_;                 // Gloo
+  std::array<c10::intrusive_ptr<c10d::Backend>, 4> nccl_;  // activations up, down; gradients up, down
   double offset_s_ = 0, uncertainty_s_ = 0;
   std::chrono::milliseconds timeout_{0};
 };

@@ -3,8 +3,9 @@
 // report the caching allocator's peak; more ranks than GPUs on one host are
 // refused up front; and, with each rank given a host identity of its own
 // (NCCL_HOSTID), two ranks exchange activations and gradients through
-// ProcessGroupNCCL on one GPU and end with the weights of one rank, and
-// one whose peer is killed ends cleanly.
+// ProcessGroupNCCL on one GPU and end with the weights of one rank (every
+// synchronous generator, V-shaped and zero-bubble ones included), and one
+// whose peer is killed ends cleanly.
 // Every test skips, saying why, where no CUDA device is usable (CI).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -16,8 +17,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "schedule/generators.hpp"
 #include "schedule/trace.hpp"
 #include "tests/support/shell.hpp"
 #include "tests/support/weights.hpp"
@@ -137,7 +140,7 @@ TEST(Cuda, TwoRanksExchangeThroughNcclOnOneGpu) {
   const auto one = scratch("nccl_one"), two = scratch("nccl_two");
   const auto a = run(common(4) + " -s gpipe -k 1 --device cuda --save-weights " + one.string());
   ASSERT_EQ(a.code, 0) << a.out;
-  const int port = 29000 + static_cast<int>(::getpid() % 20000);
+  const int port = pipetwin::test::free_port();
   const std::string args = common(4) + " -s 1f1b -k 2 --device cuda --timeout 60 --json --save-weights " + two.string();
   const auto env = [&](int rank) { return nccl_rank_env(rank, port, "test"); };
   const std::string log1 = (two / "rank1.log").string();
@@ -156,7 +159,7 @@ TEST(Cuda, TwoRanksExchangeThroughNcclOnOneGpu) {
 TEST(Cuda, ALostNcclPeerEndsTheRankWithItsName) {
   SKIP_WITHOUT_CUDA();
   const auto dir = scratch("lost");
-  const int port = 29000 + static_cast<int>((::getpid() + 7) % 20000);
+  const int port = pipetwin::test::free_port();
   const std::string args = "run --model " + kTransformer + " -m 4 --batch 8 --steps 1000000 -s 1f1b -k 2 --device cuda --timeout 10";
   const auto env = [&](int rank) { return nccl_rank_env(rank, port, "lost"); };
   const std::string pid = (dir / "pid").string();
@@ -173,3 +176,72 @@ TEST(Cuda, ALostNcclPeerEndsTheRankWithItsName) {
   EXPECT_TRUE(has(r.out, "lost rank 1") || has(r.out, "transfer with rank(s) 1")) << r.out;
   EXPECT_FALSE(has(r.out, "terminate called")) << r.out;
 }
+
+namespace {
+
+// One rank on the GPU (cached per reference): the weights every K must end with.
+const std::map<int, std::vector<at::Tensor>>& cuda_reference(const std::string& schedule) {
+  static std::map<std::string, std::map<int, std::vector<at::Tensor>>> cache;
+  if (!cache.count(schedule)) {
+    const auto dir = scratch("ref_" + std::to_string(cache.size()));
+    const auto r = run(common(4) + " -s " + schedule + " -k 1 --device cuda --save-weights " + dir.string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    cache[schedule] = load_weights(dir);
+  }
+  return cache.at(schedule);
+}
+
+struct NcclCase {
+  std::string schedule;
+  int v;
+  std::string recompute;
+};
+
+// Every synchronous generator but 1f1b (above) at K = 2; V = 2 where it has
+// several stages per rank; the V-shaped ones with recompute too.
+std::vector<NcclCase> nccl_cases() {
+  std::vector<NcclCase> cases;
+  for (const auto& g : pipetwin::schedule::generators()) {
+    const std::string name(g.name);
+    if (name == "pipedream" || name == "1f1b") continue;
+    const int v = g.virtual_stages ? 2 : std::max(1, g.fixed_stages_per_rank);
+    cases.push_back({name, v, "none"});
+    if (g.fixed_stages_per_rank == 2) cases.push_back({name, v, "full"});
+  }
+  return cases;
+}
+
+class NcclEverySchedule : public ::testing::TestWithParam<NcclCase> {};
+
+}  // namespace
+
+// Two ranks over ProcessGroupNCCL on one GPU, each schedule: the activations
+// and gradients of a V-shaped schedule cross one rank pair both ways in
+// different orders, which one group per channel kind keeps apart; the
+// weights after 3 SGD steps equal one rank's (looped BFS: one rank running
+// its order, since it sums each stage's gradients in reverse).
+TEST_P(NcclEverySchedule, WeightsEqualOneRanks) {
+  SKIP_WITHOUT_CUDA();
+  const auto& c = GetParam();
+  const auto dir = scratch("nccl_" + c.schedule + "_" + c.recompute);
+  const int port = pipetwin::test::free_port();
+  const std::string args = common(4) + " -s " + c.schedule + " -k 2 -v " + std::to_string(c.v) + " --recompute " +
+                           c.recompute + " --device cuda --timeout 60 --save-weights " + dir.string();
+  const auto env = [&](int rank) { return nccl_rank_env(rank, port, c.schedule); };
+  const std::string log1 = (dir / "rank1.log").string();
+  const auto r = run(args, "(" + env(1) + " timeout -k 5 200 " + PIPETWIN_BINARY + " " + args + " >" + log1 + " 2>&1 &); " + env(0), 200);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto& ref = cuda_reference(c.schedule == "looped-bfs" ? "looped-bfs -v 2" : "gpipe");
+  for (int i = 0; i < 100 && load_weights(dir).size() < ref.size(); ++i) ::usleep(100000);
+  const double diff = max_difference(load_weights(dir), ref);
+  std::printf("[ cuda ] %s V=%d recompute %s: max |w_nccl(K=2) - w(K=1)| after 3 steps: %.3g\n", c.schedule.c_str(), c.v,
+              c.recompute.c_str(), diff);
+  EXPECT_GE(diff, 0);
+  EXPECT_LT(diff, 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, NcclEverySchedule, ::testing::ValuesIn(nccl_cases()), [](const auto& info) {
+  std::string name = info.param.schedule + "_" + info.param.recompute;
+  for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
+});

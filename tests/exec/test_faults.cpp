@@ -28,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using pipetwin::test::free_port;
+
 const std::string kModel = std::string(PIPETWIN_TEST_MODELS) + "/tiny-transformer.yaml";
 
 fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("faults", name); }
@@ -94,18 +96,6 @@ std::map<int, pid_t> ranks_under(pid_t parent) {
 }
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::vector<std::string> run_args(int k, int steps, const std::vector<std::string>& more = {}) {
   std::vector<std::string> a{PIPETWIN_BINARY, "run", "--model", kModel, "-s", "1f1b", "-k", std::to_string(k), "-m", "4",

@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "schedule/channels.hpp"
 #include "schedule/dry_run.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
@@ -198,6 +199,13 @@ TEST_P(EveryShape, GeneratorWeightVersionsMatchTheAccounting) {
   for (const auto& m : memory) EXPECT_EQ(p.weight_versions[m.stage.value], m.weight_versions);
 }
 
+// An in-order transport (NCCL pairs a channel's messages in the order they
+// are issued) can run every generator's Program: on each (sender, receiver)
+// channel the receives come in send order.
+TEST_P(EveryShape, EveryChannelIsReceivedInSendOrder) {
+  EXPECT_NO_THROW(ps::check_in_order_channels(program()));
+}
+
 TEST_P(EveryShape, EveryFormatRoundTrips) {
   const auto p = program();
   EXPECT_EQ(ps::parse_text(ps::to_text(p), "mem.txt"), p);
@@ -225,6 +233,31 @@ TEST(GPipe, LiteralSchedule) {
   EXPECT_EQ(cells[0], "0:0F0 1:0F1 2:0F2 3:0F3 8:0B0 9:0B1 10:0B2 11:0B3 ");
   EXPECT_EQ(cells[1], "1:1F0 2:1F1 3:1F2 4:1F3 7:1B0 8:1B1 9:1B2 10:1B3 ");
   EXPECT_EQ(cells[2], "2:2F0 3:2F1 4:2F2 5:2F3 6:2B0 7:2B1 8:2B2 9:2B3 ");
+}
+
+// A channel received out of its send order is refused naming the receiving
+// rank, its step and what the channel delivers there; the same receives in
+// the other channel kind's group do not collide.
+TEST(Channels, OutOfOrderReceivesAreRefusedNamingTheRankAndStep) {
+  const auto p = ps::parse_text(
+      "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1 0RECV_B0 0B0\n"
+      "rank 1: 1RECV_F1 1F1 1RECV_F0 1F0 1B1 1SEND_B1 1B0 1SEND_B0\n",
+      "swapped.txt");
+  try {
+    ps::check_in_order_channels(p);
+    FAIL() << "accepted";
+  } catch (const ps::ScheduleError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 1, step 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("1RECV_F1 expects 0SEND_F1"), std::string::npos) << what;
+    EXPECT_NE(what.find("channel rank 0 -> rank 1 (activations) delivers 0SEND_F0"), std::string::npos) << what;
+  }
+  // Activations one way and gradients the other, each in its order: accepted,
+  // though rank 0 sends F1 before it receives B0 (two channels, not one).
+  EXPECT_NO_THROW(ps::check_in_order_channels(ps::parse_text(
+      "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+      "rank 1: 1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1\n",
+      "ordered.txt")));
 }
 
 TEST(Generators, UnknownNameListsTheValidOnes) {

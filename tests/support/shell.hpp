@@ -2,7 +2,10 @@
 // with a scratch folder each.
 #pragma once
 
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +51,20 @@ inline std::filesystem::path scratch_dir(const std::string& suite, const std::st
   remove_tree(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// A TCP port on the loopback that nothing listens on now (the kernel's
+// choice), for a rendezvous store that tests start by hand.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
