@@ -136,14 +136,16 @@ void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
   if (!sh.optimizer) {
     sh.chunk = shard_grad.numel();
     const at::Tensor flat = flatten_weights(params, sh.chunk * where_.data);
-    sh.weights = flat.narrow(0, sh.chunk * where_.replica, sh.chunk).clone().requires_grad_(true);
+    // The shard's master copy is fp32 whatever the weights' precision (as
+    // Megatron-LM's distributed optimizer keeps it).
+    sh.weights = flat.narrow(0, sh.chunk * where_.replica, sh.chunk).to(at::kFloat).clone().requires_grad_(true);
     sh.optimizer = make_optimizer(optimizer_, {sh.weights}, lr_);
   }
-  sh.weights.mutable_grad() = shard_grad;
+  sh.weights.mutable_grad() = shard_grad.to(at::kFloat);
   sh.optimizer->step();
   sh.weights.mutable_grad() = at::Tensor();
-  at::Tensor gathered = at::empty({sh.chunk * where_.data}, sh.weights.options().requires_grad(false));
-  at::Tensor mine = sh.weights.detach();
+  at::Tensor gathered = at::empty({sh.chunk * where_.data}, shard_grad.options().requires_grad(false));
+  at::Tensor mine = sh.weights.detach().to(shard_grad.scalar_type());
   group_->_allgather_base(gathered, mine)->wait();
   std::int64_t offset = 0;
   for (auto& w : params) {

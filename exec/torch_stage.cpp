@@ -43,6 +43,39 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, 
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
 }
 
+MasterOptimizer::MasterOptimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr)
+    : params_(std::move(params)) {
+  const bool half = std::any_of(params_.begin(), params_.end(), [](const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  });
+  if (!half) {
+    direct_ = make_optimizer(kind, params_, lr);
+    return;
+  }
+  for (const auto& p : params_) {
+    masters_.push_back(p.detach().to(at::kFloat).clone().requires_grad_(true));
+    per_master_.push_back(make_optimizer(kind, {masters_.back()}, lr));
+  }
+}
+
+void MasterOptimizer::step() {
+  if (direct_) {
+    direct_->step();
+    direct_->zero_grad();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (!grad.defined()) continue;
+    masters_[i].mutable_grad() = grad.to(at::kFloat);
+    grad = at::Tensor();
+    per_master_[i]->step();
+    masters_[i].mutable_grad() = at::Tensor();
+    params_[i].detach().copy_(masters_[i]);
+  }
+}
+
 Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
              std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr, TpGroup tensor_group,
              bool sequence_parallel)
@@ -71,7 +104,7 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
     }
   }
   if (all.empty()) return;
-  optimizer_ = make_optimizer(optimizer, std::move(all), lr);
+  optimizer_ = std::make_unique<MasterOptimizer>(optimizer, std::move(all), lr);
 }
 
 std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
@@ -158,10 +191,7 @@ void Stage::finish_gradients() {
 void Stage::step() {
   finish_gradients();
   gradients_finished_ = false;
-  if (optimizer_) {
-    optimizer_->step();
-    optimizer_->zero_grad();
-  }
+  if (optimizer_) optimizer_->step();
   ++version_;
   std::erase_if(versions_, [&](const auto& v) { return !users_.count(v.first); });
 }

@@ -39,6 +39,25 @@ using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
 // The optimizer `kind` over `params` (the same hyper-parameters everywhere).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr);
 
+// Mixed precision as Megatron-LM and DeepSpeed train 16-bit models (and as
+// the stage memory model counts them: 16-bit weights and gradients, an fp32
+// master copy, fp32 optimizer states): the optimizer steps fp32 masters of
+// the weights, one tensor at a time (so that only one tensor's gradient is
+// ever held in fp32), and the 16-bit weights are rounded from them. An fp32
+// model steps its weights directly.
+class MasterOptimizer {
+ public:
+  MasterOptimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr);
+  // Steps with each parameter's gradient (its .grad()), then clears it.
+  void step();
+
+ private:
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::Optimizer> direct_;                 // fp32 weights
+  std::vector<at::Tensor> masters_;                                 // 16-bit weights: fp32 copies
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> per_master_;
+};
+
 class Stage {
  public:
   // With a tensor-parallel group (T > 1), the stage holds this member's
@@ -96,7 +115,7 @@ class Stage {
   bool sequence_parallel_ = false;
   std::vector<bool> read_inside_;
   Params live_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<MasterOptimizer> optimizer_;
   bool gradients_finished_ = false;
   int version_ = 0;
   std::map<int, Params> versions_;  // weight stashing: version -> detached copies

@@ -79,12 +79,6 @@ namespace {
 
 std::int64_t norm_params(const LlmSpec& t) { return t.norm == LlmSpec::Norm::LayerNorm ? 2 * t.hidden : t.hidden; }
 
-// Bytes as elements of the precision, rounded up.
-std::int64_t as_elems(double bytes, Precision precision) {
-  const double b = bytes_per_element(precision);
-  return static_cast<std::int64_t>((bytes + b - 1) / b);
-}
-
 }  // namespace
 
 std::int64_t llm_block_matrix_params(const LlmSpec& t) {

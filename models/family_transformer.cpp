@@ -10,7 +10,9 @@
 //                                               inputs, Q K V, attention probabilities,
 //                                               FFN hidden before and after GELU, the
 //                                               norms' mean and rstd; not the output)
-//   head   stashed s(2d + V) + 2s           (norm input and output, log-probabilities)
+//   head   stashed s(2d + V) + 2s           (norm input and output, log-probabilities:
+//                                               fp32, as the executor computes the loss,
+//                                               so 2sV elements of a 16-bit model)
 //
 // MLP layer i: ReLU on its input unless first, then the linear map, so that
 // each activation is kept by exactly one layer (the one that reads it).
@@ -73,7 +75,7 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   head.cost.input_grad_flops = 2 * s * d * V + s * V;
   head.cost.weight_grad_flops = 2 * s * d * V;
   head.cost.params = 2 * t.d_model + t.d_model * t.vocab + t.vocab;
-  head.cost.stashed_elems = 2 * t.seq_len * t.d_model + t.seq_len * t.vocab + 2 * t.seq_len;
+  head.cost.stashed_elems = 2 * t.seq_len * t.d_model + as_elems(4 * s * V, precision) + 2 * t.seq_len;
   head.cost.output_elems = 1;  // the loss
   // Vocabulary-parallel projection and cross-entropy (its all-reduces of s
   // numbers are left out); the input gradient is all-reduced in backward.

@@ -23,6 +23,11 @@ Precision parse_precision(std::string_view name) {
 
 int bytes_per_element(Precision p) { return p == Precision::FP32 ? 4 : 2; }
 
+std::int64_t as_elems(double bytes, Precision precision) {
+  const double b = bytes_per_element(precision);
+  return static_cast<std::int64_t>((bytes + b - 1) / b);
+}
+
 std::string_view kind_name(LayerKind kind) {
   switch (kind) {
     case LayerKind::Embedding: return "embedding";

@@ -21,6 +21,9 @@ enum class Precision { FP32, BF16, FP16 };
 std::string_view precision_name(Precision p);
 Precision parse_precision(std::string_view name);  // throws pipetwin::Error
 int bytes_per_element(Precision p);
+// Bytes as elements of the precision, rounded up: what a layer keeps in
+// another type (fp32 log-probabilities of a 16-bit model) in its stashed_elems.
+std::int64_t as_elems(double bytes, Precision precision);
 
 enum class LayerKind {
   Embedding,         // token + position embedding: vocab x d_model, seq x d_model

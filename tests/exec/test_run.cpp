@@ -144,6 +144,35 @@ TEST(Run, TrainingMovesTheWeightsAndTheLossGoesDown) {
   EXPECT_LT(losses.back(), losses.front() - 0.5) << r.out;
 }
 
+// A 16-bit model trains as mixed precision does: the optimizer steps fp32
+// master weights, so updates far below the 16-bit spacing add up. At lr
+// 5e-5 no single Adam update (at most about 3.2 lr) reaches half the bf16
+// spacing of a weight of magnitude >= 1/16 (2^-12): stepped in bf16, none of
+// them could ever change; through the master copy, many do in 30 steps.
+TEST(Run, SixteenBitWeightsStepThroughAnFp32MasterCopy) {
+  const std::string model = kModels + "/tiny-transformer-bf16.yaml";
+  const auto a = scratch("bf16_init"), b = scratch("bf16_trained");
+  const std::string args = "run --model " + model + " -s 1f1b -k 2 -m 2 --batch 4 --seed 1 --threads 1 ";
+  auto r = run(args + "--steps 1 --lr 1e-30 --save-weights " + a.string());  // the initial weights
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run(args + "--steps 30 --lr 5e-5 --save-weights " + b.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto before = load_weights(a), after = load_weights(b);
+  ASSERT_EQ(before.size(), after.size());
+  double large = 0, changed = 0;
+  for (const auto& [layer, tensors] : before) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_EQ(tensors[i].scalar_type(), at::kBFloat16) << "layer " << layer;
+      const auto big = tensors[i].to(at::kFloat).abs() >= 0.0625;
+      large += big.sum().item<double>();
+      changed += (big & (tensors[i] != after.at(layer)[i])).sum().item<double>();
+    }
+  }
+  std::printf("bf16, lr 5e-5, 30 Adam steps: %.0f of %.0f weights with |w| >= 1/16 changed\n", changed, large);
+  EXPECT_GT(large, 100);
+  EXPECT_GT(changed, 0.2 * large);
+}
+
 // A branching model: cuts carry several tensors, some passing through stages.
 TEST(Run, BranchingModelAcrossFourRanksEqualsOneRank) {
   const std::string model = kModels + "/tiny-amoebanet.yaml";
