@@ -350,24 +350,39 @@ void TorchBackend::backward(int s, int mb, bool input_only) {
     edges.push_back(torch::autograd::impl::gradient_edge(sh.roots[i]));
     seeds.push_back(grad);
   }
+  // I keeps only what its deferred weight gradients need: the stash shrinks
+  // to that (CUDA: the allocator's change across I, less the input gradients
+  // handed on and the parameters' gradients it allocated).
+  const bool measure = input_only && device_.is_cuda();
+  const std::int64_t before = measure ? MemoryMeter::cuda_live_bytes(device_.index()) - st.grad_bytes() : 0;
   if (!edges.empty()) {
     DeferWeightGrads defer(input_only ? &sh.deferred : nullptr);
     torch::autograd::Engine::get_default_engine().execute(edges, seeds, /*keep_graph=*/false, /*create_graph=*/false,
                                                           /*accumulate_grad=*/true);
   }
+  std::int64_t handed_on = 0;
   if (!st.first()) {
     std::vector<at::Tensor> input_grads;
     for (std::size_t i = 0; i < sh.inputs.size(); ++i) {
       if (!st.in_cut().at(i).grad) continue;
       const at::Tensor& gi = sh.inputs[i].grad();
       input_grads.push_back(gi.defined() ? gi : at::zeros_like(sh.inputs[i]));
+      handed_on += static_cast<std::int64_t>(input_grads.back().nbytes());
     }
     deliver({false, ps::StageId{s - 1}, ps::MicrobatchId{mb}}, std::move(input_grads), s, 0);
   }
   sh.roots.clear();
   sh.inputs.clear();
+  if (measure) {
+    const std::int64_t delta = MemoryMeter::cuda_live_bytes(device_.index()) - st.grad_bytes() - handed_on - before;
+    sh.device_bytes += delta;
+    account_cuda_stash(s, delta);
+  } else if (input_only && meter_ != nullptr) {
+    for (const auto& t : sh.deferred.held()) meter_->attribute(t, s);
+  }
   if (!input_only) weight_grad(s, mb);
 }
+
 
 void TorchBackend::weight_grad(int s, int mb) {
   Stash& sh = stash(s, mb, "W");

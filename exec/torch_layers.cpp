@@ -51,12 +51,18 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     };
     WeightGradQueue* queue = g_defer.load();
     if (queue != nullptr && w.requires_grad()) {
-      queue->push([g, x, w, b, weight_grads]() mutable {
-        torch::NoGradGuard no_grad;
-        auto [gw, gb] = weight_grads(g, x);
-        accumulate(w, gw);
-        if (b.defined()) accumulate(b, gb);
-      });
+      // Detached: a saved input unpacks with its grad_fn, which would keep
+      // the graph behind it (and the stage's input, through its
+      // AccumulateGrad) alive until W.
+      const at::Tensor go = g.detach(), in = x.detach();
+      queue->push(
+          [go, in, w, b, weight_grads]() mutable {
+            torch::NoGradGuard no_grad;
+            auto [gw, gb] = weight_grads(go, in);
+            accumulate(w, gw);
+            if (b.defined()) accumulate(b, gb);
+          },
+          {go});  // the input was stashed by the forward already
       return {gx, at::Tensor(), at::Tensor()};
     }
     auto [gw, gb] = weight_grads(g, x);
@@ -104,6 +110,7 @@ at::Tensor transformer_block(const models::LayerShape& s, const at::Tensor& x, c
 void WeightGradQueue::run() {
   auto work = std::move(work_);
   work_.clear();
+  held_.clear();
   for (auto& w : work) w();
 }
 

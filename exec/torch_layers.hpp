@@ -27,12 +27,19 @@ namespace pipetwin::exec {
 // and computed by the weight-gradient pass (W) of the same micro-batch.
 class WeightGradQueue {
  public:
-  void push(std::function<void()> work) { work_.push_back(std::move(work)); }
+  // `held`: tensors the work keeps until it runs that the forward did not
+  // stash (the output gradients), for the memory meter.
+  void push(std::function<void()> work, std::vector<at::Tensor> held) {
+    work_.push_back(std::move(work));
+    held_.insert(held_.end(), held.begin(), held.end());
+  }
   void run();
   bool empty() const { return work_.empty(); }
+  const std::vector<at::Tensor>& held() const { return held_; }
 
  private:
   std::vector<std::function<void()>> work_;
+  std::vector<at::Tensor> held_;
 };
 
 // While a queue is set, linear layers' backward queues their weight gradients

@@ -1,6 +1,7 @@
 // MemoryMeter: a counting wrapper around LibTorch's CPU allocator.
 #include "exec/torch_memory.hpp"
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -49,6 +50,15 @@ class CountingAllocator final : public c10::Allocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  static void attribute(const c10::DataPtr& data, int stage) {
+    if (data.get_deleter() != &release || data.get() == nullptr) return;
+    auto* h = reinterpret_cast<Header*>(static_cast<char*>(data.get()) - kHeader);
+    if (h->tag == stage) return;
+    if (h->tag >= 0) g_state->stages[h->tag].live.fetch_sub(h->bytes);
+    h->tag = stage;
+    if (stage >= 0) g_state->stages[stage].add(h->bytes);
+  }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
  private:
@@ -85,6 +95,11 @@ MemoryMeter& MemoryMeter::install(int stages) {
 
 MemoryMeter::Tag::Tag(MemoryMeter& meter, int stage) : meter_(meter), previous_(meter.state_->tag.exchange(stage)) {}
 MemoryMeter::Tag::~Tag() { meter_.state_->tag.store(previous_); }
+
+void MemoryMeter::attribute(const at::Tensor& tensor, int stage) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  CountingAllocator::attribute(tensor.storage().data_ptr(), stage);
+}
 
 std::int64_t MemoryMeter::live_bytes() const { return state_->total.live.load(); }
 std::int64_t MemoryMeter::peak_bytes() const { return state_->total.peak.load(); }

@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace at {
+class Tensor;
+}
+
 namespace pipetwin::exec {
 
 class MemoryMeter {
@@ -28,6 +32,11 @@ class MemoryMeter {
     MemoryMeter& meter_;
     int previous_;
   };
+
+  // Counts `tensor`'s storage (allocated through the meter) as `stage`'s
+  // from now on, whichever stage (or none) it was counted under: what a
+  // deferred weight gradient keeps from its I to its W.
+  void attribute(const at::Tensor& tensor, int stage);
 
   std::int64_t live_bytes() const;        // all tensors on the CPU now
   std::int64_t peak_bytes() const;        // since the last reset

@@ -202,6 +202,16 @@ std::vector<at::Tensor> Stage::parameters() const {
   return out;
 }
 
+std::int64_t Stage::grad_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& layer : live_) {
+    for (const auto& p : layer) {
+      if (p.grad().defined()) bytes += static_cast<std::int64_t>(p.grad().nbytes());
+    }
+  }
+  return bytes;
+}
+
 void Stage::advance() {
   gradients_finished_ = false;
   for (auto& t : parameters()) t.mutable_grad() = at::Tensor();

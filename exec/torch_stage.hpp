@@ -96,6 +96,8 @@ class Stage {
   void step();  // optimizer step, gradients cleared, version + 1
   // The live weights (every layer's, in order), for a data group's reduction.
   std::vector<at::Tensor> parameters() const;
+  // Bytes of the live weights' gradients now.
+  std::int64_t grad_bytes() const;
   // After the caller updated the live weights itself (ZeRO-1): gradients
   // cleared, version + 1, as step().
   void advance();

@@ -115,6 +115,7 @@ class Builder {
     c.params = in.channels * classes + classes;
     c.stashed_elems = in.channels + classes;
     c.keeps_input = false;  // the pooled features, not the input
+    c.weight_grad_elems = in.channels + classes;  // its linear map's input and output gradient (convolutions defer none)
     c.output_elems = 1;
     add_layer("head", LayerKind::ClassifierHead, s, c, {in.layer}, {-1, 1, 1, 1});
   }

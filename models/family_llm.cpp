@@ -168,6 +168,15 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   c.tp_backward_collectives = 2;
   c.tp_collective_elems = t.seq_len * t.hidden;
   c.tp_replicated_elems = as_elems(s * (b * stash.whole_elems + stash.mask_bytes), precision);
+  // From I to W: each linear's input and output gradient. Inputs: the two
+  // norms' outputs (Q, K and V read one; gate and up the other), the
+  // attention context, the down projection's input; output gradients: Q, K,
+  // V, the attention output, the MLP's one or two up projections, the down
+  // projection. The column-parallel inputs and the row-parallel output
+  // gradients stay whole on every member of a tensor group.
+  const std::int64_t up = t.mlp == LlmSpec::Mlp::Gelu ? 1 : 2;
+  c.weight_grad_elems = t.seq_len * (6 * t.hidden + 2 * t.kv() + (1 + up) * t.ffn_hidden);
+  c.weight_grad_replicated_elems = 4 * t.seq_len * t.hidden;
   // Traffic per token (see the header).
   const bool gelu = t.mlp == LlmSpec::Mlp::Gelu, rotary = t.positions == LlmSpec::Positions::Rotary;
   const double fwd_whole = 4 * h * b + 6 * h * b + (t.dropout ? 2 * h : 0);
@@ -192,6 +201,8 @@ LayerCost head_cost(const LlmSpec& t, Precision precision) {
   c.params = llm_head_params(t);
   c.stashed_elems = 2 * t.seq_len * t.hidden + as_elems(4 * s * V, precision);
   c.output_elems = 1;  // the loss
+  c.weight_grad_elems = t.seq_len * (t.hidden + t.vocab);  // the normed input, the logits' gradient
+  c.weight_grad_replicated_elems = t.seq_len * t.hidden;
   // Vocabulary-parallel projection and cross-entropy (their all-reduces of s
   // numbers left out); the input gradient all-reduced in backward; the final
   // norm's input and output stay whole without sequence parallelism.

@@ -67,6 +67,12 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     b.cost.tp_backward_collectives = 2;
     b.cost.tp_collective_elems = t.seq_len * t.d_model;
     b.cost.tp_replicated_elems = 2 * t.seq_len * t.d_model + 4 * t.seq_len;  // the two norms' inputs and statistics
+    // From I to W: each linear's input and output gradient (QKV: s d and 3 s d;
+    // attention output: s d and s d; feed-forward: s d and s f, s f and s d).
+    // The column-parallel inputs and the row-parallel output gradients stay
+    // whole on every member of a tensor group.
+    b.cost.weight_grad_elems = t.seq_len * (8 * t.d_model + 2 * t.d_ff);
+    b.cost.weight_grad_replicated_elems = 4 * t.seq_len * t.d_model;
     m.layers.push_back(b);
   }
 
@@ -77,6 +83,8 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   head.cost.params = 2 * t.d_model + t.d_model * t.vocab + t.vocab;
   head.cost.stashed_elems = 2 * t.seq_len * t.d_model + as_elems(4 * s * V, precision) + 2 * t.seq_len;
   head.cost.output_elems = 1;  // the loss
+  head.cost.weight_grad_elems = t.seq_len * (t.d_model + t.vocab);  // the normed input, the logits' gradient
+  head.cost.weight_grad_replicated_elems = t.seq_len * t.d_model;
   // Vocabulary-parallel projection and cross-entropy (its all-reduces of s
   // numbers are left out); the input gradient is all-reduced in backward.
   head.cost.tensor_split = true;
@@ -112,6 +120,9 @@ Model mlp_model(const MlpSpec& spec, Precision precision, std::string name) {
     // counted); the last layer also keeps its log-probabilities.
     l.cost.stashed_elems = (i > 0 ? widths[i] : 0) + (last ? widths[i + 1] : 0);
     l.cost.keeps_input = i == 0;  // ReLU keeps its output, not its input
+    // From I to W: the linear map's input (ReLU's output; the data is not
+    // counted) and its output gradient.
+    l.cost.weight_grad_elems = (i > 0 ? widths[i] : 0) + widths[i + 1];
     l.cost.output_elems = last ? 1 : widths[i + 1];
     m.layers.push_back(l);
   }

@@ -73,6 +73,13 @@ struct LayerCost {
   // stage starting at a layer that does not counts its input on top.
   bool keeps_input = true;
   std::int64_t output_elems = 0;   // what crosses a cut after this layer, per sample
+  // What a deferred weight gradient keeps from the layer's I to its W (the
+  // zero-bubble split), per sample: every linear's input and output
+  // gradient; the rest of stashed_elems is freed by I. Of it,
+  // weight_grad_replicated_elems stay whole on every device of a tensor
+  // group (without sequence parallelism: a column-parallel linear's input).
+  std::int64_t weight_grad_elems = 0;
+  std::int64_t weight_grad_replicated_elems = 0;
   // Tensor parallelism (Megatron-LM): whether a group of T devices can split
   // the layer (its matrices by columns and rows, its vocabulary), and then the
   // collectives it runs per micro-batch: all-reduces (or, with sequence

@@ -117,12 +117,16 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   for (int k = 0; k < K; ++k) time_layers(k, b);
   params_.assign(n + 1, 0);
   stashed_.assign(n + 1, 0);
+  weight_grad_stash_.assign(n + 1, 0);
   for (int l = 0; l < n; ++l) {
     const auto& c = m.layers[l].cost;
     params_[l + 1] = params_[l] + static_cast<double>(c.params) / T;
     // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
     const double whole = sequence_parallel_ ? 0 : static_cast<double>(c.tp_replicated_elems);
     stashed_[l + 1] = stashed_[l] + whole + (static_cast<double>(c.stashed_elems) - whole) / T;
+    // Whole with sequence parallelism too: the executor keeps the gathered input.
+    const double w_whole = static_cast<double>(c.weight_grad_replicated_elems);
+    weight_grad_stash_[l + 1] = weight_grad_stash_[l] + w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
   }
   cut_ = m.cut_elems();
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
@@ -248,9 +252,13 @@ double StageCostModel::activation_bytes(int i, int j) const {
   return i > 0 && i < j && !model_.layers[i].cost.keeps_input ? layers + input_bytes(i) : layers;
 }
 
+double StageCostModel::weight_grad_bytes(int i, int j) const {
+  return (weight_grad_stash_[j] - weight_grad_stash_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
+}
+
 double StageCostModel::memory_bytes(int i, int j, int s) const {
   const auto& st = stash_counts_.at(s);
-  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i));
+  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i), weight_grad_bytes(i, j));
 }
 
 }  // namespace pipetwin::models

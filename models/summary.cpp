@@ -26,7 +26,8 @@ namespace {
 double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
   const auto [i, j] = p.partition.at(s);
   const auto& st = tracker.stage(schedule::StageId{s});
-  return costs.static_bytes(i, j, s) + st.full * costs.activation_bytes(i, j) + st.inputs * costs.input_bytes(i);
+  return costs.static_bytes(i, j, s) + (st.full - st.weight_only) * costs.activation_bytes(i, j) +
+         st.weight_only * costs.weight_grad_bytes(i, j) + st.inputs * costs.input_bytes(i);
 }
 
 }  // namespace

@@ -42,9 +42,14 @@ void StashTracker::apply(const Action& a) {
       --st.inputs;
       ++st.full;
       break;
+    case Op::I: ++st.weight_only; break;  // what only the input gradient needed is freed
     case Op::B:
+      --st.full;
+      if (known_mb) set_version(a.stage.value, m, -1);
+      break;
     case Op::W:
       --st.full;
+      --st.weight_only;
       if (known_mb) set_version(a.stage.value, m, -1);
       break;
     case Op::STEP: ++st.version; break;
@@ -53,11 +58,14 @@ void StashTracker::apply(const Action& a) {
   st.peak_full = std::max(st.peak_full, st.full);
   st.peak_inputs = std::max(st.peak_inputs, st.inputs);
   st.peak_total = std::max(st.peak_total, st.full + st.inputs);
-  const auto dominated = [&](const std::pair<int, int>& p) { return p.first <= st.full && p.second <= st.inputs; };
-  if (std::none_of(st.frontier.begin(), st.frontier.end(),
-                   [&](const auto& p) { return p.first >= st.full && p.second >= st.inputs; })) {
-    std::erase_if(st.frontier, dominated);
-    st.frontier.emplace_back(st.full, st.inputs);
+  const std::array<int, 3> now{st.full - st.weight_only, st.weight_only, st.inputs};
+  // a holds at least b, whatever the bytes of each kind.
+  const auto covers = [](const std::array<int, 3>& a, const std::array<int, 3>& b) {
+    return a[0] >= b[0] && a[1] >= b[1] && a[2] >= b[2];
+  };
+  if (std::none_of(st.frontier.begin(), st.frontier.end(), [&](const auto& p) { return covers(p, now); })) {
+    std::erase_if(st.frontier, [&](const auto& p) { return covers(now, p); });
+    st.frontier.push_back(now);
   }
   // Versions alive: the current one and those in-flight micro-batches hold.
   const auto& held = held_[a.stage.value];

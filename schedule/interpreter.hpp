@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <map>
 #include <utility>
 #include <vector>
@@ -60,13 +61,15 @@ class StashTracker {
 
   struct Stage {
     int full = 0, inputs = 0;            // now
+    int weight_only = 0;                 // of full: its I ran, its W not yet
     int peak_full = 0, peak_inputs = 0;  // peak of each
     int peak_total = 0;                  // peak of full + inputs
     int version = 0;                     // optimizer steps taken
     int peak_versions = 1;               // distinct versions alive at the peak
-    // Every (full, inputs) state not dominated by another one seen: the
-    // peak in bytes is the largest full * activation + inputs * input over it.
-    std::vector<std::pair<int, int>> frontier{{0, 0}};
+    // Every (full - weight_only, weight_only, inputs) state not dominated by
+    // another one seen: the peak in bytes is the largest whole * activation +
+    // weight_only * weight-gradient stash + inputs * input over it.
+    std::vector<std::array<int, 3>> frontier{{0, 0, 0}};
   };
   const Stage& stage(StageId s) const { return stages_.at(s.value); }
 

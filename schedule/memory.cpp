@@ -7,9 +7,11 @@
 
 namespace pipetwin::schedule {
 
-double StageMemory::peak_bytes(double activation_bytes, double input_bytes) const {
+double StageMemory::peak_bytes(double activation_bytes, double input_bytes, double weight_grad_bytes) const {
   double peak = 0;
-  for (const auto& [full, inputs] : frontier) peak = std::max(peak, full * activation_bytes + inputs * input_bytes);
+  for (const auto& [whole, weight_only, inputs] : frontier) {
+    peak = std::max(peak, whole * activation_bytes + weight_only * weight_grad_bytes + inputs * input_bytes);
+  }
   return peak;
 }
 

@@ -3,6 +3,7 @@
 // weight versions it must keep. models/ turns these counts into bytes.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "schedule/program.hpp"
@@ -11,14 +12,15 @@ namespace pipetwin::schedule {
 
 struct StageMemory {
   StageId stage;
-  int peak_activations = 0;  // micro-batches with all activations stashed
+  int peak_activations = 0;  // micro-batches with activations stashed (whole, or after I what W needs)
   int peak_inputs = 0;       // checkpointed micro-batches: only the stage input kept
   int peak_in_flight = 0;    // peak of both together
   int weight_versions = 1;   // distinct weight versions alive at the peak
-  // The (activations, inputs) states that can be the peak in bytes, whatever
-  // the size of a micro-batch's activations and of a stage input.
-  std::vector<std::pair<int, int>> frontier;
-  double peak_bytes(double activation_bytes, double input_bytes) const;
+  // The (whole, weight-only, inputs) states that can be the peak in bytes,
+  // whatever the size of a micro-batch's activations, of what its deferred
+  // weight gradient keeps after its I, and of a stage input.
+  std::vector<std::array<int, 3>> frontier;
+  double peak_bytes(double activation_bytes, double input_bytes, double weight_grad_bytes) const;
 };
 
 std::vector<StageMemory> account_memory(const Program& program);

@@ -269,7 +269,7 @@ std::string Scenario::collectives_used() const {
 
 double Scenario::predicted_stash_bytes(int s) const {
   const auto [i, j] = program.partition.at(s);
-  return costs->stash(s).peak_bytes(costs->activation_bytes(i, j), costs->input_bytes(i));
+  return costs->stash(s).peak_bytes(costs->activation_bytes(i, j), costs->input_bytes(i), costs->weight_grad_bytes(i, j));
 }
 
 schedule::TraceMetadata Scenario::configuration() const {
