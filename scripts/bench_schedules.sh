@@ -44,8 +44,9 @@
 #                       calibration runs and 2 others, 2 minutes on 2 cores)
 #
 # Environment: PIPETWIN_BUILD_DIR (default build), PIPETWIN_SKIP_BUILD=1,
-# SCHEDULES_OUT (default out/schedules; runs, sweeps and simulations already
-# there are reused, so a second call only recalibrates, predicts and prints),
+# SCHEDULES_OUT (default out/schedules; the CPU part's runs already there are
+# reused, so a second call only recalibrates, predicts and prints; the h100
+# part is simulated afresh each time),
 # SCHEDULES_PART (h100, cpu or both; default both), SCHEDULES_ONLY (a
 # space-separated subset of the generators' names), SCHEDULES_SHAPES (K:M
 # pairs, default "4:8 8:32"; K:M:BATCH sets the CPU runs' batch, by default 16
@@ -109,6 +110,8 @@ refused() {  # S V K M FILE
 
 # ---------------------------------------------------------------- h100 ----
 if [ "$PART" != cpu ]; then
+  # Simulation only (seconds): always from scratch, so that a model change shows.
+  rm -rf "$OUT/h100"
   mkdir -p "$OUT/h100/sim"
   names=$(printf '%s\n' "${GENERATORS[@]}" | cut -d' ' -f1 | paste -sd,)
   rows=()
