@@ -177,6 +177,8 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   const std::int64_t up = t.mlp == LlmSpec::Mlp::Gelu ? 1 : 2;
   c.weight_grad_elems = t.seq_len * (6 * t.hidden + 2 * t.kv() + (1 + up) * t.ffn_hidden);
   c.weight_grad_replicated_elems = 4 * t.seq_len * t.hidden;
+  // Materialized scores: the softmax's backward output and its scaled copy.
+  c.backward_workspace_bytes = t.flash_attention ? 0 : 2 * a * s * s * b;
   // Traffic per token (see the header).
   const bool gelu = t.mlp == LlmSpec::Mlp::Gelu, rotary = t.positions == LlmSpec::Positions::Rotary;
   const double fwd_whole = 4 * h * b + 6 * h * b + (t.dropout ? 2 * h : 0);
@@ -203,6 +205,7 @@ LayerCost head_cost(const LlmSpec& t, Precision precision) {
   c.output_elems = 1;  // the loss
   c.weight_grad_elems = t.seq_len * (t.hidden + t.vocab);  // the normed input, the logits' gradient
   c.weight_grad_replicated_elems = t.seq_len * t.hidden;
+  c.backward_workspace_bytes = 8 * s * V;  // fp32: the loss's gradient and log-softmax's
   // Vocabulary-parallel projection and cross-entropy (their all-reduces of s
   // numbers left out); the input gradient all-reduced in backward; the final
   // norm's input and output stay whole without sequence parallelism.

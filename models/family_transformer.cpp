@@ -73,6 +73,8 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     // whole on every member of a tensor group.
     b.cost.weight_grad_elems = t.seq_len * (8 * t.d_model + 2 * t.d_ff);
     b.cost.weight_grad_replicated_elems = 4 * t.seq_len * t.d_model;
+    // The softmax's backward output and its scaled copy, a s x s each.
+    b.cost.backward_workspace_bytes = 2 * a * s * s * bytes_per_element(precision);
     m.layers.push_back(b);
   }
 
@@ -85,6 +87,7 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
   head.cost.output_elems = 1;  // the loss
   head.cost.weight_grad_elems = t.seq_len * (t.d_model + t.vocab);  // the normed input, the logits' gradient
   head.cost.weight_grad_replicated_elems = t.seq_len * t.d_model;
+  head.cost.backward_workspace_bytes = 8 * s * V;  // fp32: the loss's gradient and log-softmax's
   // Vocabulary-parallel projection and cross-entropy (its all-reduces of s
   // numbers are left out); the input gradient is all-reduced in backward.
   head.cost.tensor_split = true;

@@ -80,6 +80,11 @@ struct LayerCost {
   // group (without sequence parallelism: a column-parallel linear's input).
   std::int64_t weight_grad_elems = 0;
   std::int64_t weight_grad_replicated_elems = 0;
+  // Bytes per sample a backward of the layer holds at once beyond the stash,
+  // while it runs (split over a tensor group with the layer): the
+  // attention's score gradients, the loss's fp32 gradients over the
+  // vocabulary. A stage's peak adds its largest to the stash's peak.
+  double backward_workspace_bytes = 0;
   // Tensor parallelism (Megatron-LM): whether a group of T devices can split
   // the layer (its matrices by columns and rows, its vocabulary), and then the
   // collectives it runs per micro-batch: all-reduces (or, with sequence

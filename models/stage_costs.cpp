@@ -118,8 +118,10 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   params_.assign(n + 1, 0);
   stashed_.assign(n + 1, 0);
   weight_grad_stash_.assign(n + 1, 0);
+  workspace_.assign(n, 0);
   for (int l = 0; l < n; ++l) {
     const auto& c = m.layers[l].cost;
+    workspace_[l] = c.backward_workspace_bytes / (c.tensor_split ? T : 1);
     params_[l + 1] = params_[l] + static_cast<double>(c.params) / T;
     // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
     const double whole = sequence_parallel_ ? 0 : static_cast<double>(c.tp_replicated_elems);
@@ -256,9 +258,18 @@ double StageCostModel::weight_grad_bytes(int i, int j) const {
   return (weight_grad_stash_[j] - weight_grad_stash_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
 }
 
+double StageCostModel::workspace_bytes(int i, int j) const {
+  double most = 0;
+  for (int l = i; l < j; ++l) most = std::max(most, workspace_[l]);
+  return most * microbatch_size_;
+}
+
+// The stash peaks where a backward starts (every schedule runs one there
+// before it frees a micro-batch): its working memory comes on top.
 double StageCostModel::memory_bytes(int i, int j, int s) const {
   const auto& st = stash_counts_.at(s);
-  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i), weight_grad_bytes(i, j));
+  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i), weight_grad_bytes(i, j)) +
+         workspace_bytes(i, j);
 }
 
 }  // namespace pipetwin::models

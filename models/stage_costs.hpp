@@ -88,6 +88,8 @@ class StageCostModel {
   double activation_bytes(int i, int j) const;
   // What a micro-batch keeps between its I and its W (deferred weight gradients).
   double weight_grad_bytes(int i, int j) const;
+  // The largest working memory of a backward of one of the layers [i, j).
+  double workspace_bytes(int i, int j) const;
   // The stage input one device keeps: split over T with sequence parallelism.
   double input_bytes(int i) const { return cut_bytes(i) / (sequence_parallel_ ? tensor_parallel_ : 1); }
   double capacity_bytes(int s) const { return device_of(s).memory_bytes; }
@@ -112,6 +114,7 @@ class StageCostModel {
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_, weight_grad_stash_;  // per device of a tensor-parallel group
+  std::vector<double> workspace_;                            // per layer and sample, per device
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;
   std::vector<Collective> tp_used_;

@@ -46,6 +46,11 @@ std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule:
     // A rank's stages live on it alone: its own order is a time order for all of them.
     for (const auto& a : t.ranks[r]) {
       if (!schedule::is_compute(a.action.op)) continue;
+      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::I) {
+        // A backward's working memory, on top of the stash it starts from.
+        const auto [i, j] = p.partition.at(a.action.stage.value);
+        peak[r] = std::max(peak[r], total() + costs.workspace_bytes(i, j));
+      }
       tracker.apply(a.action);
       peak[r] = std::max(peak[r], total());
     }
@@ -108,8 +113,13 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
   for (const auto& rank : t.ranks) {
     for (const auto& a : rank) {
       if (!schedule::is_compute(a.action.op)) continue;
+      const int s = a.action.stage.value;
+      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::I) {
+        const auto [i, j] = p.partition.at(s);
+        out[s].push_back({a.start, bytes_of(s) + costs.workspace_bytes(i, j)});  // while the backward runs
+      }
       tracker.apply(a.action);
-      out[a.action.stage.value].push_back({a.end, bytes_of(a.action.stage.value)});
+      out[s].push_back({a.end, bytes_of(s)});
     }
   }
   return out;

@@ -375,13 +375,18 @@ TEST(SimulateModel, OutOfMemoryVerdictFlipsAtTheCapacity) {
   program.partition = pm::partition_model(model, hw, r).ranges();
   const pm::StageCostModel costs(model, hw, r);
   const double need = costs.memory_bytes(program.partition[0].begin, program.partition[0].end, 0);
-  // Stage 0's bytes by hand: weights, grads, Adam (4 + 4 + 8 per parameter), 8 stashed micro-batches.
+  // Stage 0's bytes by hand: weights, grads, Adam (4 + 4 + 8 per parameter), 8 stashed
+  // micro-batches, and the largest working memory of a layer's backward (a block's score
+  // gradients: 2 a s^2 fp32 numbers a sample).
   std::int64_t params = 0, stashed = 0;
+  double workspace = 0;
   for (int l = program.partition[0].begin; l < program.partition[0].end; ++l) {
     params += model.layers[l].cost.params;
     stashed += model.layers[l].cost.stashed_elems;
+    workspace = std::max(workspace, model.layers[l].cost.backward_workspace_bytes);
   }
-  EXPECT_DOUBLE_EQ(need, 16.0 * params + 8.0 * stashed * 4 * 4);
+  EXPECT_DOUBLE_EQ(workspace, 2.0 * 4 * 128 * 128 * 4);
+  EXPECT_DOUBLE_EQ(need, 16.0 * params + 8.0 * stashed * 4 * 4 + workspace * 4);
   for (const double capacity : {need * 1.001, need * 0.999}) {
     hw.device.memory_bytes = capacity;
     const pm::StageCostModel c(model, hw, r);
@@ -435,6 +440,7 @@ TEST(SimulateModel, StashedActivationsFollowTheClosedFormsAlongTheReplay) {
   // Replayed in SimGrid, stage s of gpipe stashes n = M micro-batches and of
   // 1f1b n = min(K - s, M). With full recompute it keeps only its inputs: at
   // the peak n inputs, or n - 1 inputs and one re-materialized micro-batch.
+  // The backward that starts there adds its working memory.
   const auto model = pm::transformer_model({8, 256, 1024, 4, 128, 1000}, pm::Precision::FP32, "t8");
   const auto hw = pm::preset("a100");
   for (const std::string name : {"gpipe", "1f1b"}) {
@@ -456,7 +462,9 @@ TEST(SimulateModel, StashedActivationsFollowTheClosedFormsAlongTheReplay) {
             const int n = name == "gpipe" ? M : std::min(K - s, M);
             const auto [i, j] = program.partition[s];
             const double act = costs.activation_bytes(i, j), in = costs.input_bytes(i);
-            const double expected = costs.static_bytes(i, j, s) + (recompute ? (n - 1) * in + std::max(in, act) : n * act);
+            // A backward starts at the peak: its working memory on top.
+            const double expected = costs.static_bytes(i, j, s) + (recompute ? (n - 1) * in + std::max(in, act) : n * act) +
+                                    costs.workspace_bytes(i, j);
             double peak = 0;
             for (const auto& m : series[s]) peak = std::max(peak, m.bytes);
             EXPECT_NEAR(peak, expected, 1e-9 * expected) << at;
