@@ -383,7 +383,6 @@ void TorchBackend::backward(int s, int mb, bool input_only) {
   if (!input_only) weight_grad(s, mb);
 }
 
-
 void TorchBackend::weight_grad(int s, int mb) {
   Stash& sh = stash(s, mb, "W");
   if (!sh.roots.empty()) throw Error("W of " + mb_name(s, mb) + " before its I");

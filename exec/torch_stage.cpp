@@ -45,9 +45,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, 
 
 MasterOptimizer::MasterOptimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr)
     : params_(std::move(params)) {
-  const bool half = std::any_of(params_.begin(), params_.end(), [](const at::Tensor& t) {
-    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
-  });
+  const bool half = std::any_of(params_.begin(), params_.end(),
+                                [](const at::Tensor& t) { return c10::isReducedFloatingType(t.scalar_type()); });
   if (!half) {
     direct_ = make_optimizer(kind, params_, lr);
     return;

@@ -7,6 +7,7 @@
 
 #include "schedule/dry_run.hpp"
 #include "schedule/interpreter.hpp"
+#include "schedule/memory.hpp"
 
 namespace pipetwin::models {
 
@@ -25,16 +26,26 @@ namespace {
 // A stage's bytes now: its static memory and what it stashes.
 double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
   const auto [i, j] = p.partition.at(s);
-  const auto& st = tracker.stage(schedule::StageId{s});
-  return costs.static_bytes(i, j, s) + (st.full - st.weight_only) * costs.activation_bytes(i, j) +
-         st.weight_only * costs.weight_grad_bytes(i, j) + st.inputs * costs.input_bytes(i);
+  return costs.static_bytes(i, j, s) + schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(),
+                                                             costs.activation_bytes(i, j), costs.input_bytes(i),
+                                                             costs.weight_grad_bytes(i, j));
 }
+
+// Per stage, the working memory a backward (B or I) of it holds while it runs.
+std::vector<double> backward_workspaces(const schedule::Program& p, const StageCostModel& costs) {
+  std::vector<double> out;
+  for (const auto& [i, j] : p.partition) out.push_back(costs.workspace_bytes(i, j));
+  return out;
+}
+
+bool is_backward(schedule::Op op) { return op == schedule::Op::B || op == schedule::Op::I; }
 
 }  // namespace
 
 std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule::Program& p, const StageCostModel& costs) {
   schedule::StashTracker tracker(p);
   std::vector<double> peak(t.ranks.size(), 0);
+  const auto workspace = backward_workspaces(p, costs);
   for (std::size_t r = 0; r < t.ranks.size(); ++r) {
     const auto stages = p.stages_of(schedule::RankId{static_cast<int>(r)});
     const auto total = [&] {
@@ -46,11 +57,8 @@ std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule:
     // A rank's stages live on it alone: its own order is a time order for all of them.
     for (const auto& a : t.ranks[r]) {
       if (!schedule::is_compute(a.action.op)) continue;
-      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::I) {
-        // A backward's working memory, on top of the stash it starts from.
-        const auto [i, j] = p.partition.at(a.action.stage.value);
-        peak[r] = std::max(peak[r], total() + costs.workspace_bytes(i, j));
-      }
+      // A backward's working memory, on top of the stash it starts from.
+      if (is_backward(a.action.op)) peak[r] = std::max(peak[r], total() + workspace[a.action.stage.value]);
       tracker.apply(a.action);
       peak[r] = std::max(peak[r], total());
     }
@@ -106,6 +114,7 @@ std::vector<double> tp_collective_per_rank(const schedule::Program& p, const Sta
 std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& t, const schedule::Program& p,
                                                         const StageCostModel& costs) {
   schedule::StashTracker tracker(p);
+  const auto workspace = backward_workspaces(p, costs);
   std::vector<std::vector<MemorySample>> out(p.num_stages());
   const auto bytes_of = [&](int s) { return stage_bytes(tracker, p, costs, s); };
   for (int s = 0; s < p.num_stages(); ++s) out[s].push_back({0, bytes_of(s)});
@@ -114,10 +123,7 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
     for (const auto& a : rank) {
       if (!schedule::is_compute(a.action.op)) continue;
       const int s = a.action.stage.value;
-      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::I) {
-        const auto [i, j] = p.partition.at(s);
-        out[s].push_back({a.start, bytes_of(s) + costs.workspace_bytes(i, j)});  // while the backward runs
-      }
+      if (is_backward(a.action.op)) out[s].push_back({a.start, bytes_of(s) + workspace[s]});  // while it runs
       tracker.apply(a.action);
       out[s].push_back({a.end, bytes_of(s)});
     }

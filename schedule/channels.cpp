@@ -33,7 +33,8 @@ void check_in_order_channels(const Program& p) {
       const std::string delivered = k < queue.size() ? to_string(queue[k]) : std::string("nothing");
       throw ScheduleError(RankId{r}, i,
                           to_string(a) + " expects " + to_string(want) + ", but in send order channel rank " +
-                              std::to_string(std::get<0>(ch)) + " -> rank " + std::to_string(r) + (std::get<2>(ch) ? " (activations)" : " (gradients)") + " delivers " + delivered +
+                              std::to_string(std::get<0>(ch)) + " -> rank " + std::to_string(r) +
+                              (std::get<2>(ch) ? " (activations)" : " (gradients)") + " delivers " + delivered +
                               " there (an in-order transport such as NCCL needs each channel received in send order)",
                           format_order_grid(p, {GridMark{RankId{r}, i}}));
     }

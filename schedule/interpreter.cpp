@@ -58,7 +58,7 @@ void StashTracker::apply(const Action& a) {
   st.peak_full = std::max(st.peak_full, st.full);
   st.peak_inputs = std::max(st.peak_inputs, st.inputs);
   st.peak_total = std::max(st.peak_total, st.full + st.inputs);
-  const std::array<int, 3> now{st.full - st.weight_only, st.weight_only, st.inputs};
+  const std::array<int, 3> now = st.state();
   // a holds at least b, whatever the bytes of each kind.
   const auto covers = [](const std::array<int, 3>& a, const std::array<int, 3>& b) {
     return a[0] >= b[0] && a[1] >= b[1] && a[2] >= b[2];

@@ -70,6 +70,7 @@ class StashTracker {
     // another one seen: the peak in bytes is the largest whole * activation +
     // weight_only * weight-gradient stash + inputs * input over it.
     std::vector<std::array<int, 3>> frontier{{0, 0, 0}};
+    std::array<int, 3> state() const { return {full - weight_only, weight_only, inputs}; }
   };
   const Stage& stage(StageId s) const { return stages_.at(s.value); }
 

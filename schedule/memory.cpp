@@ -7,11 +7,14 @@
 
 namespace pipetwin::schedule {
 
+double stash_bytes(const std::array<int, 3>& state, double activation_bytes, double input_bytes, double weight_grad_bytes) {
+  const auto [whole, weight_only, inputs] = state;
+  return whole * activation_bytes + weight_only * weight_grad_bytes + inputs * input_bytes;
+}
+
 double StageMemory::peak_bytes(double activation_bytes, double input_bytes, double weight_grad_bytes) const {
   double peak = 0;
-  for (const auto& [whole, weight_only, inputs] : frontier) {
-    peak = std::max(peak, whole * activation_bytes + weight_only * weight_grad_bytes + inputs * input_bytes);
-  }
+  for (const auto& state : frontier) peak = std::max(peak, stash_bytes(state, activation_bytes, input_bytes, weight_grad_bytes));
   return peak;
 }
 

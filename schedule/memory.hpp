@@ -23,6 +23,9 @@ struct StageMemory {
   double peak_bytes(double activation_bytes, double input_bytes, double weight_grad_bytes) const;
 };
 
+// The bytes of a (whole, weight-only, inputs) stash state.
+double stash_bytes(const std::array<int, 3>& state, double activation_bytes, double input_bytes, double weight_grad_bytes);
+
 std::vector<StageMemory> account_memory(const Program& program);
 
 }  // namespace pipetwin::schedule
