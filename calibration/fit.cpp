@@ -113,7 +113,9 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   fit_step(curves.observed.steps, base, device, result);
   // 5. Transfers: the sender's overhead, the link's latency and bandwidth, the receiver's cost.
   const pm::Topology topology = fit_transfers(in, links, curves.slower, device, result);
-  // 6. The calibrated hardware, and every group against its StageCostModel.
+  // 6. The overlap of a forward and a backward issued together (OVERLAP_F_B).
+  fit_overlap(runs, device, result);
+  // 7. The calibrated hardware, and every group against its StageCostModel.
   result.hardware = calibrated(base, device, topology, runs.size(), model.name);
   add_residuals(in, curves.as_measured, links, curves.cold_s_per_byte, result);
   note_not_fitted(result);

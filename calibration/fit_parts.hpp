@@ -14,6 +14,8 @@
 //                         share a shared host's cores
 //   fit_collectives.cpp   (fit_collectives, after fit_sharing) the
 //                         data-parallel runs' collectives
+//   fit_overlap.cpp       the device's overlap_factor, from the traces'
+//                         OVERLAP_F_B
 //
 // Each part solves its least squares with calibration/least_squares.hpp.
 #pragma once
@@ -248,5 +250,13 @@ void note_not_fitted(FitResult& result);
 // Golden-section search of the minimum of f on [lo, hi] to `tolerance`; the
 // ends too (the optimum may be the boundary: no sharing to fit).
 double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance);
+
+// ---------------------------------------------------------------------------
+// The overlap of an OVERLAP_F_B (fit_overlap.cpp).
+
+// Sets device.overlap_factor from the OVERLAP_F_B the runs' programs hold
+// (their spans against their halves' durations alone), with a note and a
+// coefficient; leaves it as it is, without a note, where they hold none.
+void fit_overlap(const std::vector<TraceRun>& runs, models::Device& device, FitResult& result);
 
 }  // namespace pipetwin::calibration::fitting

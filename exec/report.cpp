@@ -35,7 +35,11 @@ nlohmann::json timeline_to_json(const schedule::Timeline& t) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& rank : t.ranks) {
     nlohmann::json actions = nlohmann::json::array();
-    for (const auto& a : rank) actions.push_back({schedule::to_string(a.action), a.start, a.end});
+    for (const auto& a : rank) {
+      nlohmann::json entry{schedule::to_string(a.action), a.start, a.end};
+      if (a.action.overlapped) entry.push_back(true);  // of an OVERLAP_F_B, with the compute action before it
+      actions.push_back(entry);
+    }
     ranks.push_back(actions);
   }
   return ranks;
@@ -47,6 +51,7 @@ schedule::Timeline timeline_from_json(const nlohmann::json& j) {
     auto& out = t.ranks.emplace_back();
     for (const auto& a : rank) {
       out.push_back({schedule::parse_action(a.at(0).get<std::string>()), a.at(1).get<double>(), a.at(2).get<double>()});
+      out.back().action.overlapped = a.size() > 3 && a.at(3).get<bool>();
     }
   }
   return t;

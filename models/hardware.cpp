@@ -177,7 +177,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
-                                 "memory_efficiency",     "blocking_sends"};
+                                 "memory_efficiency",     "blocking_sends",      "overlap_factor"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.line("name");
@@ -186,6 +186,10 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
   if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
   if (y.has("blocking_sends")) d.blocking_sends = y.boolean_or("blocking_sends", false);
+  if (y.has("overlap_factor")) {
+    d.overlap_factor = y.non_negative_number("overlap_factor");
+    if (d.overlap_factor > 1) y.fail("overlap_factor", "is the share of the shorter action hidden and must be at most 1");
+  }
   if (y.has("memory_efficiency")) d.memory_efficiency = share_field(y, "memory_efficiency", "memory_bandwidth_gbps");
   if (y.has("op_overhead_us")) d.op_overhead_s = y.non_negative_number("op_overhead_us") * kUs;
   if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;

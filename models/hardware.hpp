@@ -83,6 +83,12 @@ struct Device {
   // The runtime waits for each send to arrive before its next action
   // (StageCosts::blocking_sends); false: sends are posted and left to fly.
   bool blocking_sends = false;
+  // The share of the shorter action of an OVERLAP_F_B (a forward and a
+  // backward of two micro-batches issued together) hidden under the longer
+  // (StageCosts::overlap_factor): 0, the sum, runs them one after the other
+  // (PyTorch's runtime by default, the executor); calibrate fits it from the
+  // traces' OVERLAP_F_B where they hold some. In [0, 1].
+  double overlap_factor = 0;
   // Calibrated refinements (absent from the presets):
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(), or kDefaultKind: per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage

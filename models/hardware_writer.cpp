@@ -36,6 +36,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", yaml_number(d.memory_bandwidth / kGB));
   field("memory_efficiency", yaml_number(d.memory_efficiency));
   field("blocking_sends", d.blocking_sends ? "true" : "false");
+  field("overlap_factor", yaml_number(d.overlap_factor));
   field("efficiency", curve(d.efficiency));
   field("op_overhead_us", yaml_number(d.op_overhead_s / kUs));
   field("transfer_overhead_us", yaml_number(d.transfer_overhead_s / kUs));

@@ -37,6 +37,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     t.blocking_sends = costs.device_of(s).blocking_sends;
+    t.overlap_factor = costs.device_of(s).overlap_factor;
     // A stage's receives (there are only where the neighbour is on another rank).
     if (s > 0) t.activation_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(i));
     if (s + 1 < S) t.gradient_recv_s = costs.device_of(s).recv_seconds(costs.cut_bytes(j));

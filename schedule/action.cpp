@@ -103,4 +103,60 @@ Action parse_action(std::string_view text) {
   return make_action(*op, stage, microbatch);
 }
 
+std::size_t group_begin(const std::vector<Action>& actions, std::size_t i) {
+  while (i > 0 && actions[i].overlapped) --i;
+  return i;
+}
+
+std::size_t group_end(const std::vector<Action>& actions, std::size_t i) {
+  ++i;
+  while (i < actions.size() && actions[i].overlapped) ++i;
+  return i;
+}
+
+std::vector<std::string> to_cells(const std::vector<Action>& actions) {
+  std::vector<std::string> cells;
+  cells.reserve(actions.size());
+  for (std::size_t i = 0; i < actions.size();) {
+    const std::size_t end = group_end(actions, i);
+    if (end == i + 1) {
+      cells.push_back(to_string(actions[i]));
+    } else {
+      std::string cell = "(";
+      for (std::size_t k = i; k < end; ++k) cell += (k > i ? ";" : "") + to_string(actions[k]);
+      cells.push_back(cell + ")" + std::string(kOverlapName));
+    }
+    i = end;
+  }
+  return cells;
+}
+
+std::vector<Action> parse_cell(std::string_view cell) {
+  if (cell.empty() || cell.front() != '(') return {parse_action(cell)};
+  const auto close = cell.find(')');
+  if (close == std::string_view::npos || cell.substr(close + 1) != kOverlapName) {
+    throw Error("invalid action '" + clipped(cell) + "': expected (<action>;<action>)OVERLAP_F_B");
+  }
+  std::vector<Action> subs;
+  std::string_view inside = cell.substr(1, close - 1);
+  while (true) {
+    const auto semi = inside.find(';');
+    std::string_view sub = inside.substr(0, semi);
+    while (!sub.empty() && (sub.front() == ' ' || sub.front() == '\t')) sub.remove_prefix(1);
+    while (!sub.empty() && (sub.back() == ' ' || sub.back() == '\t')) sub.remove_suffix(1);
+    Action a = parse_action(sub);
+    if (!is_compute(a.op) || a.op == Op::R) {
+      throw Error("OVERLAP_F_B holds " + to_string(a) + ": its sub-actions are forwards and backwards (F, B, I, W)");
+    }
+    a.overlapped = !subs.empty();
+    subs.push_back(a);
+    if (semi == std::string_view::npos) break;
+    inside.remove_prefix(semi + 1);
+  }
+  if (subs.size() < 2) {
+    throw Error("OVERLAP_F_B holds " + std::to_string(subs.size()) + " action, expected two or more");
+  }
+  return subs;
+}
+
 }  // namespace pipetwin::schedule

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "schedule/ids.hpp"
 
@@ -39,6 +40,10 @@ struct Action {
   Op op = Op::F;
   StageId stage;
   std::optional<MicrobatchId> microbatch;
+  // Runs overlapped with the compute action right before it on its rank: the
+  // two (or more, each after the one before) make one of PyTorch's
+  // OVERLAP_F_B, written "(0F3;3B1)OVERLAP_F_B". Only F, B, I and W may be.
+  bool overlapped = false;
 
   friend bool operator==(const Action&, const Action&) = default;
 };
@@ -46,8 +51,23 @@ struct Action {
 Action make_action(Op op, int stage, int microbatch);
 Action make_stage_action(Op op, int stage);
 
+// The action alone ("0F3"), whether or not it is overlapped.
 std::string to_string(const Action& action);
 // Parses the text form; throws pipetwin::Error naming the text on failure.
 Action parse_action(std::string_view text);
+
+// An OVERLAP_F_B of a rank's list: actions[begin, end), the first not
+// overlapped and each other one overlapped. A lone action is a group of one.
+// group_begin(actions, i) and group_end(actions, i) bound the group of action i.
+std::size_t group_begin(const std::vector<Action>& actions, std::size_t i);
+std::size_t group_end(const std::vector<Action>& actions, std::size_t i);
+
+// A rank's list as cells: each action alone ("0F3"), each OVERLAP_F_B as
+// "(0F3;3B1)OVERLAP_F_B"; and one cell back to its action(s), the second and
+// later of an OVERLAP_F_B marked overlapped. Throws pipetwin::Error naming
+// the cell; an OVERLAP_F_B holds two or more of F, B, I and W.
+std::vector<std::string> to_cells(const std::vector<Action>& actions);
+std::vector<Action> parse_cell(std::string_view cell);
+inline constexpr std::string_view kOverlapName = "OVERLAP_F_B";
 
 }  // namespace pipetwin::schedule

@@ -51,13 +51,17 @@ constexpr double kNotPosted = -std::numeric_limits<double>::infinity();
 class EvalBackend final : public Backend {
  public:
   EvalBackend(const Program& p, const std::vector<StageCosts>& costs)
-      : costs_(costs), S_(p.num_stages()), M_(p.num_microbatches), clock_(p.num_ranks, 0.0),
+      : costs_(costs), S_(p.num_stages()), M_(p.num_microbatches), clock_(p.num_ranks, 0.0), alone_(p.num_ranks, 0.0),
         posted_(2 * static_cast<std::size_t>(S_) * M_, kNotPosted), waiting_(posted_.size(), -1) {
     timeline_.ranks.resize(p.num_ranks);
     for (int r = 0; r < p.num_ranks; ++r) timeline_.ranks[r].reserve(p.ranks[r].size());
   }
 
-  void compute(RankId r, const Action& a) override { record(r, a, clock_[r.value], costs_[a.stage.value].of(a)); }
+  void compute(RankId r, const Action& a) override {
+    const StageCosts& c = costs_[a.stage.value];
+    record(r, a, clock_[r.value], c.of(a, alone_[r.value]));
+    alone_[r.value] = c.of(a);
+  }
 
   void send(RankId r, const Action& a, RankId) override {
     const StageCosts& c = costs_[a.stage.value];
@@ -102,6 +106,7 @@ class EvalBackend final : public Backend {
   const std::vector<StageCosts>& costs_;
   int S_, M_;
   std::vector<double> clock_;
+  std::vector<double> alone_;   // each rank's last compute action's own time (what an overlapped one overlaps)
   std::vector<double> posted_;  // arrival time per message, kNotPosted until sent
   std::vector<int> waiting_;    // the rank blocked on each message, -1 if none
   std::vector<int> woken_;

@@ -6,6 +6,7 @@
 // program makes progress and gives its unit-time Timeline.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -52,10 +53,22 @@ struct StageCosts {
   double tp_forward_s = 0, tp_backward_s = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
   double tp_share(Op op) const;      // of those, the tensor group's collectives: F and R forward's, B and I backward's
+  // An OVERLAP_F_B (Action::overlapped) takes the sum of its actions' times
+  // less this share of the shorter of each overlapped action and the one
+  // before it: 0 runs them one after the other (the sum, what PyTorch's
+  // runtime and the executor do), 1 hides the shorter under the longer. The
+  // device's property (Hardware::overlap_factor), fitted by calibrate.
+  double overlap_factor = 0;
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.
   double of(const Action& a) const {
     return of(a.op) + (a.op == Op::F && a.microbatch && a.microbatch->value == 0 ? first_forward_extra_s : 0);
+  }
+  // What `a` adds on its rank when the compute action before it took
+  // `before_s` on its own (of(a) unless `a` is overlapped with it).
+  double of(const Action& a, double before_s) const {
+    const double own = of(a);
+    return a.overlapped ? own - overlap_factor * std::min(own, before_s) : own;
   }
   // What posting its SEND_F or SEND_B costs the sender.
   double send_s(Op op) const {

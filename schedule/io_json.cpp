@@ -70,7 +70,7 @@ std::string to_json(const Program& p, int indent) {
   j["actions"] = json::array();
   for (const auto& actions : p.ranks) {
     json row = json::array();
-    for (const auto& a : actions) row.push_back(to_string(a));
+    for (const auto& cell : to_cells(actions)) row.push_back(cell);
     j["actions"].push_back(row);
   }
   return j.dump(indent) + "\n";
@@ -142,7 +142,7 @@ Program parse_json(std::string_view text, const std::string& source) {
       const std::string where = source + ": field 'actions[" + std::to_string(r) + "][" + std::to_string(i) + "]'";
       if (!actions[r][i].is_string()) throw Error(where + " must be a string");
       try {
-        p.ranks.back().push_back(parse_action(actions[r][i].get<std::string>()));
+        for (const auto& a : parse_cell(actions[r][i].get<std::string>())) p.ranks.back().push_back(a);
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }

@@ -60,13 +60,16 @@ int to_int(const std::string& word, const std::string& where) {
   throw Error(where + ": '" + word + "' is not an integer");
 }
 
-Action parse_at(const std::string& text, const std::string& where) {
+// One cell or word: an action, or an OVERLAP_F_B's actions.
+std::vector<Action> parse_at(const std::string& text, const std::string& where) {
   try {
-    return parse_action(text);
+    return parse_cell(text);
   } catch (const Error& e) {
     throw Error(where + ": " + e.what());
   }
 }
+
+void append(std::vector<Action>& to, const std::vector<Action>& actions) { to.insert(to.end(), actions.begin(), actions.end()); }
 
 // Fills the shape of a Program from its action lists where no header gave it.
 struct Header {
@@ -188,7 +191,7 @@ std::string to_text(const Program& p) {
   }
   for (int r = 0; r < p.num_ranks; ++r) {
     out << "rank " << r << ":";
-    for (const auto& a : p.ranks[r]) out << " " << to_string(a);
+    for (const auto& cell : to_cells(p.ranks[r])) out << " " << cell;
     out << "\n";
   }
   return out.str();
@@ -224,7 +227,7 @@ Program parse_text(std::string_view text, const std::string& source) {
         throw Error(where + ": expected rank " + std::to_string(ranks.size()) + ", found rank " + std::to_string(r));
       }
       ranks.emplace_back();
-      for (const auto& word : words(line.substr(colon + 1))) ranks.back().push_back(parse_at(word, where));
+      for (const auto& word : words(line.substr(colon + 1))) append(ranks.back(), parse_at(word, where));
     } else if (k == "schedule") {
       h.schedule = one();
     } else if (k == "ranks") {
@@ -269,7 +272,8 @@ Program parse_text(std::string_view text, const std::string& source) {
 std::string to_csv(const Program& p) {
   std::string out;
   for (const auto& actions : p.ranks) {
-    for (std::size_t i = 0; i < actions.size(); ++i) out += (i ? "," : "") + to_string(actions[i]);
+    const auto cells = to_cells(actions);
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
     out += "\n";
   }
   return out;
@@ -279,15 +283,17 @@ std::string to_pytorch_csv(const Program& p, std::vector<std::string>* left_out)
   std::size_t steps = 0, recomputes = 0;
   std::string out;
   for (const auto& actions : p.ranks) {
-    bool first = true;
+    std::vector<Action> kept;
+    kept.reserve(actions.size());
     for (const auto& a : actions) {
       if (a.op == Op::STEP || a.op == Op::R) {
         ++(a.op == Op::STEP ? steps : recomputes);
-        continue;
+      } else {
+        kept.push_back(a);
       }
-      out += (first ? "" : ",") + to_string(a);
-      first = false;
     }
+    const auto cells = to_cells(kept);
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
     out += "\n";
   }
   if (left_out != nullptr) {
@@ -298,28 +304,6 @@ std::string to_pytorch_csv(const Program& p, std::vector<std::string>* left_out)
   }
   return out;
 }
-
-namespace {
-
-// "(0F3;3B1)OVERLAP_F_B": PyTorch's compound action, its sub-actions in order.
-std::vector<Action> parse_overlap(const std::string& cell, const std::string& where) {
-  const auto close = cell.find(')');
-  if (close == std::string::npos || cell.substr(close + 1) != "OVERLAP_F_B") {
-    throw Error(where + ": invalid action '" + cell.substr(0, 60) + "': expected (<action>;<action>)OVERLAP_F_B");
-  }
-  std::vector<Action> subs;
-  for (const auto& sub : split(cell.substr(1, close - 1), ';')) {
-    const Action a = parse_at(trim(sub), where);
-    if (!is_compute(a.op) || a.op == Op::R) {
-      throw Error(where + ": OVERLAP_F_B holds " + to_string(a) + ": its sub-actions are forwards and backwards (F, B, I, W)");
-    }
-    subs.push_back(a);
-  }
-  if (subs.size() < 2) throw Error(where + ": OVERLAP_F_B holds " + std::to_string(subs.size()) + " action(s), expected two or more");
-  return subs;
-}
-
-}  // namespace
 
 Program parse_csv(std::string_view text, const std::string& source, std::vector<std::string>* notes) {
   check_utf8(text, source);
@@ -342,13 +326,10 @@ Program parse_csv(std::string_view text, const std::string& source, std::vector<
         ++fsdp;
         continue;
       }
-      if (c.front() == '(') {
-        for (const auto& a : parse_overlap(c, where)) ranks.back().push_back(a);
-        ++overlaps;
-        continue;
-      }
-      ranks.back().push_back(parse_at(c, where));
-      reduces += ranks.back().back().op == Op::REDUCE_GRAD;
+      const auto actions = parse_at(c, where);
+      append(ranks.back(), actions);
+      overlaps += actions.size() > 1;
+      reduces += actions.back().op == Op::REDUCE_GRAD;
     }
   }
   Program p = assemble(Header{}, std::move(ranks), source);
@@ -356,8 +337,9 @@ Program parse_csv(std::string_view text, const std::string& source, std::vector<
   if (p.has_transfers()) p = receive_at_use(std::move(p), &moved);
   if (notes != nullptr) {
     if (overlaps > 0) {
-      notes->push_back(std::to_string(overlaps) + " OVERLAP_F_B: each runs its sub-actions one after the other, as "
-                       "PyTorch's runtime does unless a custom overlap is registered (timed as their sum)");
+      notes->push_back(std::to_string(overlaps) + " OVERLAP_F_B: kept as overlapped actions; the executor runs each one's "
+                       "sub-actions one after the other, as PyTorch's runtime does unless a custom overlap is registered; "
+                       "the simulators time it as their sum less the hardware's overlap_factor times the shorter");
     }
     if (fsdp > 0) notes->push_back(std::to_string(fsdp) + " UNSHARD/RESHARD (FSDP) left out: no-ops in time here");
     if (reduces > 0) {

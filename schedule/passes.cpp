@@ -2,6 +2,7 @@
 #include "schedule/passes.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <map>
 #include <set>
 #include <tuple>
@@ -28,14 +29,20 @@ bool crosses(const Program& p, int from_stage, int to_stage) {
 
 Program insert_recomputes(Program p) {
   if (p.recompute == RecomputePolicy::None || holds(p, Op::R)) return p;
+  // Before the backward, or before the OVERLAP_F_B that holds it.
   for (auto& actions : p.ranks) {
     std::vector<Action> out;
     out.reserve(actions.size() * 2);
-    for (const auto& a : actions) {
-      if ((a.op == Op::B || a.op == Op::I) && p.recomputes(a.stage, *a.microbatch)) {
-        out.push_back(Action{Op::R, a.stage, a.microbatch});
+    for (std::size_t b = 0; b < actions.size();) {
+      const std::size_t e = group_end(actions, b);
+      for (std::size_t i = b; i < e; ++i) {
+        const Action& a = actions[i];
+        if ((a.op == Op::B || a.op == Op::I) && p.recomputes(a.stage, *a.microbatch)) {
+          out.push_back(Action{Op::R, a.stage, a.microbatch});
+        }
       }
-      out.push_back(a);
+      out.insert(out.end(), actions.begin() + static_cast<std::ptrdiff_t>(b), actions.begin() + static_cast<std::ptrdiff_t>(e));
+      b = e;
     }
     actions = std::move(out);
   }
@@ -47,15 +54,23 @@ Program insert_transfers(Program p) {
   for (auto& actions : p.ranks) {
     std::vector<Action> out;
     out.reserve(actions.size() * 3);
-    for (const auto& a : actions) {
-      const int s = a.stage.value;
-      const bool forward = a.op == Op::F;
-      const bool backward = a.op == Op::B || a.op == Op::I;
-      if (forward && crosses(p, s, s - 1)) out.push_back(Action{Op::RECV_F, a.stage, a.microbatch});
-      if (backward && crosses(p, s, s + 1)) out.push_back(Action{Op::RECV_B, a.stage, a.microbatch});
-      out.push_back(a);
-      if (forward && crosses(p, s, s + 1)) out.push_back(Action{Op::SEND_F, a.stage, a.microbatch});
-      if (backward && crosses(p, s, s - 1)) out.push_back(Action{Op::SEND_B, a.stage, a.microbatch});
+    // An OVERLAP_F_B's receives all before it and its sends all after it, as PyTorch lowers one.
+    for (std::size_t b = 0; b < actions.size();) {
+      const std::size_t e = group_end(actions, b);
+      for (std::size_t i = b; i < e; ++i) {
+        const Action& a = actions[i];
+        const int s = a.stage.value;
+        if (a.op == Op::F && crosses(p, s, s - 1)) out.push_back(Action{Op::RECV_F, a.stage, a.microbatch});
+        if ((a.op == Op::B || a.op == Op::I) && crosses(p, s, s + 1)) out.push_back(Action{Op::RECV_B, a.stage, a.microbatch});
+      }
+      out.insert(out.end(), actions.begin() + static_cast<std::ptrdiff_t>(b), actions.begin() + static_cast<std::ptrdiff_t>(e));
+      for (std::size_t i = b; i < e; ++i) {
+        const Action& a = actions[i];
+        const int s = a.stage.value;
+        if (a.op == Op::F && crosses(p, s, s + 1)) out.push_back(Action{Op::SEND_F, a.stage, a.microbatch});
+        if ((a.op == Op::B || a.op == Op::I) && crosses(p, s, s - 1)) out.push_back(Action{Op::SEND_B, a.stage, a.microbatch});
+      }
+      b = e;
     }
     actions = std::move(out);
   }
@@ -105,6 +120,10 @@ Program insert_gradient_reductions(Program p) {
       out.push_back(a);
       if (a.op == Op::B || a.op == Op::W) last_backward[a.stage.value] = out.size() - 1;
     }
+    // Never inside an OVERLAP_F_B: after the whole of it.
+    for (auto& [at, reduction] : inserts) {
+      while (at < out.size() && out[at].overlapped) ++at;
+    }
     std::stable_sort(inserts.begin(), inserts.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<Action> merged;
     merged.reserve(out.size() + inserts.size());
@@ -140,9 +159,10 @@ Program receive_at_use(Program p, int* moved) {
       if (it == consumers.end()) continue;
       const auto next = std::upper_bound(it->second.begin(), it->second.end(), i);
       if (next == it->second.end()) continue;
-      before[*next].push_back(a);
+      const std::size_t at = group_begin(actions, *next);  // an OVERLAP_F_B waits for all its data first
+      before[at].push_back(a);
       leaves[i] = true;
-      for (std::size_t k = i + 1; k < *next; ++k) {
+      for (std::size_t k = i + 1; k < at; ++k) {
         if (!is_recv(actions[k].op)) {
           ++count;
           break;

@@ -34,6 +34,7 @@ std::string to_chrome_trace(const Trace& trace) {
     for (const auto& t : ranks[r]) {
       json args{{"op", std::string(op_name(t.action.op))}, {"stage", t.action.stage.value}};
       if (t.action.microbatch) args["microbatch"] = t.action.microbatch->value;
+      if (t.action.overlapped) args["overlapped"] = true;  // with the compute action before it: an OVERLAP_F_B
       events.push_back({{"ph", "X"},
                         {"name", to_string(t.action)},
                         {"cat", is_compute(t.action.op) ? "compute" : is_transfer(t.action.op) ? "transfer" : "other"},
@@ -123,6 +124,10 @@ Trace parse_chrome_trace(const std::string& text, const std::string& source) {
       action = parse_action(e["name"].get<std::string>());
     } catch (const Error& err) {
       throw Error(where + ": field 'name': " + err.what());
+    }
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("overlapped")) {
+      if (!e["args"]["overlapped"].is_boolean()) throw Error(where + ": field 'args.overlapped' must be true or false");
+      action.overlapped = e["args"]["overlapped"].get<bool>() && is_compute(action.op) && action.op != Op::R;
     }
     const auto rank = static_cast<std::size_t>(e["pid"].get<int>());
     if (trace.timeline.ranks.size() <= rank) trace.timeline.ranks.resize(rank + 1);

@@ -74,7 +74,23 @@ class Checker {
           fail(at, to_string(a) + ": micro-batch " + std::to_string(a.microbatch->value) +
                        " does not exist (micro-batches 0.." + std::to_string(M - 1) + ")");
         }
+        if (a.overlapped) check_overlap(at);
       }
+    }
+  }
+
+  // An overlapped action and the one before it on its rank are F, B, I or W:
+  // one OVERLAP_F_B, the actions side by side.
+  void check_overlap(Loc at) const {
+    const auto& actions = p_.ranks[at.rank.value];
+    const auto fb = [](Op op) { return op == Op::F || op == Op::B || op == Op::I || op == Op::W; };
+    const Action& a = actions[at.step];
+    if (!fb(a.op)) fail(at, to_string(a) + " is marked overlapped: only F, B, I and W run in an OVERLAP_F_B");
+    if (at.step == 0 || !fb(actions[at.step - 1].op)) {
+      fail(at, to_string(a) + " is marked overlapped but " +
+                   (at.step == 0 ? std::string("is its rank's first action")
+                                 : "follows " + to_string(actions[at.step - 1]) + ", not an F, B, I or W") +
+                   ": an OVERLAP_F_B's actions stand side by side");
     }
   }
 

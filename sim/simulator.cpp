@@ -75,7 +75,8 @@ class SimBackend final : public ps::Backend {
   void compute(ps::RankId, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
     if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
-    const double d = in_.stages.at(a.stage.value).of(a);
+    const double d = in_.stages.at(a.stage.value).of(a, alone_);
+    alone_ = in_.stages.at(a.stage.value).of(a);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
       const double waits = d > 0 ? collective_wait(a, d) : 0;
@@ -259,6 +260,7 @@ class SimBackend final : public ps::Backend {
   sg4::MutexPtr taking_;     // with cores_: one tensor group at a time takes its cores
   bool holding_ = false;     // this rank holds one of them
   double used_ = 0;          // of its time slice
+  double alone_ = 0;         // its last compute action's own time (what an overlapped one overlaps)
 };
 
 // PIPETWIN_SIM_PROFILE's line: the replay's phases at times t[0..3].

@@ -7,13 +7,16 @@ namespace ps = pipetwin::schedule;
 
 namespace pipetwin::sim {
 
+// Beside the op: the action is overlapped (Action::overlapped).
+constexpr int32_t kOverlappedBit = 1 << 16;
+
 std::string encode(const ps::Timeline& t) {
   std::string out;
   put<uint64_t>(out, t.ranks.size());
   for (const auto& rank : t.ranks) {
     put<uint64_t>(out, rank.size());
     for (const auto& a : rank) {
-      put<int32_t>(out, static_cast<int32_t>(a.action.op));
+      put<int32_t>(out, static_cast<int32_t>(a.action.op) | (a.action.overlapped ? kOverlappedBit : 0));
       put<int32_t>(out, a.action.stage.value);
       put<int32_t>(out, a.action.microbatch ? a.action.microbatch->value : -1);
       put<double>(out, a.start);
@@ -30,7 +33,9 @@ ps::Timeline decode(const std::string& in) {
   for (auto& rank : t.ranks) {
     rank.resize(take<uint64_t>(in, pos));
     for (auto& a : rank) {
-      a.action.op = static_cast<ps::Op>(take<int32_t>(in, pos));
+      const int32_t op = take<int32_t>(in, pos);
+      a.action.op = static_cast<ps::Op>(op & ~kOverlappedBit);
+      a.action.overlapped = (op & kOverlappedBit) != 0;
       a.action.stage = ps::StageId{take<int32_t>(in, pos)};
       const int mb = take<int32_t>(in, pos);
       if (mb >= 0) a.action.microbatch = ps::MicrobatchId{mb};

@@ -4,9 +4,10 @@
 // Two stages per rank placed V-shaped as in zb-v (rank r holds stages r and
 // 2K-1-r); M >= 2K. In its steady state each rank runs a forward of one of
 // its stages overlapped with a full backward of the other (PyTorch's
-// OVERLAP_F_B); PyTorch's runtime runs the two halves one after the other
-// unless a custom overlap is registered, and so does the IR: each overlap is
-// its forward then its backward, timed as their sum. The first half of the
+// OVERLAP_F_B, its backward marked overlapped in the IR). PyTorch's runtime
+// runs the two halves one after the other unless a custom overlap is
+// registered, and so does the executor; the simulators time one as their
+// sum less the hardware's overlap_factor times the shorter. The first half of the
 // cool-down uses full backwards, the second splits them into I and W (zero
 // bubble), the W of an I queued and issued in order. K=2, M=4:
 //
@@ -43,10 +44,11 @@ struct RankOrder {
     actions.push_back(make_action(Op::W, weights.front().first, weights.front().second));
     weights.pop_front();
   }
-  // PyTorch's OVERLAP_F_B: the forward, then the full backward.
+  // PyTorch's OVERLAP_F_B: the forward, then the full backward overlapped with it.
   void overlap(int forward_stage, int backward_stage) {
     forward(forward_stage);
     full_backward(backward_stage);
+    actions.back().overlapped = true;
   }
 };
 

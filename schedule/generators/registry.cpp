@@ -44,10 +44,13 @@ const std::vector<GeneratorInfo>& generators() {
        "max(6M+K-1, 4M+4K-2) unit steps)",
        "stage s stashes min(2K-s, M) micro-batches (a stage is half a rank's layers)", 2},
       {"dualpipe-v", "DualPipeV (PyTorch's ScheduleDualPipeV): 2 stages per rank placed V-shaped, a forward overlapped "
-       "with a full backward in the steady state (run one after the other, as PyTorch's runtime does), I and W split "
+       "with a full backward in the steady state (an OVERLAP_F_B: the executor runs its halves one after the other, "
+       "as PyTorch's runtime does; the simulators take off the hardware's overlap_factor), I and W split "
        "in the cool-down",
        false, generate_dualpipe_v, "M >= 2K; V = 2, implied (--virtual left out or 2)",
-       "4M+2K-1 unit steps with F = B = I = W = 1, an overlap its two halves (the dry run's count, not derived)",
+       "4M+3K-2 unit steps with F = B = I = W = 1, an OVERLAP_F_B its two halves in turn and its sends after both, "
+       "as PyTorch lowers one (the dry run's count, not derived); with a stage's F = I, the last rank idles "
+       "(K-1)(F&B+B-3W), DeepSeek-V3's DualPipe bubble, F&B = F+B-overlap_factor*min(F,B)",
        "stage s stashes 2K-s micro-batches", 2},
       {"v-half", "V-Half (Qi et al. 2024, controllable memory): 2 stages per rank placed V-shaped, I and W split, "
        "a building block of half 1F1B's activation memory repeated and squeezed (the authors' greedy)",

@@ -10,6 +10,8 @@
 #include "calibration/fit_parts.hpp"
 #include "calibration/traces.hpp"
 #include "models/families.hpp"
+#include "models/yaml_file.hpp"
+#include "schedule/io.hpp"
 #include "models/stage_costs.hpp"
 #include "models/stage_table.hpp"
 #include "schedule/dry_run.hpp"
@@ -301,4 +303,47 @@ TEST(FitSharing, TheGoldenSectionSearchFindsTheMinimumOrAnEnd) {
   });
   EXPECT_EQ(replays, 0);
   EXPECT_TRUE(fit.coefficients.empty());
+}
+
+// DualPipeV's OVERLAP_F_B on a device that hides a share of the shorter half:
+// the evaluator's trace of K=2 (4 stages) read back as a run, its program
+// recorded; fit_overlap recovers the share from the spans against the halves
+// that ran alone, and reports none where the program holds no OVERLAP_F_B.
+TEST(FitOverlap, TheOverlapFactorOfATraceIsRecovered) {
+  for (const double rho : {0.0, 0.35, 0.6, 1.0}) {
+    pm::Hardware hw = known_hardware();
+    hw.device.cold_weights_bandwidth = 0;  // every forward of a stage alike: the medians are exact
+    hw.device.overlap_factor = rho;
+    const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
+    ps::Program p = ps::build_schedule("dualpipe-v", {2, 8, 2});
+    p.partition = {{0, 2}, {2, 3}, {3, 4}, {4, 6}};
+    pm::PartitionRequest r;
+    r.program = p;
+    r.microbatch_size = 2;
+    const pm::StageCostModel costs(model, hw, r);
+    const ps::Timeline timeline = ps::evaluate(p, pm::stage_table(costs, hw, p)).timeline;
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const auto& range : p.partition) ranges.push_back({range.begin, range.end});
+    const nlohmann::json meta{{"producer", "test"},   {"model", model.name}, {"model_spec", kModel}, {"schedule", "dualpipe-v"},
+                              {"ranks", 2},           {"stages_per_rank", 2}, {"microbatches", 8},  {"microbatch_size", 2},
+                              {"batch", 16},          {"recompute", "none"}, {"partition", ranges}, {"program", ps::to_text(p)}};
+    const std::vector<pc::TraceRun> runs{pc::trace_run_from({timeline, meta, {}}, "dualpipe.json")};
+    pm::Device device = hw.device;
+    device.overlap_factor = 0.123;  // what the fit starts from
+    pc::FitResult result;
+    pf::fit_overlap(runs, device, result);
+    EXPECT_NEAR(device.overlap_factor, rho, 1e-9) << "overlap " << rho;
+    ASSERT_FALSE(result.notes.empty());
+    EXPECT_NE(result.notes.back().find("overlap_factor "), std::string::npos) << result.notes.back();
+    const auto* c = coefficient(result.coefficients, "overlap_factor");
+    ASSERT_NE(c, nullptr);
+    EXPECT_NEAR(c->value, rho, 1e-9);
+  }
+  // No OVERLAP_F_B in the traces: the base's factor stays, nothing said.
+  pm::Device device = known_hardware().device;
+  device.overlap_factor = 0.25;
+  pc::FitResult result;
+  pf::fit_overlap(runs_of({grid()[0]}, known_hardware()), device, result);
+  EXPECT_EQ(device.overlap_factor, 0.25);
+  EXPECT_TRUE(result.notes.empty());
 }

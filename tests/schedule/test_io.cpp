@@ -8,6 +8,7 @@
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
+#include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
 
 namespace ps = pipetwin::schedule;
@@ -47,19 +48,25 @@ TEST(Csv, ImportsAScheduleWithCommunicationAndSkipsFsdpActions) {
   EXPECT_FALSE(ps::validate(q).lowered);
 }
 
-// PyTorch's compound action runs its halves one after the other (its
-// runtime's default); UNSHARD/RESHARD and REDUCE_GRAD are said, and a
-// malformed compound names the cell.
-TEST(Csv, OverlapFBBecomesItsHalvesInOrderAndEveryNoOpIsSaid) {
+// PyTorch's compound action stays one in the IR: its second half marked
+// overlapped, written back as it came in every format; UNSHARD/RESHARD and
+// REDUCE_GRAD are said, and a malformed compound names the cell.
+TEST(Csv, OverlapFBStaysOneActionAndEveryNoOpIsSaid) {
   std::vector<std::string> notes;
   const auto p = ps::parse_csv("0UNSHARD,0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD,0RESHARD\n", "ov.csv",
                                &notes);
   ASSERT_EQ(p.num_ranks, 1);
   std::string row;
-  for (const auto& a : p.ranks[0]) row += ps::to_string(a) + " ";
-  EXPECT_EQ(row, "0F0 0F1 0F2 1B0 0B1 0B2 1F0 1B1 1F1 1F2 1B2 0REDUCE_GRAD ");
+  for (const auto& a : p.ranks[0]) row += ps::to_string(a) + (a.overlapped ? "* " : " ");
+  EXPECT_EQ(row, "0F0 0F1 0F2 1B0* 0B1 0B2 1F0 1B1 1F1 1F2 1B2 0REDUCE_GRAD ");
+  EXPECT_EQ(ps::to_cells(p.ranks[0])[2], "(0F2;1B0)OVERLAP_F_B");
+  EXPECT_EQ(ps::to_csv(p), "0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD\n");
+  EXPECT_EQ(ps::parse_text(ps::to_text(p), "ov.txt").ranks, p.ranks);
+  EXPECT_EQ(ps::parse_json(ps::to_json(p), "ov.json").ranks, p.ranks);
+  EXPECT_EQ(ps::parse_csv(ps::to_pytorch_csv(p), "ov2.csv").ranks, p.ranks);
   ASSERT_EQ(notes.size(), 3u);
-  EXPECT_NE(notes[0].find("1 OVERLAP_F_B: each runs its sub-actions one after the other"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("1 OVERLAP_F_B: kept as overlapped actions; the executor runs each one's sub-actions one after "
+                          "the other"), std::string::npos) << notes[0];
   EXPECT_NE(notes[1].find("2 UNSHARD/RESHARD (FSDP) left out"), std::string::npos) << notes[1];
   EXPECT_NE(notes[2].find("1 REDUCE_GRAD: no-ops in time for one replica"), std::string::npos) << notes[2];
   EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0B0\n", "a.csv"); }),
@@ -67,7 +74,43 @@ TEST(Csv, OverlapFBBecomesItsHalvesInOrderAndEveryNoOpIsSaid) {
   EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0SEND_F1)OVERLAP_F_B\n", "b.csv"); }),
             "b.csv:1: column 2: OVERLAP_F_B holds 0SEND_F1: its sub-actions are forwards and backwards (F, B, I, W)");
   EXPECT_EQ(error_of([] { ps::parse_csv("(0F1)OVERLAP_F_B\n", "c.csv"); }),
-            "c.csv:1: column 1: OVERLAP_F_B holds 1 action(s), expected two or more");
+            "c.csv:1: column 1: OVERLAP_F_B holds 1 action, expected two or more");
+  EXPECT_EQ(error_of([] { ps::parse_text("rank 0: 0F0 (0F1;0X0)OVERLAP_F_B\n", "d.txt"); }).substr(0, 40),
+            "d.txt:1: invalid action '0X0': unknown o");
+}
+
+// The passes keep an OVERLAP_F_B whole: its receives before it, its sends
+// and its recompute around it, never between its halves; a mark that is not
+// on a forward or backward beside another is refused, naming the action.
+TEST(Passes, KeepAnOverlapWhole) {
+  auto p = ps::generate("dualpipe-v", {2, 4});
+  p.recompute = ps::RecomputePolicy::Full;
+  p.data_parallel = 2;
+  const auto lowered = ps::insert_gradient_reductions(ps::lower(p));
+  int groups = 0;
+  for (const auto& actions : lowered.ranks) {
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (!actions[i].overlapped) continue;
+      ++groups;
+      EXPECT_EQ(actions[i - 1].op, ps::Op::F) << ps::to_string(actions[i]);
+      EXPECT_EQ(actions[i].op, ps::Op::B) << ps::to_string(actions[i]);
+    }
+  }
+  EXPECT_EQ(groups, 2 * 4 - 3 * 2 + 1 + (2 * 4 - 3 * 2 + 2 - 1));  // 2M - 3K + r + 1, less one on the last rank
+  EXPECT_NO_THROW(ps::validate(lowered));
+  auto bad = ps::generate("dualpipe-v", {2, 4});
+  bad.ranks[0][0].overlapped = true;
+  EXPECT_NE(error_of([&] { ps::validate(bad); }).find("rank 0, step 0: 0F0 is marked overlapped but is its rank's first action"),
+            std::string::npos) << error_of([&] { ps::validate(bad); });
+  bad = ps::lower(ps::generate("dualpipe-v", {2, 4}));
+  for (auto& a : bad.ranks[1]) {
+    if (a.op == ps::Op::SEND_F) {
+      a.overlapped = true;
+      break;
+    }
+  }
+  EXPECT_NE(error_of([&] { ps::validate(bad); }).find("is marked overlapped: only F, B, I and W run in an OVERLAP_F_B"),
+            std::string::npos) << error_of([&] { ps::validate(bad); });
 }
 
 TEST(Csv, InfersTheInterleavedStageMap) {

@@ -188,25 +188,46 @@ TEST(Simulator, ZeroBubbleVHasHalfOfZbH1sBubbleTime) {
 }
 
 TEST(Simulator, DualPipeVTakesItsClosedForm) {
-  // A rank's layers cost F = I = W = 1 in all, split over its two stages (each
-  // OVERLAP_F_B its two halves, one after the other): 3M + (K-1)/2, as zb-v,
-  // so (K-1)/2 idle on every rank. More generally, with F = I and W <= I per
-  // stage, 2M(F+I+W) + (K-1)(F+I-W) (measured over these shapes, not derived;
-  // it does not hold for every F, I, W). DeepSeek's (PP/2-1)(F&B+B-3W) assumes
-  // a forward and a backward that really overlap, which this replay does not.
+  // DeepSeek-V3's bubble of DualPipe, (PP/2-1)(F&B + B - 3W), PP/2 - 1 = K - 1
+  // here (DualPipeV is DualPipe cut in half: K ranks, 2K stages), F&B the
+  // time of an OVERLAP_F_B: F + B less overlap_factor x min(F, B). It is the
+  // idle time of the last rank, which holds the most OVERLAP_F_B, for every
+  // overlap factor, where a stage's F equals its I and W <= I (measured over
+  // these shapes; with F != I it is off by up to (K-1)(F-I)). The step is
+  // that rank's work plus it. Each OVERLAP_F_B takes its sum less the
+  // overlap, to the last bit, in both engines.
   for (const auto& [f, i, w] : Costs{{0.5, 0.5, 0.5}, {0.5, 0.5, 0.25}, {1.0, 1.0, 0.5}, {1.0, 1.0, 0.0}}) {
-    for (int K : {2, 4, 8}) {
-      for (int M : {2 * K, 2 * K + 3, 16, 20}) {
-        const auto t = pipetwin::sim::simulate(uniform_input("dualpipe-v", K, M, 2, unit(f, i, w))).timeline;
-        const std::string at = "F=" + std::to_string(f) + " I=" + std::to_string(i) + " W=" + std::to_string(w) +
-                               " K=" + std::to_string(K) + " M=" + std::to_string(M);
-        const double expected = 2 * M * (f + i + w) + (K - 1) * (f + i - w);
-        EXPECT_NEAR(t.makespan(), expected, 1e-9) << at;
-        for (int r = 0; r < K; ++r) {
-          EXPECT_NEAR(t.makespan() - t.busy(ps::RankId{r}), (K - 1) * (f + i - w), 1e-9) << at << " rank " << r;
-        }
-        if (f == 0.5 && w == 0.5) {
-          EXPECT_NEAR(t.makespan(), 3.0 * M + (K - 1) / 2.0, 1e-9) << at;
+    for (const double rho : {0.0, 0.5, 1.0}) {
+      for (int K : {2, 4, 8}) {
+        for (int M : {2 * K, 2 * K + 3, 16, 20}) {
+          auto costs = unit(f, i, w);
+          costs.overlap_factor = rho;
+          const SimInput in = uniform_input("dualpipe-v", K, M, 2, costs);
+          const auto t = pipetwin::sim::simulate(in).timeline;
+          const std::string at = "F=" + std::to_string(f) + " I=" + std::to_string(i) + " W=" + std::to_string(w) +
+                                 " overlap=" + std::to_string(rho) + " K=" + std::to_string(K) + " M=" + std::to_string(M);
+          const double b = i + w, fb = f + b - rho * std::min(f, b);
+          const double bubble = (K - 1) * (fb + b - 3 * w);
+          const ps::RankId last{K - 1};
+          EXPECT_NEAR(t.makespan() - t.busy(last), bubble, 1e-9) << at;
+          // The last rank: 2M of each F, I and W, 2M - 2K - 1 of its backwards overlapped.
+          EXPECT_NEAR(t.busy(last), 2 * M * (f + i + w) - (2 * M - 2 * K - 1) * rho * std::min(f, b), 1e-9) << at;
+          if (rho == 0) EXPECT_NEAR(t.makespan(), 2 * M * (f + i + w) + (K - 1) * (f + 2 * i - w), 1e-9) << at;
+          const auto fast = ps::evaluate(in.program, in.stages).timeline;
+          EXPECT_NEAR(fast.makespan(), t.makespan(), 1e-9) << at;
+          int overlaps = 0;
+          for (const auto& rank : t.ranks) {
+            for (std::size_t k = 1; k < rank.size(); ++k) {
+              if (!rank[k].action.overlapped) continue;
+              ++overlaps;
+              ASSERT_EQ(rank[k - 1].action.op, ps::Op::F) << at;
+              ASSERT_EQ(rank[k].action.op, ps::Op::B) << at;
+              EXPECT_NEAR(rank[k].end - rank[k - 1].start, fb, 1e-9) << at << " " << ps::to_string(rank[k].action);
+            }
+          }
+          int expected = 0;
+          for (int r = 0; r < K; ++r) expected += 2 * M - 3 * K + r + 1 - (r == K - 1 ? 1 : 0);
+          EXPECT_EQ(overlaps, expected) << at;
         }
       }
     }
