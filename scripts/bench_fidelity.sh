@@ -19,10 +19,10 @@
 # spread by more than 10% of their median gets 3 more, the median of all
 # then used), FIDELITY_STEPS (default 12: the
 # trace is the median step, the first left out), FIDELITY_MICROBENCH=1 (also
-# calibrate --microbench), FIDELITY_CALIBRATE_REPEAT (fastest, median or
-# slowest: which repeat of each calibration configuration, by step time, the
-# calibration reads; default median; the held-out ones are always measured by
-# their median repeat), PIPETWIN_SKIP_BUILD=1.
+# calibrate --microbench), FIDELITY_CALIBRATE_REPEAT (fastest, median,
+# slowest or all: which repeat of each calibration configuration, by step
+# time, the calibration reads, or every one; default median; the held-out
+# ones are always measured by their median repeat), PIPETWIN_SKIP_BUILD=1.
 #
 # A step is timed (scripts/trace_step.py) from the first action of rank 0 (stage 0) to the last end,
 # as the simulator replays one: pipetwin run's makespan also holds the other
@@ -129,11 +129,11 @@ import glob, re, sys
 sys.path.insert(0, "scripts")
 from trace_step import step_of
 runs, name, pick = sys.argv[1:]
-if pick not in ("fastest", "slowest"):
-    sys.exit(f"FIDELITY_CALIBRATE_REPEAT must be fastest, median or slowest, got {pick!r}")
+if pick not in ("fastest", "slowest", "all"):
+    sys.exit(f"FIDELITY_CALIBRATE_REPEAT must be fastest, median, slowest or all, got {pick!r}")
 paths = [p for p in glob.glob(f"{runs}/{name}_r*.json") if re.fullmatch(re.escape(name) + r"_r[0-9]+\.json", p.split("/")[-1])]
 steps = sorted((step_of(p), p) for p in paths)
-print(steps[0][1] if pick == "fastest" else steps[-1][1])
+print(" ".join(p for _, p in steps) if pick == "all" else steps[0][1] if pick == "fastest" else steps[-1][1])
 EOF
 }
 calibrate=()
@@ -141,7 +141,12 @@ held=()
 for c in "${configs[@]}"; do
   read -r S K M R <<<"$c"
   name="${S}_k${K}_m${M}_${R}"
-  if [[ "$CALIBRATE_M" == *" $M "* ]]; then calibrate+=("$(calibration_repeat "$name")"); else held+=("$name"); fi
+  if [[ "$CALIBRATE_M" == *" $M "* ]]; then
+    read -r -a picked <<<"$(calibration_repeat "$name")"
+    calibrate+=("${picked[@]}")
+  else
+    held+=("$name")
+  fi
 done
 extra=()
 [ -n "${FIDELITY_MICROBENCH:-}" ] && extra+=(--microbench)
