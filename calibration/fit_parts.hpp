@@ -256,7 +256,7 @@ double golden_min(const std::function<double(double)>& f, double lo, double hi, 
 
 // Sets device.overlap_factor from the OVERLAP_F_B the runs' programs hold
 // (their spans against their halves' durations alone), with a note and a
-// coefficient; leaves it as it is, without a note, where they hold none.
+// coefficient; leaves it as it is where they hold none (saying so when it is not 0).
 void fit_overlap(const std::vector<TraceRun>& runs, models::Device& device, FitResult& result);
 
 }  // namespace pipetwin::calibration::fitting

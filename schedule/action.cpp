@@ -144,7 +144,12 @@ std::vector<Action> parse_cell(std::string_view cell) {
     std::string_view sub = inside.substr(0, semi);
     while (!sub.empty() && (sub.front() == ' ' || sub.front() == '\t')) sub.remove_prefix(1);
     while (!sub.empty() && (sub.back() == ' ' || sub.back() == '\t')) sub.remove_suffix(1);
-    Action a = parse_action(sub);
+    Action a;
+    try {
+      a = parse_action(sub);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + ", in '" + clipped(cell) + "'");
+    }
     if (!is_compute(a.op) || a.op == Op::R) {
       throw Error("OVERLAP_F_B holds " + to_string(a) + ": its sub-actions are forwards and backwards (F, B, I, W)");
     }
@@ -154,7 +159,7 @@ std::vector<Action> parse_cell(std::string_view cell) {
     inside.remove_prefix(semi + 1);
   }
   if (subs.size() < 2) {
-    throw Error("OVERLAP_F_B holds " + std::to_string(subs.size()) + " action, expected two or more");
+    throw Error("OVERLAP_F_B '" + clipped(cell) + "' holds " + std::to_string(subs.size()) + " action, expected two or more");
   }
   return subs;
 }

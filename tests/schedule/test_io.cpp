@@ -74,7 +74,10 @@ TEST(Csv, OverlapFBStaysOneActionAndEveryNoOpIsSaid) {
   EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0SEND_F1)OVERLAP_F_B\n", "b.csv"); }),
             "b.csv:1: column 2: OVERLAP_F_B holds 0SEND_F1: its sub-actions are forwards and backwards (F, B, I, W)");
   EXPECT_EQ(error_of([] { ps::parse_csv("(0F1)OVERLAP_F_B\n", "c.csv"); }),
-            "c.csv:1: column 1: OVERLAP_F_B holds 1 action, expected two or more");
+            "c.csv:1: column 1: OVERLAP_F_B '(0F1)OVERLAP_F_B' holds 1 action, expected two or more");
+  EXPECT_EQ(error_of([] { ps::parse_text("rank 0: 0F0 (0F1;;0B0)OVERLAP_F_B\n", "e.txt"); }),
+            "e.txt:1: invalid action '': expected <stage><op>[<micro-batch>], e.g. 2F0 or 3SEND_F1, in "
+            "'(0F1;;0B0)OVERLAP_F_B'");
   EXPECT_EQ(error_of([] { ps::parse_text("rank 0: 0F0 (0F1;0X0)OVERLAP_F_B\n", "d.txt"); }).substr(0, 40),
             "d.txt:1: invalid action '0X0': unknown o");
 }
