@@ -27,12 +27,6 @@ namespace ps = pipetwin::schedule;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // What the OVERLAP_F_B of the runs hid, each as a share of what the engines
 // would take off at factor 1; how many there were, and how many lacked halves
 // that ran alone; how many runs held any.
