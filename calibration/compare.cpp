@@ -49,25 +49,6 @@ std::string show(const json& v) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
-json check_configuration(const json& p, const std::string& pf, const json& m, const std::string& mf) {
-  json shared = json::object();
-  for (const auto& field : schedule::configuration_fields()) {
-    const bool in_p = p.contains(field), in_m = m.contains(field);
-    if (!in_p && !in_m) continue;
-    if (in_p != in_m) {
-      const auto& [has, has_file, lacks_file] = in_p ? std::tie(p, pf, mf) : std::tie(m, mf, pf);
-      throw Error(lacks_file + ": otherData has no field '" + field + "' (" + has_file + " has " + show(has[field]) +
-                  "): cannot check that the traces describe the same configuration");
-    }
-    if (p[field] != m[field]) {
-      throw Error(mf + ": otherData field '" + field + "' is " + show(m[field]) + " but " + pf + " has " +
-                  show(p[field]) + ": the traces describe different configurations");
-    }
-    shared[field] = p[field];
-  }
-  return shared;
-}
-
 const char* kind_of(Op op) {
   switch (op) {
     case Op::F: return "F";
@@ -192,6 +173,29 @@ std::string describe(const json& c) {
 
 }  // namespace
 
+std::string producer_of(const json& meta) {
+  return meta.contains("producer") && meta["producer"].is_string() ? meta["producer"].get<std::string>() : "";
+}
+
+json same_configuration(const json& p, const std::string& pf, const json& m, const std::string& mf) {
+  json shared = json::object();
+  for (const auto& field : schedule::configuration_fields()) {
+    const bool in_p = p.contains(field), in_m = m.contains(field);
+    if (!in_p && !in_m) continue;
+    if (in_p != in_m) {
+      const auto& [has, has_file, lacks_file] = in_p ? std::tie(p, pf, mf) : std::tie(m, mf, pf);
+      throw Error(lacks_file + ": otherData has no field '" + field + "' (" + has_file + " has " + show(has[field]) +
+                  "): cannot check that the traces describe the same configuration");
+    }
+    if (p[field] != m[field]) {
+      throw Error(mf + ": otherData field '" + field + "' is " + show(m[field]) + " but " + pf + " has " +
+                  show(p[field]) + ": the traces describe different configurations");
+    }
+    shared[field] = p[field];
+  }
+  return shared;
+}
+
 std::optional<double> Delta::relative() const {
   if (measured != 0) return error() / measured;
   if (predicted == 0) return 0.0;
@@ -284,14 +288,11 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   c.measured_file = mf;
   // The two files given the wrong way round: a run's trace first, a
   // simulation's second (two simulations, or two runs, may be compared).
-  const auto producer = [](const json& meta) {
-    return meta.contains("producer") && meta["producer"].is_string() ? meta["producer"].get<std::string>() : "";
-  };
-  if (producer(predicted.metadata) == "pipetwin run" && producer(measured.metadata) == "pipetwin simulate") {
+  if (producer_of(predicted.metadata) == "pipetwin run" && producer_of(measured.metadata) == "pipetwin simulate") {
     throw Error(pf + ": otherData field 'producer' is \"pipetwin run\" (a measured trace) and " + mf +
                 " was predicted (\"pipetwin simulate\"): give the predicted trace first, pipetwin compare PREDICTED MEASURED");
   }
-  c.configuration = check_configuration(predicted.metadata, pf, measured.metadata, mf);
+  c.configuration = same_configuration(predicted.metadata, pf, measured.metadata, mf);
   const auto p_index = index_actions(predicted, pf);
   const auto m_index = index_actions(measured, mf);
   check_all_in(predicted, pf, m_index, mf);
@@ -409,6 +410,14 @@ json Comparison::to_json() const {
                             {"counted_steps", noise->counted_steps},
                             {"busy", noise->busy()}}
                      : json(nullptr);
+  if (repeats) {
+    j["repeats"] = {{"files", repeats->files},
+                    {"steps_s", repeats->steps_s},
+                    {"median_s", repeats->median_s},
+                    {"mad_s", repeats->mad_s},
+                    {"median_uncertainty_rel", repeats->median_uncertainty_rel},
+                    {"busy", repeats->busy}};
+  }
   j["verdict"] = {{"step_time", verdict_name(step_judgement.verdict)}, {"why", step_judgement.why}};
   return j;
 }
@@ -472,6 +481,7 @@ std::string Comparison::to_text() const {
     }
   }
   o << "noise        " << (noise ? noise->describe() : "not recorded by the measured trace") << "\n";
+  if (repeats) o << "repeats      " << repeats->describe() << "\n";
   o << "verdict      " << verdict_name(step_judgement.verdict) << ": " << step_judgement.why << "\n";
   return o.str();
 }

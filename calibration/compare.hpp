@@ -59,7 +59,7 @@ struct Comparison {
   Delta bubble_fraction;  // its error in points is 100 * error()
   // Where the measured trace recorded every step's bubble
   // (measured.bubble_fractions): the prediction against their median (the
-  // first step, warm-up, left out), over bubble_steps steps; else 0 steps.
+  // warm-up left out), over bubble_steps steps; else 0 steps.
   Delta bubble_over_steps;
   int bubble_steps = 0;
   std::vector<Delta> busy_s_per_rank;
@@ -74,6 +74,7 @@ struct Comparison {
   // What the measured run recorded of its noise (none: an older trace, or
   // not a run's), and the step time's error judged against it.
   std::optional<Noise> noise;
+  std::optional<Repeats> repeats;  // compare --repeats: other runs of the measured configuration
   Judgement step_judgement;
 
   nlohmann::json to_json() const;
@@ -83,11 +84,28 @@ struct Comparison {
 // The configuration fields two traces must share, in otherData.
 using schedule::configuration_fields;
 
+// The configuration fields of two traces' otherData (`p` read from `pf`, `m`
+// from `mf`), checked equal: returns them; throws pipetwin::Error naming the
+// file and field where one lacks a field the other has or they differ.
+nlohmann::json same_configuration(const nlohmann::json& p, const std::string& pf, const nlohmann::json& m,
+                                  const std::string& mf);
+
+// otherData's "producer" ("pipetwin run", "pipetwin simulate"), "" without one.
+std::string producer_of(const nlohmann::json& meta);
+
 // Throws pipetwin::Error naming the file and the otherData field where the two
 // traces describe different configurations, or the file, rank and action
 // where their actions do not match one to one.
 Comparison compare(const schedule::Trace& predicted, const std::string& predicted_file,
                    const schedule::Trace& measured, const std::string& measured_file);
+
+// Other runs of the measured configuration (repeats, read from `files`):
+// each checked to be a measured run of the same configuration (an error names
+// the file and field otherwise), their traced steps and the measured trace's
+// make c.repeats, and the step error is judged again against the wider of
+// the measured run's noise and their spread.
+void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
+                 const std::vector<std::string>& files);
 
 // That `trace` ran `schedule` (read from `schedule_file` and lowered as
 // simulate and run lower it): the same ranks, and on each the same compute

@@ -1,5 +1,6 @@
 #include "calibration/noise.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -67,7 +68,8 @@ std::string verdict_name(Verdict v) {
   return "unknown";
 }
 
-Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise) {
+Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise,
+                const std::optional<Repeats>& repeats) {
   char line[512];
   if (!noise) return {Verdict::Unknown, "the measured trace recorded no noise (pipetwin run writes it)"};
   if (noise->busy()) {
@@ -79,10 +81,13 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
     return {Verdict::NotMeaningful, line};
   }
   if (!relative_error) return {Verdict::Unknown, "the measured step time is 0"};
-  const double e = std::abs(*relative_error), band = noise->band();
-  if (noise->median_uncertainty_rel > 0 && e <= band) {
-    std::snprintf(line, sizeof line, "|error| %.1f%% is within what the measurement itself may carry (+-%.1f%%)", 100 * e,
-                  100 * band);
+  const double e = std::abs(*relative_error);
+  const double across = repeats ? repeats->median_uncertainty_rel : 0.0;
+  const double band = std::max(noise->band(), across);
+  const bool bounded = noise->median_uncertainty_rel > 0 || across > 0;
+  if (bounded && e <= band) {
+    std::snprintf(line, sizeof line, "|error| %.1f%% is within what the measurement itself may carry (+-%.1f%%%s)",
+                  100 * e, 100 * band, across > noise->band() ? ", from its repeats' spread" : "");
     return {Verdict::WithinNoise, line};
   }
   // Quiet as far as the counters tell, or too short a run for them to tell.
@@ -95,7 +100,7 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
                   "steps)",
                   100 * (noise->other_share + noise->steal_share), 100 * noise->share_resolution);
   }
-  if (noise->median_uncertainty_rel > 0) {
+  if (bounded) {
     std::snprintf(line, sizeof line, "|error| %.1f%% is beyond what the measurement itself may carry (+-%.1f%%) %s",
                   100 * e, 100 * band, where);
   } else {

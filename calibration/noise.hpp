@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace pipetwin::calibration {
 
@@ -53,6 +54,21 @@ struct Noise {
   std::string describe() const;  // one line
 };
 
+// Repeats of one measurement: other runs of the same configuration (`pipetwin
+// compare --repeats`), each by its traced step. A machine's pace drifts from
+// run to run by more than a run's own steps show (2-core machine, 60
+// configurations run 3 to 6 times, docs/calibration.md "Noise"): their
+// spread bounds the measurement where one run's steps cannot.
+struct Repeats {
+  std::vector<std::string> files;  // the measured trace's first
+  std::vector<double> steps_s;     // each run's traced step, in the same order
+  int busy = 0;                    // of them measured on a busy machine
+  double median_s = 0, mad_s = 0;
+  double median_uncertainty_rel = 0;  // 95% interval of the median over the runs; 0: fewer than 3
+  static Repeats of(std::vector<std::string> files, std::vector<double> steps_s, int busy);
+  std::string describe() const;  // one line
+};
+
 enum class Verdict { Unknown, NotMeaningful, WithinNoise, ModelError };
 std::string verdict_name(Verdict v);  // "unknown", "not meaningful", "within noise", "model error"
 
@@ -61,7 +77,9 @@ struct Judgement {
   std::string why;
 };
 
-// The step time's relative error (predicted - measured) / measured against the measured run's noise.
-Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise);
+// The step time's relative error (predicted - measured) / measured against the
+// measured run's noise and, where given, its repeats' spread (the wider band).
+Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise,
+                const std::optional<Repeats>& repeats = std::nullopt);
 
 }  // namespace pipetwin::calibration

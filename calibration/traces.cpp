@@ -34,12 +34,24 @@ std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::strin
   const json& all = meta["measured"]["bubble_fractions"];
   const std::string where = path + ": otherData.measured.bubble_fractions";
   if (!all.is_array() || all.empty()) throw Error(where + " must be a non-empty list of fractions");
+  // The steps the run counted (measured.noise.first_counted_step: its
+  // warm-up left out); the first alone in a trace from before that record.
+  std::size_t first = all.size() > 1 ? 1 : 0;
+  const json& noise = meta["measured"].value("noise", json::object());
+  if (noise.is_object() && noise.contains("first_counted_step") && noise["first_counted_step"].is_number_integer()) {
+    const auto f = noise["first_counted_step"].get<long long>();
+    if (f < 0 || f >= static_cast<long long>(all.size())) {
+      throw Error(path + ": otherData.measured.noise.first_counted_step is " + std::to_string(f) + ", outside the " +
+                  std::to_string(all.size()) + " steps of measured.bubble_fractions");
+    }
+    first = static_cast<std::size_t>(f);
+  }
   std::vector<double> steps;
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (!all[i].is_number() || !(all[i].get<double>() >= 0 && all[i].get<double>() <= 1)) {
       throw Error(where + "[" + std::to_string(i) + "] must be a fraction between 0 and 1, got " + all[i].dump());
     }
-    if (i > 0 || all.size() == 1) steps.push_back(all[i].get<double>());
+    if (i >= first) steps.push_back(all[i].get<double>());
   }
   return RecordedBubble{median(steps), static_cast<int>(steps.size())};
 }

@@ -68,10 +68,12 @@ struct TraceRun {
 };
 
 // The bubble of every step a run recorded (otherData.measured.bubble_fractions):
-// their median, the first step (warm-up) left out when there are others, and
-// how many steps that is; nullopt when the trace records none. Throws
-// pipetwin::Error naming `path`, the field and the index of a value that is
-// not a fraction.
+// their median over the steps the run counted (its warm-up left out:
+// measured.noise.first_counted_step, or the first step alone in traces from
+// before that record), and how many steps that is; nullopt when the trace
+// records none. Throws pipetwin::Error naming `path`, the field and the
+// index of a value that is not a fraction, or a first counted step outside
+// the steps.
 struct RecordedBubble {
   double median = 0;
   int steps = 0;

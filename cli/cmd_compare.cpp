@@ -12,6 +12,7 @@ namespace {
 
 struct Options {
   std::string predicted, measured, schedule;
+  std::vector<std::string> repeats;
   bool json = false;
 };
 
@@ -28,6 +29,9 @@ Run add_compare_command(CLI::App& app) {
   cmd->add_option("--schedule", o->schedule,
                   "A schedule file (pipetwin text or JSON, PyTorch CSV) both traces must have run: their compute and "
                   "optimizer actions checked, rank by rank, against it");
+  cmd->add_option("--repeats", o->repeats,
+                  "Other runs of the measured configuration (pipetwin run --trace): their spread bounds the "
+                  "measurement's noise from run to run, which one run's steps do not show");
   cmd->add_flag("--json", o->json, "Machine-readable report");
   return [o] {
     const auto p = schedule::read_chrome_trace(o->predicted);
@@ -41,6 +45,11 @@ Run add_compare_command(CLI::App& app) {
       checked = calibration::check_ran_schedule(m, o->measured, program, o->schedule);
     }
     auto c = calibration::compare(p, o->predicted, m, o->measured);
+    if (!o->repeats.empty()) {
+      std::vector<schedule::Trace> repeats;
+      for (const auto& f : o->repeats) repeats.push_back(schedule::read_chrome_trace(f));
+      calibration::add_repeats(c, m, repeats, o->repeats);
+    }
     c.schedule_file = o->schedule;
     c.schedule_actions = checked;
     if (o->json) {

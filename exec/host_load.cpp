@@ -147,11 +147,13 @@ nlohmann::json RunNoise::to_json() const {
           {"median_uncertainty_rel", median_uncertainty_rel}};
 }
 
+int warmup_steps(int steps) { return steps >= 5 ? 2 : steps > 1 ? 1 : 0; }
+
 RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, const std::vector<std::string>& hosts,
                        const std::vector<double>& step_times_s) {
   RunNoise out;
   const int steps = static_cast<int>(step_times_s.size());
-  out.first_counted_step = steps > 1 ? 1 : 0;
+  out.first_counted_step = warmup_steps(steps);
   out.counted_steps = steps - out.first_counted_step;
   std::vector<double> counted(step_times_s.begin() + out.first_counted_step, step_times_s.end());
   if (!counted.empty()) {

@@ -246,9 +246,9 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
     out.steps.push_back(std::move(t));
   }
   out.wall_s = steps > 0 ? last - first : 0;
-  // The median step, leaving out the first (warm-up) when there are others.
+  // The median step, leaving out the warm-up.
   std::vector<int> order;
-  for (int s = steps > 1 ? 1 : 0; s < static_cast<int>(steps); ++s) order.push_back(s);
+  for (int s = warmup_steps(static_cast<int>(steps)); s < static_cast<int>(steps); ++s) order.push_back(s);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return out.step_times_s[a] < out.step_times_s[b]; });
   out.representative_step = order.empty() ? 0 : order[(order.size() - 1) / 2];
   out.stage_peak_stash_bytes.assign(stages, 0);

@@ -48,8 +48,8 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
             if field in doc and doc[field] != value:
                 raise common.PlotError(f"{path}: field '{field}' is {doc[field]!r} but the plotted sweep rows have "
                                        f"{value!r} (choose them with --{field.replace('_', '-')})")
-    # The median of the run's steps where it recorded each step's (the first,
-    # warm-up, left out), as calibrate reads it; else its summary's one step.
+    # The median of the run's steps where it recorded each step's (the
+    # warm-up left out), as calibrate reads it; else its summary's one step.
     recorded = common.recorded_bubble(doc)
     if recorded is not None:
         return int(doc["ranks"]), int(doc["microbatches"]), recorded[0]

@@ -332,13 +332,20 @@ def select_rows(rows: list[dict], path: str, schedule: str | None = None, recomp
 
 def recorded_bubble(meta: dict) -> tuple[float, int] | None:
     """The median of the step bubbles a run recorded (measured.bubble_fractions
-    in a trace's otherData or a summary), the first step (warm-up) left out
-    when there are others, and how many steps that is, as calibrate and
-    compare read them (calibration::recorded_bubble); None when it has none."""
-    every = (meta.get("measured") or {}).get("bubble_fractions")
+    in a trace's otherData or a summary), its warm-up left out (the steps
+    before measured.noise.first_counted_step; the first alone in older
+    traces), and how many steps that is, as calibrate and compare read them
+    (calibration::recorded_bubble); None when it has none."""
+    measured = meta.get("measured") or {}
+    every = measured.get("bubble_fractions")
     if not (isinstance(every, list) and every and all(isinstance(b, (int, float)) for b in every)):
         return None
-    steps = every[1:] if len(every) > 1 else every
+    first = 1 if len(every) > 1 else 0
+    noise = measured.get("noise")
+    if isinstance(noise, dict) and isinstance(noise.get("first_counted_step"), int) \
+            and 0 <= noise["first_counted_step"] < len(every):
+        first = noise["first_counted_step"]
+    steps = every[first:]
     return float(statistics.median(steps)), len(steps)
 
 

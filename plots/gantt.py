@@ -66,8 +66,8 @@ def panel_title(label: str, trace: common.Trace) -> str:
         source += f" on {info.device}"
     head = f"{label} ({source})" if source else label
     text = f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
-    # A run that recorded every step's bubble: their median too (the first,
-    # warm-up, left out), the figure calibrate and compare read.
+    # A run that recorded every step's bubble: their median too (the warm-up
+    # left out), the figure calibrate and compare read.
     recorded = info.recorded_bubble()
     if recorded is not None and recorded[1] > 1:
         text += f" (the median of its {recorded[1]} steps: {100 * recorded[0]:.1f}%)"

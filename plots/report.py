@@ -39,7 +39,13 @@ def row(path: str) -> dict:
             f"batch={batch} recompute={c.get('recompute')}")
     noise = doc.get("noise") if isinstance(doc.get("noise"), dict) else None
     verdict = doc.get("verdict", {}).get("step_time", "unknown") if isinstance(doc.get("verdict"), dict) else "unknown"
+    # The measurement's 95% interval: the wider of its run's steps' and, where
+    # compare had them (--repeats), its repeats' spread from run to run.
+    repeats = doc.get("repeats") if isinstance(doc.get("repeats"), dict) else None
+    known = [x.get("median_uncertainty_rel") or 0 for x in (noise, repeats) if x]
     return {
+        "known": max(known) if known else 0,
+        "runs": len(repeats.get("steps_s", [])) if repeats else 1,
         "name": name,
         "noise": noise,
         "verdict": verdict,
@@ -72,7 +78,8 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
     for r in rows:
         stash = "n/a" if r["stash_worst"] is None else f"{100 * r['stash_worst']:.1f}%"
         n = r["noise"]
-        known = f" ±{100 * n['median_uncertainty_rel']:.1f}%" if n and n.get("median_uncertainty_rel") else ""
+        known = f" ±{100 * r['known']:.1f}%" if r["known"] else ""
+        known += f" ({r['runs']} runs)" if r["runs"] > 1 else ""
         others = f"{100 * (n['other_share'] + n['steal_share']):.1f}%" if n else "not recorded"
         lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms{known} | "
                      f"{100 * r['error']:+.1f}% | {r['verdict']} | {others} | "

@@ -168,7 +168,7 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT" "${held[@]}" <<'EOF'
 import glob, json, os, statistics, sys
 sys.path.insert(0, "scripts")
-from trace_step import step_of  # one step as the simulator replays one
+from trace_step import counted, step_of  # one step as the simulator replays one
 out, names = sys.argv[1], sys.argv[2:]
 rows = []
 
@@ -177,7 +177,7 @@ def repeat_files(name):  # every repeat of a configuration, extra ones included
 
 def bubble_of(path):
     # The mean over ranks of the share of a step not in compute: the median of
-    # the run's steps (the first, warm-up, left out) where it recorded each
+    # the run's steps (the warm-up left out) where it recorded each
     # step's, as calibrate reads it; else that of the trace's one step.
     every = steps_bubbles(path)
     if every:
@@ -188,9 +188,9 @@ def bubble_of(path):
     busy = [sum(e["dur"] for e in events if e["pid"] == r and e.get("cat") == "compute") / 1e6 for r in ranks]
     return sum(1 - b / ms for b in busy) / len(busy)
 
-def steps_bubbles(path):  # every recorded step's bubble but the first (warm-up)
-    every = json.load(open(path))["otherData"]["measured"].get("bubble_fractions") or []
-    return every[1:] if len(every) > 1 else every
+def steps_bubbles(path):  # every recorded step's bubble but the warm-up's
+    measured = json.load(open(path))["otherData"]["measured"]
+    return counted(measured, measured.get("bubble_fractions") or [])
 
 def pooled_bubble(name):
     # The configuration's bubble: the median over the steps of all its
@@ -283,7 +283,8 @@ for f in sorted(glob.glob(f"{out}/runs/*_r1.json")):
     reps = repeats_of(os.path.basename(f)[: -len("_r1.json")])
     if len(reps) > 1:
         spreads.append(100 * (max(reps) - min(reps)) / statistics.median(reps))
-    steps = json.load(open(f))["otherData"]["measured"]["step_times_s"][1:]
+    measured = json.load(open(f))["otherData"]["measured"]
+    steps = counted(measured, measured["step_times_s"])
     if len(steps) >= 4:
         q = statistics.quantiles(steps, n=4)
         inside.append(100 * (q[2] - q[0]) / statistics.median(steps))

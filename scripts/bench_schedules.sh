@@ -248,7 +248,7 @@ echo "predicted by simulate --hardware $CPU/calibrated.yaml on each run's partit
 python3 - "$CPU" "${rows[@]}" <<'EOF'
 import json, os, statistics, sys
 sys.path.insert(0, "scripts")
-from trace_step import step_of  # one step as the simulator replays one
+from trace_step import counted, step_of  # one step as the simulator replays one
 cpu, rows = sys.argv[1], sys.argv[2:]
 errors, bubble_errors = [], []
 print(f"{'schedule':<17} {'V':>1} {'K':>2} {'M':>3} {'batch':>5} {'measured':>10} {'predicted':>10} {'error':>7}  "
@@ -266,8 +266,8 @@ for row in rows:
         continue
     trace = f"{cpu}/runs/{name}.json"
     measured = step_of(trace)
-    every = json.load(open(trace))["otherData"]["measured"].get("bubble_fractions") or []
-    mb = statistics.median(every[1:] if len(every) > 1 else every)
+    recorded = json.load(open(trace))["otherData"]["measured"]
+    mb = statistics.median(counted(recorded, recorded.get("bubble_fractions") or []))
     p = json.load(open(f"{cpu}/predicted/{name}.summary.json"))["summary"]
     ps, pb = p["step_time_s"], p["bubble_fraction"]
     err = 100 * (ps / measured - 1)

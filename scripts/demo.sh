@@ -17,8 +17,12 @@ PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 OUT="${PIPETWIN_OUT:-out}"
 MODEL=examples/transformer-small.yaml
 BATCH=16
-STEPS="${PIPETWIN_DEMO_STEPS:-9}"
-REPEATS="${PIPETWIN_DEMO_REPEATS:-3}"  # runs per configuration, the median kept
+STEPS="${PIPETWIN_DEMO_STEPS:-8}"
+# Runs per configuration: the calibration fits all of them, the held-out
+# configurations are measured by their median run, and their spread (the
+# machine's pace drifts from run to run by more than one run's steps show)
+# bounds what a comparison can tell.
+REPEATS="${PIPETWIN_DEMO_REPEATS:-5}"
 rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report" "$OUT"/sweep_cpu.csv* "$OUT"/sweep_calibrated.csv*
 mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
@@ -83,11 +87,16 @@ for name in names:
     r = sorted(quiet)[(len(quiet) - 1) // 2][1]
     for ext in (".json", ".summary.json", ".txt"):
         shutil.copyfile(f"{runs}/{name}_r{r}{ext}", f"{runs}/{name}{ext}")
+    # Every quiet repeat (the calibration's), and the others than the median (compare --repeats).
+    with open(f"{runs}/{name}.quiet", "w", encoding="utf-8") as f:
+        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in quiet)
+    with open(f"{runs}/{name}.repeats", "w", encoding="utf-8") as f:
+        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in steps if q != r)
 EOF_PY
 
-say "calibrate on ${#CALIBRATE[@]} runs"
 traces=()
-for c in "${CALIBRATE[@]}"; do traces+=("$OUT/runs/$(name_of "$c").json"); done
+for c in "${CALIBRATE[@]}"; do mapfile -t -O "${#traces[@]}" traces <"$OUT/runs/$(name_of "$c").quiet"; done
+say "calibrate on ${#CALIBRATE[@]} configurations (${#traces[@]} runs: their repeats measured on a quiet machine)"
 "$PIPETWIN" calibrate "${traces[@]}" --hardware cpu --out "$OUT/cpu-calibrated.yaml" | tail -n 3
 
 say "predict the ${#HELD_OUT[@]} held-out configurations with the calibrated hardware and compare"
@@ -100,8 +109,11 @@ for c in "${HELD_OUT[@]}"; do
   # shellcheck disable=SC2046
   "$PIPETWIN" simulate $(args_of "$c") --hardware "$OUT/cpu-calibrated.yaml" --partition "$OUT/predicted/$n.partition" \
     --trace "$OUT/predicted/$n.json" >/dev/null
-  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" --json >"$OUT/compare/$n.json"
-  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" | sed -n 's/^step time/  '"$n"': step time/p'
+  mapfile -t repeats <"$OUT/runs/$n.repeats"
+  more=()
+  [ "${#repeats[@]}" -gt 0 ] && more=(--repeats "${repeats[@]}")
+  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" "${more[@]}" --json >"$OUT/compare/$n.json"
+  "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" "${more[@]}" | sed -n 's/^step time/  '"$n"': step time/p'
   compares+=("$OUT/compare/$n.json")
 done
 

@@ -10,6 +10,14 @@ import json
 import sys
 
 
+def counted(measured: dict, every: list) -> list:
+    """The steps of a run's `every` (step_times_s or bubble_fractions) it
+    counted: its warm-up left out (measured.noise.first_counted_step; the
+    first step alone in traces from before that record)."""
+    first = (measured.get("noise") or {}).get("first_counted_step", 1 if len(every) > 1 else 0)
+    return every[first:]
+
+
 def step_of(path: str) -> float:
     """Raises ValueError naming `path` when it is not such a trace."""
     try:

@@ -180,6 +180,20 @@ TEST(Compare, TheBubbleOverTheMeasuredRunsStepsWhereItRecordedThem) {
   EXPECT_DOUBLE_EQ(c.bubble_fraction.measured, 1 - 3.75 / 9.2);  // the traced step's, as before
   EXPECT_TRUE(has(c.to_text(), "measured over 4 steps (their median): 45.00%: error +8.85 points")) << c.to_text();
   EXPECT_DOUBLE_EQ(c.to_json()["bubble_fraction"]["measured_over_steps"]["median"].get<double>(), 0.45);
+  // A run that says where its counted steps begin (its noise record): from there.
+  auto counted = m;
+  counted.metadata["measured"]["noise"] = {{"first_counted_step", 2}};
+  const auto c2 = compare(predicted(), "p.json", counted, "m.json");
+  EXPECT_EQ(c2.bubble_steps, 3);
+  EXPECT_DOUBLE_EQ(c2.bubble_over_steps.measured, 0.4);
+  counted.metadata["measured"]["noise"]["first_counted_step"] = 5;
+  try {
+    compare(predicted(), "p.json", counted, "m.json");
+    ADD_FAILURE() << "accepted a first counted step past the steps";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "m.json: otherData.measured.noise.first_counted_step is 5, outside the 5 steps of "
+                                     "measured.bubble_fractions");
+  }
   // A fraction outside [0, 1] names the file, field and index.
   m.metadata["measured"]["bubble_fractions"] = {0.5, -0.25};
   try {
@@ -231,6 +245,65 @@ TEST(Compare, TheStepErrorIsJudgedAgainstTheNoiseTheRunRecorded) {
   EXPECT_EQ(none.step_judgement.verdict, Verdict::Unknown);
   EXPECT_TRUE(none.to_json()["noise"].is_null());
   EXPECT_NE(none.to_text().find("noise        not recorded"), std::string::npos);
+}
+
+// Repeats of the measured run (compare --repeats): their spread from run to
+// run widens the band one run's steps give, where it is the wider.
+TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
+  using pipetwin::calibration::Verdict;
+  auto m = measured();
+  m.metadata["producer"] = "pipetwin run";
+  m.metadata["measured"]["noise"] = {{"other_share", 0.0}, {"step_median_s", 9.2}, {"step_mad_s", 0.05},
+                                     {"counted_steps", 8}, {"median_uncertainty_rel", 0.01}};
+  const auto scaled = [&](double f) {
+    Trace t = m;
+    for (auto& rank : t.timeline.ranks) {
+      for (auto& a : rank) a.start *= f, a.end *= f;
+    }
+    return t;
+  };
+  const auto with = [&](const std::vector<double>& factors) {
+    auto c = compare(predicted(), "p.json", m, "m.json");
+    std::vector<Trace> repeats;
+    std::vector<std::string> files;
+    for (const double f : factors) repeats.push_back(scaled(f)), files.push_back("r" + std::to_string(files.size()) + ".json");
+    pipetwin::calibration::add_repeats(c, m, repeats, files);
+    return c;
+  };
+  // Alone the run is tight (+-1%): -29.3% is a model error.
+  EXPECT_EQ(compare(predicted(), "p.json", m, "m.json").step_judgement.verdict, Verdict::ModelError);
+  // Four repeats at 0.6, 1.4, 0.7 and 1.3 times its pace: steps 5.52 to 12.88 s,
+  // median 9.2, MAD 2.76, the median known to 3.642 x 2.76 / sqrt(5) / 9.2 = 48.9%.
+  auto c = with({0.6, 1.4, 0.7, 1.3});
+  ASSERT_TRUE(c.repeats.has_value());
+  EXPECT_EQ(c.repeats->steps_s.size(), 5u);
+  EXPECT_NEAR(c.repeats->median_s, 9.2, 1e-12);
+  EXPECT_NEAR(c.repeats->mad_s, 2.76, 1e-12);
+  EXPECT_NEAR(c.repeats->median_uncertainty_rel, 1.96 * 1.2533 * 1.4826 * 2.76 / std::sqrt(5.0) / 9.2, 1e-12);
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::WithinNoise) << c.step_judgement.why;
+  EXPECT_TRUE(has(c.step_judgement.why, "from its repeats' spread")) << c.step_judgement.why;
+  EXPECT_TRUE(has(c.to_text(), "repeats      5 runs of this configuration: steps 5520 to 1.288e+04 ms")) << c.to_text();
+  EXPECT_EQ(c.to_json()["repeats"]["files"][0], "m.json");
+  EXPECT_EQ(c.to_json()["verdict"]["step_time"], "within noise");
+  // Repeats as tight as the run: still a model error.
+  c = with({0.99, 1.01, 1.0, 1.02});
+  EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError) << c.step_judgement.why;
+  // A repeat of another configuration, or a prediction, is refused naming its file.
+  auto other = scaled(1.0);
+  other.metadata["schedule"] = "gpipe";
+  auto c2 = compare(predicted(), "p.json", m, "m.json");
+  try {
+    pipetwin::calibration::add_repeats(c2, m, {other}, {"o.json"});
+    ADD_FAILURE() << "accepted a repeat of another configuration";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_TRUE(has(e.what(), "o.json: otherData field 'schedule'")) << e.what();
+  }
+  try {
+    pipetwin::calibration::add_repeats(c2, m, {predicted()}, {"p2.json"});
+    ADD_FAILURE() << "accepted a prediction as a repeat";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_TRUE(has(e.what(), "p2.json: otherData field 'producer'")) << e.what();
+  }
 }
 
 TEST(Compare, ADifferentConfigurationIsRefusedNamingTheFileAndField) {

@@ -62,6 +62,29 @@ TEST(Report, TheMedianStepLeavesTheWarmUpOut) {
   EXPECT_EQ(run.step_times_s, lengths);
   EXPECT_EQ(run.representative_step, 3);  // median of 2, 4, 3
   EXPECT_DOUBLE_EQ(run.wall_s, 18.0);
+  EXPECT_EQ(run.noise.first_counted_step, 1);
+}
+
+// From five steps on, the second is warm-up too: the median of steps 2-5.
+TEST(Report, FromFiveStepsTheFirstTwoAreWarmUp) {
+  EXPECT_EQ(pe::warmup_steps(1), 0);
+  EXPECT_EQ(pe::warmup_steps(2), 1);
+  EXPECT_EQ(pe::warmup_steps(4), 1);
+  EXPECT_EQ(pe::warmup_steps(5), 2);
+  EXPECT_EQ(pe::warmup_steps(12), 2);
+  std::vector<std::vector<ps::TimedAction>> s0, s1;
+  const std::vector<double> lengths{9.0, 1.0, 4.0, 3.0, 5.0, 2.0};  // step 1 is the fastest, but warm-up
+  double t = 0;
+  for (const double d : lengths) {
+    s0.push_back({at("0F0", t, t + d)});
+    s1.push_back({at("1F0", t, t + d / 2)});
+    t += d;
+  }
+  const auto run = pe::assemble({report(0, s0), report(1, s1)}, 2);
+  EXPECT_EQ(run.representative_step, 3);  // the lower median of 4, 3, 5, 2
+  EXPECT_EQ(run.noise.first_counted_step, 2);
+  EXPECT_EQ(run.noise.counted_steps, 4);
+  EXPECT_DOUBLE_EQ(run.noise.step_median_s, 3.5);
 }
 
 TEST(Report, RanksWithDifferentStepCountsAreRefused) {

@@ -97,6 +97,9 @@ class TraceMetaFields(unittest.TestCase):
         self.assertEqual(meta.configuration(), {"model": "m", "schedule": "1f1b", "ranks": 2, "microbatches": 4})
         self.assertEqual(meta.describe(), "m, 1f1b, K=2 M=4")
         self.assertEqual(meta.recorded_bubble(), (0.3, 3))
+        # Where the run says its counted steps begin (its noise record), from there.
+        counted = {"bubble_fractions": [0.5, 0.2, 0.4, 0.3, 0.1], "noise": {"first_counted_step": 2}}
+        self.assertEqual(common.recorded_bubble({"measured": counted}), (0.3, 3))
         self.assertEqual((common.TraceMeta(None).producer, common.TraceMeta({"device": 3}).device), ("", ""))
 
 
@@ -323,6 +326,18 @@ class Report(Files):
         # A report without noise (an older compare): said, and counted.
         old = report.row(self.write("o.json", self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])))
         self.assertIn("| unknown | not recorded |", report.markdown([old], [], None, "T", self.dir.name))
+
+    def test_repeats_widen_the_measured_interval_and_are_counted(self):
+        doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        doc["noise"] = {"other_share": 0.0, "steal_share": 0.0, "median_uncertainty_rel": 0.012}
+        doc["repeats"] = {"steps_s": [0.09, 0.1, 0.11, 0.1, 0.12], "median_uncertainty_rel": 0.081}
+        doc["verdict"] = {"step_time": "within noise", "why": "..."}
+        text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
+        self.assertIn("| 100.0 ms ±8.1% (5 runs) | +5.0% | within noise |", text)
+        # Tighter repeats than the run's own steps: the run's interval stays.
+        doc["repeats"]["median_uncertainty_rel"] = 0.004
+        text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
+        self.assertIn("| 100.0 ms ±1.2% (5 runs) |", text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,67 @@
+// Repeats of a measurement (`pipetwin compare --repeats`): other runs of the
+// measured configuration, their spread from run to run.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "calibration/compare.hpp"
+#include "calibration/noise.hpp"
+#include "calibration/traces.hpp"
+#include "schedule/error.hpp"
+
+namespace pipetwin::calibration {
+
+Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s, int busy) {
+  Repeats r;
+  r.files = std::move(files);
+  r.steps_s = std::move(steps_s);
+  r.busy = busy;
+  r.median_s = median(r.steps_s);
+  std::vector<double> dev;
+  for (const double s : r.steps_s) dev.push_back(std::abs(s - r.median_s));
+  r.mad_s = median(dev);
+  // As a run's own steps (exec/host_load.cpp): the median's 95% interval from
+  // the MAD, runs taken as independent draws of the machine's pace.
+  const double n = static_cast<double>(r.steps_s.size());
+  if (r.steps_s.size() >= 3 && r.median_s > 0) r.median_uncertainty_rel = 1.96 * 1.2533 * 1.4826 * r.mad_s / std::sqrt(n) / r.median_s;
+  return r;
+}
+
+std::string Repeats::describe() const {
+  char line[512];
+  const auto [lo, hi] = std::minmax_element(steps_s.begin(), steps_s.end());
+  std::string known = " (fewer than 3 runs: unknown)";
+  if (median_uncertainty_rel > 0) {
+    std::snprintf(line, sizeof line, ", their median known to +-%.1f%% (95%%)", 100 * median_uncertainty_rel);
+    known = line;
+  }
+  std::snprintf(line, sizeof line, "%zu runs of this configuration: steps %.4g to %.4g ms, median %.4g ms, spread %.1f%%%s%s",
+                steps_s.size(), steps_s.empty() ? 0 : 1e3 * *lo, steps_s.empty() ? 0 : 1e3 * *hi, 1e3 * median_s,
+                median_s > 0 ? 100 * mad_s / median_s : 0.0, known.c_str(),
+                busy > 0 ? ("; " + std::to_string(busy) + " on a busy machine").c_str() : "");
+  return line;
+}
+
+void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
+                 const std::vector<std::string>& files) {
+  std::vector<std::string> names{c.measured_file};
+  std::vector<double> steps{measured.timeline.makespan()};
+  int busy = c.noise && c.noise->busy() ? 1 : 0;
+  for (std::size_t i = 0; i < repeats.size(); ++i) {
+    const auto& r = repeats[i];
+    const std::string& f = files.at(i);
+    if (producer_of(r.metadata) != "pipetwin run") {
+      throw Error(f + ": otherData field 'producer' is \"" + producer_of(r.metadata) +
+                  "\": a repeat must be a measured run (pipetwin run --trace)");
+    }
+    same_configuration(measured.metadata, c.measured_file, r.metadata, f);
+    const auto noise = Noise::of_trace(r.metadata);
+    busy += noise && noise->busy() ? 1 : 0;
+    names.push_back(f);
+    steps.push_back(r.timeline.makespan());
+  }
+  c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
+  c.step_judgement = judge(c.step_time_s.relative(), c.noise, c.repeats);
+}
+
+}  // namespace pipetwin::calibration
