@@ -371,6 +371,7 @@ json Comparison::to_json() const {
   if (bubble_steps > 0) {
     j["bubble_fraction"]["measured_over_steps"] = {{"median", bubble_over_steps.measured},
                                                    {"steps", bubble_steps},
+                                                   {"runs", bubble_runs},
                                                    {"error_points", 100 * bubble_over_steps.error()}};
   }
   j["busy_s_per_rank"] = json::array();
@@ -440,8 +441,9 @@ std::string Comparison::to_text() const {
                 100 * bubble_fraction.predicted, 100 * bubble_fraction.measured, 100 * bubble_fraction.error());
   o << line;
   if (bubble_steps > 0) {
-    std::snprintf(line, sizeof line, "             measured over %d steps (their median): %.2f%%: error %+.2f points\n",
-                  bubble_steps, 100 * bubble_over_steps.measured, 100 * bubble_over_steps.error());
+    const std::string runs = bubble_runs > 1 ? " of " + std::to_string(bubble_runs) + " runs" : "";
+    std::snprintf(line, sizeof line, "             measured over %d steps%s (their median): %.2f%%: error %+.2f points\n",
+                  bubble_steps, runs.c_str(), 100 * bubble_over_steps.measured, 100 * bubble_over_steps.error());
     o << line;
   }
   o << "busy         per rank, predicted / measured: error\n";

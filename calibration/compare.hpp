@@ -62,6 +62,7 @@ struct Comparison {
   // warm-up left out), over bubble_steps steps; else 0 steps.
   Delta bubble_over_steps;
   int bubble_steps = 0;
+  int bubble_runs = 1;  // with --repeats: the counted steps of every run that recorded them, pooled
   std::vector<Delta> busy_s_per_rank;
   std::vector<OpKindErrors> op_kinds;
   std::optional<MatchedAction> largest_duration_error, largest_start_error;
@@ -103,7 +104,9 @@ Comparison compare(const schedule::Trace& predicted, const std::string& predicte
 // each checked to be a measured run of the same configuration (an error names
 // the file and field otherwise), their traced steps and the measured trace's
 // make c.repeats, and the step error is judged again against the wider of
-// the measured run's noise and their spread.
+// the measured run's noise and their spread. Where every one recorded its
+// steps' bubbles, the measured bubble becomes the median over all their
+// counted steps (one run's moves by points with which cores its ranks had).
 void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
                  const std::vector<std::string>& files);
 

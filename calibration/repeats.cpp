@@ -45,6 +45,9 @@ std::string Repeats::describe() const {
 void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
                  const std::vector<std::string>& files) {
   std::vector<std::string> names{c.measured_file};
+  const auto first = recorded_bubble(measured.metadata, c.measured_file);
+  std::vector<double> bubbles = first ? first->counted : std::vector<double>{};
+  bool every_bubble = first.has_value();
   std::vector<double> steps{measured.timeline.makespan()};
   int busy = c.noise && c.noise->busy() ? 1 : 0;
   for (std::size_t i = 0; i < repeats.size(); ++i) {
@@ -59,6 +62,14 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     busy += noise && noise->busy() ? 1 : 0;
     names.push_back(f);
     steps.push_back(r.timeline.makespan());
+    const auto recorded = recorded_bubble(r.metadata, f);
+    every_bubble = every_bubble && recorded.has_value();
+    if (recorded) bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
+  }
+  if (every_bubble && !repeats.empty()) {
+    c.bubble_over_steps.measured = median(bubbles);
+    c.bubble_steps = static_cast<int>(bubbles.size());
+    c.bubble_runs = static_cast<int>(repeats.size()) + 1;
   }
   c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
   c.step_judgement = judge(c.step_time_s.relative(), c.noise, c.repeats);

@@ -53,7 +53,7 @@ std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::strin
     }
     if (i >= first) steps.push_back(all[i].get<double>());
   }
-  return RecordedBubble{median(steps), static_cast<int>(steps.size())};
+  return RecordedBubble{median(steps), static_cast<int>(steps.size()), steps};
 }
 
 std::string TraceRun::describe() const {

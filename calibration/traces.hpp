@@ -77,6 +77,7 @@ struct TraceRun {
 struct RecordedBubble {
   double median = 0;
   int steps = 0;
+  std::vector<double> counted;  // the steps' bubbles themselves
 };
 std::optional<RecordedBubble> recorded_bubble(const nlohmann::json& meta, const std::string& path);
 

@@ -286,6 +286,15 @@ std::vector<Bad> catalogue() {
       sched("text_bad_partition", "s.txt", "partition 0:3 5:6\n" + kSched2, "partition of stage 1 is 5:6"),
       sched("csv_unknown_torch_action", "s.csv", "0F0,0OVERLAP_F_B0\n", "s.csv:1: column 2: invalid action '0OVERLAP_F_B0'"),
       sched("csv_overlap_unclosed", "s.csv", "0F0,(0F1;0B0\n", "s.csv:1: column 2: invalid action '(0F1;0B0': expected (<action>;<action>)OVERLAP_F_B"),
+      sched("csv_overlap_empty_sub_action", "s.csv", "0F0,(0F1;;0B0)OVERLAP_F_B\n",
+            "s.csv:1: column 2: invalid action '': expected <stage><op>[<micro-batch>], e.g. 2F0 or 3SEND_F1, in "
+            "'(0F1;;0B0)OVERLAP_F_B'"),
+      sched("csv_overlap_empty_group", "s.csv", "0F0,()OVERLAP_F_B\n", "s.csv:1: column 2: invalid action '': expected "
+            "<stage><op>[<micro-batch>], e.g. 2F0 or 3SEND_F1, in '()OVERLAP_F_B'"),
+      sched("csv_overlap_of_one_action", "s.csv", "0F0,(0F1)OVERLAP_F_B\n",
+            "s.csv:1: column 2: OVERLAP_F_B '(0F1)OVERLAP_F_B' holds 1 action, expected two or more"),
+      sched("csv_overlap_trailing_suffix", "s.csv", "0F0,(0F1;0B0)OVERLAP_F_BX\n",
+            "s.csv:1: column 2: invalid action '(0F1;0B0)OVERLAP_F_BX': expected (<action>;<action>)OVERLAP_F_B"),
       sched("csv_overlap_of_a_transfer", "s.csv", "0F0,(0F1;0SEND_F1)OVERLAP_F_B\n",
             "s.csv:1: column 2: OVERLAP_F_B holds 0SEND_F1: its sub-actions are forwards and backwards"),
       sched("csv_stages_do_not_divide", "s.csv", "0F0,0B0,1F0,1B0,2F0,2B0\n1F0\n", "3 stages do not divide evenly over 2 ranks"),
@@ -498,6 +507,15 @@ std::vector<Bad> catalogue() {
        "{}/m.json: otherData field 'producer' is \"pipetwin run\" (a measured trace) and {}/p.json was predicted", 1,
        {{"p.json", [] { return fixture("p.json"); }}, {"m.json", edited("p.json", [](json& j) { as_measured(j); })}}},
       {"compare_missing_file", {}, "compare {fix}/p.json {}/m.json", "{}/m.json: cannot open"},
+      // compare --repeats: every repeat a measured run of the measured configuration.
+      {"compare_repeat_of_another_configuration", {}, "compare {fix}/p.json {}/m.json --repeats {}/r.json",
+       "{}/r.json: otherData field 'schedule' is \"gpipe\" but {}/m.json has \"1f1b\"", 1,
+       {{"m.json", edited("p.json", [](json& j) { as_measured(j); })}, {"r.json", edited("pg.json", [](json& j) { as_measured(j); })}}},
+      {"compare_repeat_that_is_a_prediction", {}, "compare {fix}/p.json {}/m.json --repeats {fix}/p.json",
+       "{fix}/p.json: otherData field 'producer' is \"pipetwin simulate\": a repeat must be a measured run", 1,
+       {{"m.json", edited("p.json", [](json& j) { as_measured(j); })}}},
+      {"compare_repeat_missing_file", {}, "compare {fix}/p.json {}/m.json --repeats {}/r.json", "{}/r.json: cannot open", 1,
+       {{"m.json", edited("p.json", [](json& j) { as_measured(j); })}}},
       // calibrate TRACE... --out: the same and more; the calibrated file must not appear.
       cal("calibrate_truncated", [] { const auto t = fixture("p.json"); return t.substr(0, t.size() - 40); },
           "t.json: not a Chrome trace (invalid or truncated JSON"),

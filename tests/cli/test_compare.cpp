@@ -285,6 +285,30 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   EXPECT_TRUE(has(c.to_text(), "repeats      5 runs of this configuration: steps 5520 to 1.288e+04 ms")) << c.to_text();
   EXPECT_EQ(c.to_json()["repeats"]["files"][0], "m.json");
   EXPECT_EQ(c.to_json()["verdict"]["step_time"], "within noise");
+  // No run recorded its steps' bubbles: the traced step's bubble alone.
+  EXPECT_EQ(c.bubble_steps, 0);
+  // Where every run did, their counted steps pooled: 0.2, 0.4 from the run
+  // (its warm-up 0.9 left out), 0.5, 0.6 and 0.7, 0.8 from two repeats.
+  m.metadata["measured"]["bubble_fractions"] = {0.9, 0.2, 0.4};
+  m.metadata["measured"]["noise"]["first_counted_step"] = 1;
+  auto r1 = scaled(1.1), r2 = scaled(0.9);
+  r1.metadata["measured"]["bubble_fractions"] = {0.1, 0.5, 0.6};
+  r2.metadata["measured"]["bubble_fractions"] = {0.1, 0.7, 0.8};
+  c = compare(predicted(), "p.json", m, "m.json");
+  EXPECT_DOUBLE_EQ(c.bubble_over_steps.measured, 0.3);
+  pipetwin::calibration::add_repeats(c, m, {r1, r2}, {"r1.json", "r2.json"});
+  EXPECT_EQ(c.bubble_steps, 6);
+  EXPECT_EQ(c.bubble_runs, 3);
+  EXPECT_DOUBLE_EQ(c.bubble_over_steps.measured, 0.55);
+  EXPECT_TRUE(has(c.to_text(), "measured over 6 steps of 3 runs (their median): 55.00%")) << c.to_text();
+  EXPECT_EQ(c.to_json()["bubble_fraction"]["measured_over_steps"]["runs"], 3);
+  // One repeat without them: the measured run's steps alone.
+  r2.metadata["measured"].erase("bubble_fractions");
+  c = compare(predicted(), "p.json", m, "m.json");
+  pipetwin::calibration::add_repeats(c, m, {r1, r2}, {"r1.json", "r2.json"});
+  EXPECT_EQ(c.bubble_steps, 2);
+  EXPECT_EQ(c.bubble_runs, 1);
+  m.metadata["measured"].erase("bubble_fractions");
   // Repeats as tight as the run: still a model error.
   c = with({0.99, 1.01, 1.0, 1.02});
   EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError) << c.step_judgement.why;
