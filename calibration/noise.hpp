@@ -69,6 +69,24 @@ struct Repeats {
   std::string describe() const;  // one line
 };
 
+// What a calibration cannot explain. Runs of one configuration get one
+// prediction, so their step errors' spread about their configuration's mean
+// is the measurement's noise, which no fit removes: the noise floor. The
+// configurations' mean errors are the model's part, plus that noise over the
+// square root of their runs.
+struct NoiseFloor {
+  int configurations = 0;      // measured two or more times
+  int runs = 0;                // in those
+  double run_sd_rel = 0;       // pooled sd of a run's relative error about its configuration's mean
+  int all_configurations = 0;  // every configuration, once or more
+  double mean_error_rms_rel = 0, mean_error_worst_rel = 0;  // of the configurations' mean errors
+  double typical_runs = 0;     // the median runs per configuration
+  std::string describe() const;  // one line; "" without a configuration measured twice
+};
+// `configurations[i]` names run i's configuration, `relative_errors[i]` its
+// step error (predicted / measured - 1).
+NoiseFloor noise_floor(const std::vector<std::string>& configurations, const std::vector<double>& relative_errors);
+
 enum class Verdict { Unknown, NotMeaningful, WithinNoise, ModelError };
 std::string verdict_name(Verdict v);  // "unknown", "not meaningful", "within noise", "model error"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "calibration/compare.hpp"
 #include "calibration/noise.hpp"
@@ -73,6 +74,46 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
   }
   c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
   c.step_judgement = judge(c.step_time_s.relative(), c.noise, c.repeats);
+}
+
+NoiseFloor noise_floor(const std::vector<std::string>& configurations, const std::vector<double>& relative_errors) {
+  std::map<std::string, std::vector<double>> by;
+  for (std::size_t i = 0; i < configurations.size() && i < relative_errors.size(); ++i) {
+    by[configurations[i]].push_back(relative_errors[i]);
+  }
+  NoiseFloor f;
+  double within = 0, squares = 0;
+  int freedom = 0;
+  std::vector<double> counts;
+  for (const auto& [name, errors] : by) {
+    double mean = 0;
+    for (const double e : errors) mean += e / static_cast<double>(errors.size());
+    squares += mean * mean;
+    f.mean_error_worst_rel = std::max(f.mean_error_worst_rel, std::abs(mean));
+    counts.push_back(static_cast<double>(errors.size()));
+    if (errors.size() < 2) continue;
+    ++f.configurations;
+    f.runs += static_cast<int>(errors.size());
+    for (const double e : errors) within += (e - mean) * (e - mean);
+    freedom += static_cast<int>(errors.size()) - 1;
+  }
+  f.all_configurations = static_cast<int>(by.size());
+  if (!by.empty()) f.mean_error_rms_rel = std::sqrt(squares / static_cast<double>(by.size()));
+  if (freedom > 0) f.run_sd_rel = std::sqrt(within / freedom);
+  if (!counts.empty()) f.typical_runs = median(counts);
+  return f;
+}
+
+std::string NoiseFloor::describe() const {
+  if (configurations == 0) return "";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%d runs of %d configuration(s) measured twice or more: a run's step error spreads +-%.1f%% (sd) about "
+                "its configuration's, which no fit explains; the %d configurations' mean errors: rms %.1f%%, worst "
+                "%.1f%% (noise alone gives about %.1f%% with %.3g runs each)",
+                runs, configurations, 100 * run_sd_rel, all_configurations, 100 * mean_error_rms_rel,
+                100 * mean_error_worst_rel, 100 * run_sd_rel / std::sqrt(std::max(1.0, typical_runs)), typical_runs);
+  return line;
 }
 
 }  // namespace pipetwin::calibration

@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "calibration/fit.hpp"
+#include "calibration/noise.hpp"
 #include "calibration/traces.hpp"
 #include "cli/commands.hpp"
 #include "twin/calibrate.hpp"
@@ -176,6 +177,16 @@ std::vector<calibration::TraceRun> load_runs(const Options& o) {
   return runs;
 }
 
+calibration::NoiseFloor step_noise_floor(const std::vector<calibration::TraceRun>& runs, const std::vector<double>& predicted) {
+  std::vector<std::string> names;
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < runs.size() && i < predicted.size(); ++i) {
+    names.push_back(runs[i].describe());
+    errors.push_back(predicted[i] / runs[i].step_time_s - 1);
+  }
+  return calibration::noise_floor(names, errors);
+}
+
 void print_json(const Options& o, const std::vector<calibration::TraceRun>& runs, const twin::Calibrated& c,
                 const std::vector<std::string>& engines) {
   const auto& result = c.fit;
@@ -192,6 +203,10 @@ void print_json(const Options& o, const std::vector<calibration::TraceRun>& runs
   }
   j["residuals"]["overall"] = {{"count", result.overall.count}, {"rms_s", result.overall.rms_s}, {"max_s", result.overall.max_s},
                                {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
+  const auto floor = step_noise_floor(runs, predicted);
+  j["noise_floor"] = {{"configurations", floor.configurations}, {"runs", floor.runs},
+                      {"run_sd_rel", floor.run_sd_rel}, {"mean_error_rms_rel", floor.mean_error_rms_rel},
+                      {"mean_error_worst_rel", floor.mean_error_worst_rel}};
   j["notes"] = result.notes;
   std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -256,6 +271,9 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
   for (std::size_t i = 0; i < runs.size(); ++i) {
     std::printf("  %-44s %9.4f s -> %9.4f s  %+6.2f%%  (%s)\n", runs[i].describe().c_str(), runs[i].step_time_s, predicted[i],
                 100 * (predicted[i] / runs[i].step_time_s - 1), engines[i].c_str());
+  }
+  if (const auto floor = step_noise_floor(runs, predicted).describe(); !floor.empty()) {
+    std::printf("noise floor  %s\n", floor.c_str());
   }
   for (const auto& n : result.notes) std::printf("note         %s\n", n.c_str());
 }

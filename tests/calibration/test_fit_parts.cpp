@@ -8,6 +8,7 @@
 
 #include "calibration/fit.hpp"
 #include "calibration/fit_parts.hpp"
+#include "calibration/noise.hpp"
 #include "calibration/traces.hpp"
 #include "models/families.hpp"
 #include "models/yaml_file.hpp"
@@ -354,4 +355,26 @@ TEST(FitOverlap, TheOverlapFactorOfATraceIsRecovered) {
   result.notes.clear();
   pf::fit_overlap(runs_of({grid()[0]}, known_hardware()), device, result);
   EXPECT_TRUE(result.notes.empty());
+}
+
+// The noise floor of a calibration's step errors: runs of one configuration
+// share a prediction, so their errors' spread about their mean is noise.
+TEST(NoiseFloor, RepeatsSpreadIsTheFloorAndTheMeansAreTheModels) {
+  // a: +10%, +14% (mean +12%); b: -4%, -2%, 0% (mean -2%); c once: +5%.
+  const auto f = pc::noise_floor({"a", "a", "b", "b", "b", "c"}, {0.10, 0.14, -0.04, -0.02, 0.0, 0.05});
+  EXPECT_EQ(f.configurations, 2);
+  EXPECT_EQ(f.runs, 5);
+  EXPECT_EQ(f.all_configurations, 3);
+  // Within: (0.02^2 x 2) + (0.02^2 + 0 + 0.02^2) over 1 + 2 degrees of freedom.
+  EXPECT_NEAR(f.run_sd_rel, std::sqrt(4 * 0.0004 / 3), 1e-12);
+  EXPECT_NEAR(f.mean_error_rms_rel, std::sqrt((0.12 * 0.12 + 0.02 * 0.02 + 0.05 * 0.05) / 3), 1e-12);
+  EXPECT_NEAR(f.mean_error_worst_rel, 0.12, 1e-12);
+  EXPECT_DOUBLE_EQ(f.typical_runs, 2.0);  // the median of 2, 3 and 1 runs
+  EXPECT_NE(f.describe().find("5 runs of 2 configuration(s) measured twice or more: a run's step error spreads +-2.3%"),
+            std::string::npos)
+      << f.describe();
+  // Every configuration once: no floor to tell, said by an empty line.
+  const auto once = pc::noise_floor({"a", "b"}, {0.1, -0.1});
+  EXPECT_EQ(once.configurations, 0);
+  EXPECT_EQ(once.describe(), "");
 }
