@@ -97,7 +97,7 @@ EOF_PY
 traces=()
 for c in "${CALIBRATE[@]}"; do mapfile -t -O "${#traces[@]}" traces <"$OUT/runs/$(name_of "$c").quiet"; done
 say "calibrate on ${#CALIBRATE[@]} configurations (${#traces[@]} runs: their repeats measured on a quiet machine)"
-"$PIPETWIN" calibrate "${traces[@]}" --hardware cpu --out "$OUT/cpu-calibrated.yaml" | tail -n 3
+"$PIPETWIN" calibrate "${traces[@]}" --hardware cpu --out "$OUT/cpu-calibrated.yaml" | sed -n "/^noise floor/p;/^note/p"
 
 say "predict the ${#HELD_OUT[@]} held-out configurations with the calibrated hardware and compare"
 compares=()
