@@ -62,6 +62,25 @@ class TraceScripts(Files):
         r = self.run_script("trace_partition.py", path)
         self.assertEqual((r.returncode, r.stdout), (0, "0:3 3:6\n"))
 
+    def test_counted_steps_and_the_noise_of_stored_runs(self):
+        self.assertEqual(trace_step.counted({"noise": {"first_counted_step": 2}}, [9, 8, 7, 6]), [7, 6])
+        self.assertEqual(trace_step.counted({}, [9, 8, 7]), [8, 7])  # older traces: the first alone
+        # Two configurations, three repeats each; every run's second step 10% slow.
+        for name, paces in (("a", (1.0, 1.0, 1.2)), ("b", (2.0, 2.2, 2.0))):
+            for r, pace in enumerate(paces, 1):
+                steps = [pace * x for x in (1.3, 1.1, 1, 1, 1, 1)]
+                self.write(f"{name}_r{r}.json", {"otherData": {"measured": {"step_times_s": steps}}})
+        r = self.run_script("noise_of_runs.py", self.dir.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("6 runs, 2 configurations", r.stdout)
+        self.assertIn("warm-up, each step over the run's steady steps (median over runs): 1.300 1.100 1.000", r.stdout)
+        self.assertIn("a configuration's repeats spread (max/min - 1) median 15.0%, worst 20.0% (2 with 3 or more)",
+                      r.stdout)
+        self.write("c_r1.json", {"traceEvents": []})
+        r = self.run_script("noise_of_runs.py", self.dir.name)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("c_r1.json: no measured step times", r.stderr)
+
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})
         broken = self.write("broken.json", "not json")
