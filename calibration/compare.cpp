@@ -417,6 +417,8 @@ json Comparison::to_json() const {
                     {"median_s", repeats->median_s},
                     {"mad_s", repeats->mad_s},
                     {"median_uncertainty_rel", repeats->median_uncertainty_rel},
+                    {"relative_error", repeats->median_s > 0 ? json(step_time_s.predicted / repeats->median_s - 1)
+                                                             : json(nullptr)},
                     {"busy", repeats->busy}};
   }
   j["verdict"] = {{"step_time", verdict_name(step_judgement.verdict)}, {"why", step_judgement.why}};

@@ -103,10 +103,12 @@ Comparison compare(const schedule::Trace& predicted, const std::string& predicte
 // Other runs of the measured configuration (repeats, read from `files`):
 // each checked to be a measured run of the same configuration (an error names
 // the file and field otherwise), their traced steps and the measured trace's
-// make c.repeats, and the step error is judged again against the wider of
-// the measured run's noise and their spread. Where every one recorded its
-// steps' bubbles, the measured bubble becomes the median over all their
-// counted steps (one run's moves by points with which cores its ranks had).
+// make c.repeats (busy repeats beside a quiet measured run left out, counted),
+// and the prediction against their median is judged against the wider of the
+// measured run's noise and their spread. A file given twice is refused.
+// Where every run counted recorded its steps' bubbles, the measured bubble
+// becomes the median over all their counted steps (one run's moves by points
+// with which cores its ranks had).
 void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
                  const std::vector<std::string>& files);
 

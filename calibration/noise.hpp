@@ -55,16 +55,19 @@ struct Noise {
 };
 
 // Repeats of one measurement: other runs of the same configuration (`pipetwin
-// compare --repeats`), each by its traced step. A machine's pace drifts from
+// compare --repeats`), each by its traced step; compare then holds the
+// prediction against their median. A machine's pace drifts from
 // run to run by more than a run's own steps show (2-core machine, 60
 // configurations run 3 to 6 times, docs/calibration.md "Noise"): their
 // spread bounds the measurement where one run's steps cannot.
 struct Repeats {
-  std::vector<std::string> files;  // the measured trace's first
-  std::vector<double> steps_s;     // each run's traced step, in the same order
-  int busy = 0;                    // of them measured on a busy machine
+  std::vector<std::string> files;  // every run given, the measured trace's first
+  std::vector<double> steps_s;     // the traced step of each run counted, the measured one's first
+  int busy = 0;                    // repeats measured on a busy machine, left out (beside a quiet measured run)
   double median_s = 0, mad_s = 0;
-  double median_uncertainty_rel = 0;  // 95% interval of the median over the runs; 0: fewer than 3
+  // The 95% interval of the median over the runs (Student's t, n - 1 degrees
+  // of freedom), relative; 0: fewer than 3 runs, or no spread.
+  double median_uncertainty_rel = 0;
   static Repeats of(std::vector<std::string> files, std::vector<double> steps_s, int busy);
   std::string describe() const;  // one line
 };

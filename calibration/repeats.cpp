@@ -12,26 +12,43 @@
 
 namespace pipetwin::calibration {
 
+namespace {
+
+// Student's t at 97.5% for `dof` degrees of freedom: a handful of runs
+// bound their median more loosely than the normal 1.96 says.
+double t975(int dof) {
+  static const double table[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                 2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
+  if (dof < 1) return 0;
+  return dof <= 20 ? table[dof - 1] : 1.96 + 2.4 / dof;
+}
+
+}  // namespace
+
 Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s, int busy) {
   Repeats r;
   r.files = std::move(files);
   r.steps_s = std::move(steps_s);
   r.busy = busy;
-  r.median_s = median(r.steps_s);
+  r.median_s = r.steps_s.empty() ? 0 : median(r.steps_s);
   std::vector<double> dev;
   for (const double s : r.steps_s) dev.push_back(std::abs(s - r.median_s));
-  r.mad_s = median(dev);
-  // As a run's own steps (exec/host_load.cpp): the median's 95% interval from
-  // the MAD, runs taken as independent draws of the machine's pace.
-  const double n = static_cast<double>(r.steps_s.size());
-  if (r.steps_s.size() >= 3 && r.median_s > 0) r.median_uncertainty_rel = 1.96 * 1.2533 * 1.4826 * r.mad_s / std::sqrt(n) / r.median_s;
+  r.mad_s = dev.empty() ? 0 : median(dev);
+  // As a run's own steps (exec/host_load.cpp), the runs taken as independent
+  // draws of the machine's pace: the median's 95% interval from the MAD, with
+  // Student's t for n - 1 degrees of freedom in place of 1.96.
+  const std::size_t n = r.steps_s.size();
+  if (n >= 3 && r.median_s > 0) {
+    r.median_uncertainty_rel =
+        t975(static_cast<int>(n) - 1) * 1.2533 * 1.4826 * r.mad_s / std::sqrt(static_cast<double>(n)) / r.median_s;
+  }
   return r;
 }
 
 std::string Repeats::describe() const {
   char line[512];
   const auto [lo, hi] = std::minmax_element(steps_s.begin(), steps_s.end());
-  std::string known = " (fewer than 3 runs: unknown)";
+  std::string known = steps_s.size() < 3 ? " (fewer than 3 runs: unknown)" : " (their steps equal: no spread to tell)";
   if (median_uncertainty_rel > 0) {
     std::snprintf(line, sizeof line, ", their median known to +-%.1f%% (95%%)", 100 * median_uncertainty_rel);
     known = line;
@@ -39,41 +56,59 @@ std::string Repeats::describe() const {
   std::snprintf(line, sizeof line, "%zu runs of this configuration: steps %.4g to %.4g ms, median %.4g ms, spread %.1f%%%s%s",
                 steps_s.size(), steps_s.empty() ? 0 : 1e3 * *lo, steps_s.empty() ? 0 : 1e3 * *hi, 1e3 * median_s,
                 median_s > 0 ? 100 * mad_s / median_s : 0.0, known.c_str(),
-                busy > 0 ? ("; " + std::to_string(busy) + " on a busy machine").c_str() : "");
+                busy > 0 ? ("; " + std::to_string(busy) + " more measured on a busy machine, left out").c_str() : "");
   return line;
 }
 
 void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
                  const std::vector<std::string>& files) {
+  // A quiet measured run is held against its quiet repeats only: a busy
+  // one's pace is the load's (counted, said, left out).
+  const bool quiet = !(c.noise && c.noise->busy());
   std::vector<std::string> names{c.measured_file};
   const auto first = recorded_bubble(measured.metadata, c.measured_file);
   std::vector<double> bubbles = first ? first->counted : std::vector<double>{};
   bool every_bubble = first.has_value();
   std::vector<double> steps{measured.timeline.makespan()};
-  int busy = c.noise && c.noise->busy() ? 1 : 0;
+  int busy = 0;
   for (std::size_t i = 0; i < repeats.size(); ++i) {
     const auto& r = repeats[i];
     const std::string& f = files.at(i);
+    if (std::find(names.begin(), names.end(), f) != names.end()) {
+      throw Error(f + ": given twice (the measured trace and its repeats must be different runs)");
+    }
     if (producer_of(r.metadata) != "pipetwin run") {
       throw Error(f + ": otherData field 'producer' is \"" + producer_of(r.metadata) +
                   "\": a repeat must be a measured run (pipetwin run --trace)");
     }
     same_configuration(measured.metadata, c.measured_file, r.metadata, f);
     const auto noise = Noise::of_trace(r.metadata);
-    busy += noise && noise->busy() ? 1 : 0;
-    names.push_back(f);
-    steps.push_back(r.timeline.makespan());
     const auto recorded = recorded_bubble(r.metadata, f);
+    names.push_back(f);
+    if (quiet && noise && noise->busy()) {
+      ++busy;
+      continue;
+    }
+    steps.push_back(r.timeline.makespan());
     every_bubble = every_bubble && recorded.has_value();
     if (recorded) bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
   }
-  if (every_bubble && !repeats.empty()) {
+  c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
+  const int runs = static_cast<int>(c.repeats->steps_s.size());
+  if (every_bubble && runs > 1) {
     c.bubble_over_steps.measured = median(bubbles);
     c.bubble_steps = static_cast<int>(bubbles.size());
-    c.bubble_runs = static_cast<int>(repeats.size()) + 1;
+    c.bubble_runs = runs;
   }
-  c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
-  c.step_judgement = judge(c.step_time_s.relative(), c.noise, c.repeats);
+  // The prediction against the runs' median, which their interval bounds
+  // (the measured trace's own step where it is that median, as the demo gives it).
+  const std::optional<double> against = c.repeats->median_s > 0
+                                            ? std::optional<double>(c.step_time_s.predicted / c.repeats->median_s - 1)
+                                            : std::nullopt;
+  c.step_judgement = judge(against, c.noise, c.repeats);
+  char head[128];
+  std::snprintf(head, sizeof head, "against the median of %d runs (%.4g ms): ", runs, 1e3 * c.repeats->median_s);
+  if (c.step_judgement.verdict != Verdict::NotMeaningful) c.step_judgement.why = head + c.step_judgement.why;
 }
 
 NoiseFloor noise_floor(const std::vector<std::string>& configurations, const std::vector<double>& relative_errors) {

@@ -23,6 +23,7 @@
 #include "models/hardware.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
+#include "schedule/trace_metadata.hpp"
 
 namespace pipetwin::cli {
 namespace {
@@ -181,7 +182,13 @@ calibration::NoiseFloor step_noise_floor(const std::vector<calibration::TraceRun
   std::vector<std::string> names;
   std::vector<double> errors;
   for (std::size_t i = 0; i < runs.size() && i < predicted.size(); ++i) {
-    names.push_back(runs[i].describe());
+    // One configuration: the fields compare checks two traces share, and the threads.
+    nlohmann::json key = nlohmann::json::object();
+    for (const auto& field : schedule::configuration_fields()) {
+      if (runs[i].trace.metadata.contains(field)) key[field] = runs[i].trace.metadata[field];
+    }
+    key["threads"] = runs[i].threads;
+    names.push_back(key.dump());
     errors.push_back(predicted[i] / runs[i].step_time_s - 1);
   }
   return calibration::noise_floor(names, errors);
@@ -205,8 +212,9 @@ void print_json(const Options& o, const std::vector<calibration::TraceRun>& runs
                                {"rms_rel", result.overall.rms_rel}, {"max_rel", result.overall.max_rel}};
   const auto floor = step_noise_floor(runs, predicted);
   j["noise_floor"] = {{"configurations", floor.configurations}, {"runs", floor.runs},
-                      {"run_sd_rel", floor.run_sd_rel}, {"mean_error_rms_rel", floor.mean_error_rms_rel},
-                      {"mean_error_worst_rel", floor.mean_error_worst_rel}};
+                      {"run_sd_rel", floor.run_sd_rel}, {"all_configurations", floor.all_configurations},
+                      {"mean_error_rms_rel", floor.mean_error_rms_rel},
+                      {"mean_error_worst_rel", floor.mean_error_worst_rel}, {"typical_runs", floor.typical_runs}};
   j["notes"] = result.notes;
   std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }

@@ -50,7 +50,10 @@ def measured_point(path: str, sel: common.Selection | None) -> tuple[int, int, f
                                        f"{value!r} (choose them with --{field.replace('_', '-')})")
     # The median of the run's steps where it recorded each step's (the
     # warm-up left out), as calibrate reads it; else its summary's one step.
-    recorded = common.recorded_bubble(doc)
+    try:
+        recorded = common.recorded_bubble(doc)
+    except common.PlotError as e:
+        raise common.PlotError(f"{path}: {e}") from None
     if recorded is not None:
         return int(doc["ranks"]), int(doc["microbatches"]), recorded[0]
     summary = doc.get("summary") or {}

@@ -342,9 +342,11 @@ def recorded_bubble(meta: dict) -> tuple[float, int] | None:
         return None
     first = 1 if len(every) > 1 else 0
     noise = measured.get("noise")
-    if isinstance(noise, dict) and isinstance(noise.get("first_counted_step"), int) \
-            and 0 <= noise["first_counted_step"] < len(every):
+    if isinstance(noise, dict) and "first_counted_step" in noise:
         first = noise["first_counted_step"]
+        if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first < len(every):
+            raise PlotError(f"otherData.measured.noise.first_counted_step is {first!r}, outside the {len(every)} "
+                            "steps of measured.bubble_fractions")
     steps = every[first:]
     return float(statistics.median(steps)), len(steps)
 

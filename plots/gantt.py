@@ -68,7 +68,10 @@ def panel_title(label: str, trace: common.Trace) -> str:
     text = f"{head}: step {common.fmt_time(trace.step_time())}, bubble {100 * trace.bubble():.1f}%"
     # A run that recorded every step's bubble: their median too (the warm-up
     # left out), the figure calibrate and compare read.
-    recorded = info.recorded_bubble()
+    try:
+        recorded = info.recorded_bubble()
+    except common.PlotError as e:
+        raise common.PlotError(f"{trace.path}: {e}") from None
     if recorded is not None and recorded[1] > 1:
         text += f" (the median of its {recorded[1]} steps: {100 * recorded[0]:.1f}%)"
     return text

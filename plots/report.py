@@ -39,10 +39,16 @@ def row(path: str) -> dict:
             f"batch={batch} recompute={c.get('recompute')}")
     noise = doc.get("noise") if isinstance(doc.get("noise"), dict) else None
     verdict = doc.get("verdict", {}).get("step_time", "unknown") if isinstance(doc.get("verdict"), dict) else "unknown"
-    # The measurement's 95% interval: the wider of its run's steps' and, where
-    # compare had them (--repeats), its repeats' spread from run to run.
+    # What the measurement may carry, as the verdict reads it: the wider of its
+    # run's band (its steps' 95% interval and the load beside them) and, where
+    # compare had them (--repeats), its repeats' interval from run to run.
     repeats = doc.get("repeats") if isinstance(doc.get("repeats"), dict) else None
-    known = [x.get("median_uncertainty_rel") or 0 for x in (noise, repeats) if x]
+    known = [(noise.get("band_rel") or noise.get("median_uncertainty_rel") or 0)] if noise else []
+    known += [repeats.get("median_uncertainty_rel") or 0] if repeats else []
+    # With repeats, the prediction is held against their median (compare's verdict).
+    measured, error = step["measured"], step["relative_error"]
+    if repeats and repeats.get("median_s") and repeats.get("relative_error") is not None:
+        measured, error = repeats["median_s"], repeats["relative_error"]
     return {
         "known": max(known) if known else 0,
         "runs": len(repeats.get("steps_s", [])) if repeats else 1,
@@ -50,8 +56,8 @@ def row(path: str) -> dict:
         "noise": noise,
         "verdict": verdict,
         "predicted": step["predicted"],
-        "measured": step["measured"],
-        "error": step["relative_error"],
+        "measured": measured,
+        "error": error,
         "bubble_predicted": doc["bubble_fraction"]["predicted"],
         "bubble_measured": measured_bubble,
         "bubble_points": bubble_points,

@@ -17,7 +17,7 @@ PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 OUT="${PIPETWIN_OUT:-out}"
 MODEL=examples/transformer-small.yaml
 BATCH=16
-STEPS="${PIPETWIN_DEMO_STEPS:-8}"
+STEPS="${PIPETWIN_DEMO_STEPS:-9}"  # 7 counted (2 warm-up): an odd count, so the traced step is their median
 # Runs per configuration: the calibration fits all of them, the held-out
 # configurations are measured by their median run, and their spread (the
 # machine's pace drifts from run to run by more than one run's steps show)
@@ -81,8 +81,11 @@ def busy(path):  # what `pipetwin run` judged of the machine while it ran
 for name in names:
     steps = [(step_of(f"{runs}/{name}_r{r}.json"), r) for r in range(1, repeats + 1)]
     # The median of the repeats measured on a quiet machine, if any was.
-    quiet = [s for s in steps if not busy(f"{runs}/{name}_r{s[1]}.json")] or steps
-    if len(quiet) < len(steps):
+    quiet = [s for s in steps if not busy(f"{runs}/{name}_r{s[1]}.json")]
+    if not quiet:
+        print(f"  {name}: every repeat ran on a busy machine: its comparison will say so; measure again on a quiet one")
+        quiet = steps
+    elif len(quiet) < len(steps):
         print(f"  {name}: {len(steps) - len(quiet)} of {len(steps)} repeats ran on a busy machine, left out")
     r = sorted(quiet)[(len(quiet) - 1) // 2][1]
     for ext in (".json", ".summary.json", ".txt"):
@@ -91,12 +94,12 @@ for name in names:
     with open(f"{runs}/{name}.quiet", "w", encoding="utf-8") as f:
         f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in quiet)
     with open(f"{runs}/{name}.repeats", "w", encoding="utf-8") as f:
-        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in steps if q != r)
+        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in quiet if q != r)
 EOF_PY
 
 traces=()
 for c in "${CALIBRATE[@]}"; do mapfile -t -O "${#traces[@]}" traces <"$OUT/runs/$(name_of "$c").quiet"; done
-say "calibrate on ${#CALIBRATE[@]} configurations (${#traces[@]} runs: their repeats measured on a quiet machine)"
+say "calibrate on ${#CALIBRATE[@]} configurations (${#traces[@]} runs: their repeats measured on a quiet machine, or all where none was)"
 "$PIPETWIN" calibrate "${traces[@]}" --hardware cpu --out "$OUT/cpu-calibrated.yaml" | sed -n "/^noise floor/p;/^note/p"
 
 say "predict the ${#HELD_OUT[@]} held-out configurations with the calibrated hardware and compare"

@@ -10,12 +10,24 @@ import json
 import sys
 
 
+def first_counted(measured: dict, steps: int) -> int:
+    """Where a run's counted steps begin: measured.noise.first_counted_step
+    (its warm-up left out), or 1 in traces from before that record (0 for a
+    run of one step), as calibrate reads it (calibration::recorded_bubble).
+    Raises ValueError for a value that is not a step of the run."""
+    noise = measured.get("noise") if isinstance(measured, dict) else None
+    if not isinstance(noise, dict) or "first_counted_step" not in noise:
+        return 1 if steps > 1 else 0
+    first = noise["first_counted_step"]
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first < steps:
+        raise ValueError(f"otherData.measured.noise.first_counted_step is {first!r}, outside the {steps} steps")
+    return first
+
+
 def counted(measured: dict, every: list) -> list:
     """The steps of a run's `every` (step_times_s or bubble_fractions) it
-    counted: its warm-up left out (measured.noise.first_counted_step; the
-    first step alone in traces from before that record)."""
-    first = (measured.get("noise") or {}).get("first_counted_step", 1 if len(every) > 1 else 0)
-    return every[first:]
+    counted: its warm-up left out (first_counted)."""
+    return every[first_counted(measured, len(every)):]
 
 
 def step_of(path: str) -> float:

@@ -273,15 +273,26 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   // Alone the run is tight (+-1%): -29.3% is a model error.
   EXPECT_EQ(compare(predicted(), "p.json", m, "m.json").step_judgement.verdict, Verdict::ModelError);
   // Four repeats at 0.6, 1.4, 0.7 and 1.3 times its pace: steps 5.52 to 12.88 s,
-  // median 9.2, MAD 2.76, the median known to 3.642 x 2.76 / sqrt(5) / 9.2 = 48.9%.
+  // median 9.2, MAD 2.76, the median known to t(4) x 1.2533 x 1.4826 x 2.76 /
+  // sqrt(5) / 9.2 = 69.2% (Student's t at 97.5% for 4 degrees of freedom: 2.776).
   auto c = with({0.6, 1.4, 0.7, 1.3});
   ASSERT_TRUE(c.repeats.has_value());
   EXPECT_EQ(c.repeats->steps_s.size(), 5u);
   EXPECT_NEAR(c.repeats->median_s, 9.2, 1e-12);
   EXPECT_NEAR(c.repeats->mad_s, 2.76, 1e-12);
-  EXPECT_NEAR(c.repeats->median_uncertainty_rel, 1.96 * 1.2533 * 1.4826 * 2.76 / std::sqrt(5.0) / 9.2, 1e-12);
+  EXPECT_NEAR(c.repeats->median_uncertainty_rel, 2.776 * 1.2533 * 1.4826 * 2.76 / std::sqrt(5.0) / 9.2, 1e-12);
   EXPECT_EQ(c.step_judgement.verdict, Verdict::WithinNoise) << c.step_judgement.why;
+  EXPECT_TRUE(has(c.step_judgement.why, "against the median of 5 runs (9200 ms): |error| 29.3%")) << c.step_judgement.why;
   EXPECT_TRUE(has(c.step_judgement.why, "from its repeats' spread")) << c.step_judgement.why;
+  // The prediction is held against the runs' median, not the run given: the
+  // fastest of them as MEASURED (5.52 s, +17.8%) is judged at 6.5 / 9.2 - 1 too.
+  {
+    const Trace fast = scaled(0.6);
+    auto cf = compare(predicted(), "p.json", fast, "f.json");
+    std::vector<Trace> others{m, scaled(1.4), scaled(0.7), scaled(1.3)};
+    pipetwin::calibration::add_repeats(cf, fast, others, {"m.json", "a.json", "b.json", "d.json"});
+    EXPECT_TRUE(has(cf.step_judgement.why, "against the median of 5 runs (9200 ms): |error| 29.3%")) << cf.step_judgement.why;
+  }
   EXPECT_TRUE(has(c.to_text(), "repeats      5 runs of this configuration: steps 5520 to 1.288e+04 ms")) << c.to_text();
   EXPECT_EQ(c.to_json()["repeats"]["files"][0], "m.json");
   EXPECT_EQ(c.to_json()["verdict"]["step_time"], "within noise");
@@ -312,6 +323,24 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   // Repeats as tight as the run: still a model error.
   c = with({0.99, 1.01, 1.0, 1.02});
   EXPECT_EQ(c.step_judgement.verdict, Verdict::ModelError) << c.step_judgement.why;
+  // A repeat measured on a busy machine beside a quiet run: left out, counted.
+  {
+    auto loaded = scaled(3.0);
+    loaded.metadata["measured"]["noise"]["other_share"] = 0.4;
+    auto cb = compare(predicted(), "p.json", m, "m.json");
+    pipetwin::calibration::add_repeats(cb, m, {scaled(1.0), loaded}, {"q.json", "b.json"});
+    EXPECT_EQ(cb.repeats->steps_s.size(), 2u);
+    EXPECT_EQ(cb.repeats->busy, 1);
+    EXPECT_TRUE(has(cb.to_text(), "1 more measured on a busy machine, left out")) << cb.to_text();
+  }
+  // The measured trace, or one repeat, given twice: refused.
+  try {
+    auto cd = compare(predicted(), "p.json", m, "m.json");
+    pipetwin::calibration::add_repeats(cd, m, {scaled(1.0)}, {"m.json"});
+    ADD_FAILURE() << "accepted the measured trace as its own repeat";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_TRUE(has(e.what(), "m.json: given twice")) << e.what();
+  }
   // A repeat of another configuration, or a prediction, is refused naming its file.
   auto other = scaled(1.0);
   other.metadata["schedule"] = "gpipe";
@@ -426,6 +455,39 @@ TEST_F(CompareCommand, ASimulatedTraceAgainstItselfReportsZero) {
   ASSERT_EQ(text.code, 0) << text.out;
   EXPECT_TRUE(has(text.out, "(+0.00%)")) << text.out;
   EXPECT_TRUE(has(text.out, "error +0.00 points")) << text.out;
+}
+
+// compare --repeats through the binary: three "runs" made of the simulated
+// trace (its producer set to a run's), their steps 1, 1.1 and 0.9 times its.
+TEST_F(CompareCommand, RepeatsAreReadAndTheirMedianJudged) {
+  auto doc = json::parse(pipetwin::schedule::read_file(path("p.json")));
+  doc["otherData"]["producer"] = "pipetwin run";
+  const auto write_scaled = [&](const std::string& name, double f) {
+    auto d = doc;
+    for (auto& e : d["traceEvents"]) {
+      if (e.value("ph", "") != "X") continue;
+      e["ts"] = e["ts"].get<double>() * f;
+      e["dur"] = e["dur"].get<double>() * f;
+    }
+    pipetwin::schedule::write_file_atomic(path(name), d.dump());
+  };
+  write_scaled("r1.json", 1.0);
+  write_scaled("r2.json", 1.1);
+  write_scaled("r3.json", 0.9);
+  const auto r = run("compare --json " + path("p.json") + " " + path("r1.json") + " --repeats " + path("r2.json") + " " +
+                     path("r3.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  ASSERT_EQ(j["repeats"]["steps_s"].size(), 3u);
+  EXPECT_NEAR(j["repeats"]["median_s"].get<double>(), j["step_time_s"]["measured"].get<double>(), 1e-9);
+  EXPECT_NEAR(j["repeats"]["relative_error"].get<double>(), 0.0, 1e-9);
+  EXPECT_GT(j["repeats"]["median_uncertainty_rel"].get<double>(), 0.0);
+  EXPECT_EQ(j["repeats"]["files"][2], path("r3.json"));
+  const auto text = run("compare " + path("p.json") + " " + path("r1.json") + " --repeats " + path("r2.json") + " " +
+                        path("r3.json"));
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_TRUE(has(text.out, "repeats      3 runs of this configuration")) << text.out;
+  EXPECT_TRUE(has(text.out, "against the median of 3 runs")) << text.out;
 }
 
 TEST_F(CompareCommand, MismatchedTracesExitWithOneLineNamingFileAndField) {

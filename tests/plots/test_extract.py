@@ -65,6 +65,12 @@ class TraceScripts(Files):
     def test_counted_steps_and_the_noise_of_stored_runs(self):
         self.assertEqual(trace_step.counted({"noise": {"first_counted_step": 2}}, [9, 8, 7, 6]), [7, 6])
         self.assertEqual(trace_step.counted({}, [9, 8, 7]), [8, 7])  # older traces: the first alone
+        for bad in (3, -1, 2.0, True, None):
+            with self.assertRaisesRegex(ValueError, "first_counted_step is .*, outside the 3 steps"):
+                trace_step.counted({"noise": {"first_counted_step": bad}}, [9, 8, 7])
+            with self.assertRaisesRegex(common.PlotError, "first_counted_step is .*, outside the 3 steps"):
+                common.recorded_bubble({"measured": {"bubble_fractions": [0.1, 0.2, 0.3],
+                                                     "noise": {"first_counted_step": bad}}})
         # Two configurations, three repeats each; every run's second step 10% slow.
         for name, paces in (("a", (1.0, 1.0, 1.2)), ("b", (2.0, 2.2, 2.0))):
             for r, pace in enumerate(paces, 1):
@@ -349,7 +355,8 @@ class Report(Files):
     def test_repeats_widen_the_measured_interval_and_are_counted(self):
         doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
         doc["noise"] = {"other_share": 0.0, "steal_share": 0.0, "median_uncertainty_rel": 0.012}
-        doc["repeats"] = {"steps_s": [0.09, 0.1, 0.11, 0.1, 0.12], "median_uncertainty_rel": 0.081}
+        doc["repeats"] = {"steps_s": [0.09, 0.1, 0.11, 0.1, 0.12], "median_uncertainty_rel": 0.081, "median_s": 0.1,
+                          "relative_error": 0.05}
         doc["verdict"] = {"step_time": "within noise", "why": "..."}
         text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
         self.assertIn("| 100.0 ms ±8.1% (5 runs) | +5.0% | within noise |", text)
@@ -357,6 +364,10 @@ class Report(Files):
         doc["repeats"]["median_uncertainty_rel"] = 0.004
         text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
         self.assertIn("| 100.0 ms ±1.2% (5 runs) |", text)
+        # Their median, where it is not the traced run's step, is what the prediction is held against.
+        doc["repeats"].update({"median_s": 0.104, "relative_error": 0.105 / 0.104 - 1})
+        text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
+        self.assertIn("| 105.0 ms | 104.0 ms ±1.2% (5 runs) | +1.0% |", text)
 
 
 if __name__ == "__main__":
