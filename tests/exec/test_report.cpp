@@ -32,6 +32,19 @@ pe::RankReport report(int rank, std::vector<std::vector<ps::TimedAction>> steps)
   return r;
 }
 
+// Two ranks, one forward each per step, the steps of `lengths` back to back
+// (rank 1's forward half as long), assembled.
+pe::RunResult run_of_steps(const std::vector<double>& lengths) {
+  std::vector<std::vector<ps::TimedAction>> s0, s1;
+  double t = 0;
+  for (const double d : lengths) {
+    s0.push_back({at("0F0", t, t + d)});
+    s1.push_back({at("1F0", t, t + d / 2)});
+    t += d;
+  }
+  return pe::assemble({report(0, s0), report(1, s1)}, 2);
+}
+
 }  // namespace
 
 TEST(Report, StepsBeginWithTheirFirstComputation) {
@@ -50,15 +63,8 @@ TEST(Report, StepsBeginWithTheirFirstComputation) {
 }
 
 TEST(Report, TheMedianStepLeavesTheWarmUpOut) {
-  std::vector<std::vector<ps::TimedAction>> s0, s1;
   const std::vector<double> lengths{9.0, 2.0, 4.0, 3.0};  // step 0 is the slow warm-up
-  double t = 0;
-  for (const double d : lengths) {
-    s0.push_back({at("0F0", t, t + d)});
-    s1.push_back({at("1F0", t, t + d / 2)});
-    t += d;
-  }
-  const auto run = pe::assemble({report(0, s0), report(1, s1)}, 2);
+  const auto run = run_of_steps(lengths);
   EXPECT_EQ(run.step_times_s, lengths);
   EXPECT_EQ(run.representative_step, 3);  // median of 2, 4, 3
   EXPECT_DOUBLE_EQ(run.wall_s, 18.0);
@@ -72,15 +78,7 @@ TEST(Report, FromFiveStepsTheFirstTwoAreWarmUp) {
   EXPECT_EQ(pe::warmup_steps(4), 1);
   EXPECT_EQ(pe::warmup_steps(5), 2);
   EXPECT_EQ(pe::warmup_steps(12), 2);
-  std::vector<std::vector<ps::TimedAction>> s0, s1;
-  const std::vector<double> lengths{9.0, 1.0, 4.0, 3.0, 5.0, 2.0};  // step 1 is the fastest, but warm-up
-  double t = 0;
-  for (const double d : lengths) {
-    s0.push_back({at("0F0", t, t + d)});
-    s1.push_back({at("1F0", t, t + d / 2)});
-    t += d;
-  }
-  const auto run = pe::assemble({report(0, s0), report(1, s1)}, 2);
+  const auto run = run_of_steps({9.0, 1.0, 4.0, 3.0, 5.0, 2.0});  // step 1 is the fastest, but warm-up
   EXPECT_EQ(run.representative_step, 3);  // the lower median of 4, 3, 5, 2
   EXPECT_EQ(run.noise.first_counted_step, 2);
   EXPECT_EQ(run.noise.counted_steps, 4);
