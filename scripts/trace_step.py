@@ -26,8 +26,9 @@ def first_counted(measured: dict, steps: int) -> int:
 
 def counted(measured: dict, every: list) -> list:
     """The steps of a run's `every` (step_times_s or bubble_fractions) it
-    counted: its warm-up left out (first_counted)."""
-    return every[first_counted(measured, len(every)):]
+    counted: its warm-up left out (first_counted); none of none (a run that
+    did not record that list)."""
+    return every[first_counted(measured, len(every)):] if every else every
 
 
 def step_of(path: str) -> float:

@@ -65,6 +65,8 @@ class TraceScripts(Files):
     def test_counted_steps_and_the_noise_of_stored_runs(self):
         self.assertEqual(trace_step.counted({"noise": {"first_counted_step": 2}}, [9, 8, 7, 6]), [7, 6])
         self.assertEqual(trace_step.counted({}, [9, 8, 7]), [8, 7])  # older traces: the first alone
+        # A list the run did not record (bench_fidelity reads a missing bubble_fractions as []): none.
+        self.assertEqual(trace_step.counted({"noise": {"first_counted_step": 2}}, []), [])
         for bad in (3, -1, 2.0, True, None):
             with self.assertRaisesRegex(ValueError, "first_counted_step is .*, outside the 3 steps"):
                 trace_step.counted({"noise": {"first_counted_step": bad}}, [9, 8, 7])
