@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, SCRIPTS)
 import bubble  # noqa: E402
 import common  # noqa: E402
+import demo_rescore  # noqa: E402
 import gantt  # noqa: E402
 import heatmap  # noqa: E402
 import memory  # noqa: E402
@@ -88,6 +89,24 @@ class TraceScripts(Files):
         r = self.run_script("noise_of_runs.py", self.dir.name)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("c_r1.json: no measured step times", r.stderr)
+
+    def test_demo_rescore_keeps_the_repeats_its_rule_names(self):
+        # Five repeats whose counted steps' medians are 5, 1, 4, 2, 3 (their warm-up step slow).
+        runs = []
+        for r, pace in enumerate((5, 1, 4, 2, 3), 1):
+            measured = {"step_times_s": [9.0, 9.0, pace, pace, pace + 1], "noise": {"first_counted_step": 2}}
+            runs.append(self.write(f"a_r{r}.json", {"otherData": {"measured": measured}}))
+        by_pace = [runs[1], runs[3], runs[4], runs[2], runs[0]]
+        self.assertEqual(demo_rescore.keep("all", runs), by_pace)
+        self.assertEqual(demo_rescore.keep("median", runs), [runs[4]])
+        self.assertEqual(demo_rescore.keep("middle", runs), by_pace[1:4])
+        self.assertEqual(demo_rescore.keep("fastest", runs), [runs[1]])
+        self.assertEqual(demo_rescore.keep("fastest2", runs), [runs[1], runs[3]])
+        self.assertEqual(demo_rescore.keep("fastest-half", runs), by_pace[:3])
+        self.assertEqual(demo_rescore.keep("middle", runs[:2]), sorted(runs[:2], key=demo_rescore.median_step))
+        r = self.run_script("demo_rescore.py", self.dir.name)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, f"^{self.dir.name}: not a demo's output to score again [^\n]*\n$")
 
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})

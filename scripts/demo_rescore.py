@@ -1,0 +1,131 @@
+"""Calibrate a demo's runs again, keeping a chosen subset of each calibration
+configuration's repeats, and score its held-out configurations as the demo
+does (the prediction against the median of the quiet repeats).
+
+    python3 scripts/demo_rescore.py [--keep RULE]... OUT...
+
+OUT is a demo's output folder (PIPETWIN_OUT of scripts/demo.sh): its runs/
+(each configuration's *.quiet list) and compare/ (the held-out ones). For
+every RULE (default: all) and every OUT, prints the held-out step and bubble
+errors, then per rule the medians over the folders and how many met the
+demo's aims (step median <= 5%, worst <= 10%; bubble worst <= 3 points).
+
+RULE, over a configuration's quiet repeats sorted by their median step:
+  all       every one (the demo's calibration)
+  median    the median one
+  middle    all but the fastest and the slowest
+  fastest   the fastest one; fastest2 and fastest-half likewise
+
+Environment: PIPETWIN_BUILD_DIR (default build). Writes under OUT/rescore/.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_step  # noqa: E402
+
+RULES = ("all", "median", "middle", "fastest", "fastest2", "fastest-half")
+
+
+def median_step(path):
+    with open(path, encoding="utf-8") as f:
+        measured = json.load(f)["otherData"]["measured"]
+    every = measured["step_times_s"]
+    return statistics.median(trace_step.counted(measured, every))
+
+
+def keep(rule, files):
+    runs = sorted(files, key=median_step)
+    n = len(runs)
+    return {
+        "all": runs,
+        "median": runs[(n - 1) // 2:(n - 1) // 2 + 1],
+        "middle": runs[1:-1] if n >= 3 else runs,
+        "fastest": runs[:1],
+        "fastest2": runs[:2],
+        "fastest-half": runs[:max(1, (n + 1) // 2)],
+    }[rule]
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def args_of(other):
+    """A run's configuration (its trace's otherData) as simulate's arguments."""
+    return ["-s", other["schedule"], "-k", str(other["ranks"]), "-m", str(other["microbatches"]),
+            "--batch", str(int(other["batch"])), "--recompute", other["recompute"]]
+
+
+def run(cmd, out=None):
+    with open(out, "w", encoding="utf-8") if out else open(os.devnull, "w", encoding="utf-8") as f:
+        subprocess.run(cmd, check=True, stdout=f)
+
+
+def score(pipetwin, demo, rule):
+    runs, work = os.path.join(demo, "runs"), os.path.join(demo, "rescore", rule)
+    os.makedirs(work, exist_ok=True)
+    held = sorted(n[:-5] for n in os.listdir(os.path.join(demo, "compare")) if n.endswith(".json"))
+    calibrate = sorted(n[:-6] for n in os.listdir(runs) if n.endswith(".quiet") and n[:-6] not in held)
+    traces = [t for c in calibrate for t in keep(rule, lines(os.path.join(runs, c + ".quiet")))]
+    hardware = os.path.join(work, "hardware.yaml")
+    run([pipetwin, "calibrate", *traces, "--hardware", "cpu", "--out", hardware])
+    steps, bubbles = [], []
+    for n in held:
+        with open(os.path.join(runs, n + ".json"), encoding="utf-8") as f:
+            other = json.load(f)["otherData"]
+        spec = os.path.join(work, n + ".model.yaml")
+        with open(spec, "w", encoding="utf-8") as f:
+            f.write(other["model_spec"])
+        partition, predicted = os.path.join(work, n + ".partition"), os.path.join(work, n + ".json")
+        run([sys.executable, os.path.join(os.path.dirname(__file__), "trace_partition.py"),
+             os.path.join(runs, n + ".json")], partition)
+        run([pipetwin, "simulate", "--model", spec, *args_of(other), "--hardware", hardware,
+             "--partition", partition, "--trace", predicted])
+        repeats = lines(os.path.join(runs, n + ".repeats"))
+        compared = os.path.join(work, n + ".compare.json")
+        run([pipetwin, "compare", predicted, os.path.join(runs, n + ".json"),
+             *(["--repeats", *repeats] if repeats else []), "--json"], compared)
+        with open(compared, encoding="utf-8") as f:
+            c = json.load(f)
+        steps.append(100 * c["repeats"]["relative_error"] if "repeats" in c else
+                     100 * c["step_time_s"]["relative_error"])
+        bubble = c["bubble_fraction"]
+        bubbles.append(bubble.get("measured_over_steps", bubble)["error_points"])
+    return len(traces), steps, bubbles
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="append", choices=RULES)
+    parser.add_argument("demos", nargs="+")
+    a = parser.parse_args()
+    pipetwin = os.path.join(os.environ.get("PIPETWIN_BUILD_DIR", "build"), "cli", "pipetwin")
+    for rule in a.keep or ["all"]:
+        medians, worsts, bubble_worsts, met, bubble_met = [], [], [], 0, 0
+        for demo in a.demos:
+            try:
+                kept, steps, bubbles = score(pipetwin, demo, rule)
+            except (OSError, ValueError, KeyError, IndexError, subprocess.CalledProcessError) as e:
+                sys.exit(f"{demo}: not a demo's output to score again (runs/*.quiet, compare/*.json): {e}")
+            med, worst = statistics.median(map(abs, steps)), max(map(abs, steps))
+            bworst = max(map(abs, bubbles))
+            medians.append(med), worsts.append(worst), bubble_worsts.append(bworst)
+            met += med <= 5 and worst <= 10
+            bubble_met += bworst <= 3
+            print(f"{rule:12s} {demo}: {kept} runs; steps " + " ".join(f"{e:+.1f}%" for e in steps) +
+                  f" (median {med:.1f}%, worst {worst:.1f}%); bubbles " +
+                  " ".join(f"{b:+.1f}" for b in bubbles) + f" (worst {bworst:.1f})")
+        print(f"{rule:12s} over {len(a.demos)}: step median {statistics.median(medians):.1f}% "
+              f"({min(medians):.1f}-{max(medians):.1f}), worst {statistics.median(worsts):.1f}% "
+              f"(at most {max(worsts):.1f}); step aims met in {met}, bubble worst "
+              f"{statistics.median(bubble_worsts):.1f} points, within 3 in {bubble_met}")
+
+
+if __name__ == "__main__":
+    main()
