@@ -28,10 +28,12 @@ mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
 # schedule:K:M:recompute. The calibration set spans one, two and four ranks,
 # several micro-batch sizes, both schedules and recompute; the held-out set
-# is predicted from it. Two runs with more ranks than this machine's cores:
+# is predicted from it. One rank at micro-batch sizes 16, 4 and 1: the curves'
+# anchor, where two ranks on the cores also slow each other's lone actions
+# (docs/calibration.md, slow periods). Two runs with more ranks than this machine's cores:
 # how ranks share cores is fitted on them, and one alone (its two dozen sends)
 # once made every send of K = 4 wait 0.9 ms, K=4 M=8 predicted 22% slow.
-CALIBRATE=(1f1b:1:1:none gpipe:1:4:none 1f1b:2:2:none gpipe:2:4:full 1f1b:2:16:none 1f1b:4:4:none gpipe:4:16:none)
+CALIBRATE=(1f1b:1:1:none gpipe:1:4:none gpipe:1:16:none 1f1b:2:2:none gpipe:2:4:full 1f1b:2:16:none 1f1b:4:4:none gpipe:4:16:none)
 HELD_OUT=(1f1b:2:8:none gpipe:2:8:none 1f1b:2:4:full gpipe:1:8:none 1f1b:4:8:none)
 
 STAGES=7
