@@ -10,7 +10,8 @@ every RULE (default: all) and every OUT, prints the held-out step and bubble
 errors, then per rule the medians over the folders and how many met the
 demo's aims (step median <= 5%, worst <= 10%; bubble worst <= 3 points).
 
-RULE, over a configuration's quiet repeats sorted by their median step:
+RULE, over a configuration's quiet repeats sorted by their traced step (as
+the demo and scripts/median_repeat.py choose the median one: trace_step.step_of):
   all       every one (the demo's calibration)
   median    the median one
   middle    all but the fastest and the slowest
@@ -26,20 +27,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import trace_step  # noqa: E402
+import trace_partition  # noqa: E402
+from trace_step import step_of  # noqa: E402
 
 RULES = ("all", "median", "middle", "fastest", "fastest2", "fastest-half")
 
 
-def median_step(path):
-    with open(path, encoding="utf-8") as f:
-        measured = json.load(f)["otherData"]["measured"]
-    every = measured["step_times_s"]
-    return statistics.median(trace_step.counted(measured, every))
-
-
 def keep(rule, files):
-    runs = sorted(files, key=median_step)
+    runs = sorted(files, key=step_of)
     n = len(runs)
     return {
         "all": runs,
@@ -83,8 +78,8 @@ def score(pipetwin, demo, rule):
         with open(spec, "w", encoding="utf-8") as f:
             f.write(other["model_spec"])
         partition, predicted = os.path.join(work, n + ".partition"), os.path.join(work, n + ".json")
-        run([sys.executable, os.path.join(os.path.dirname(__file__), "trace_partition.py"),
-             os.path.join(runs, n + ".json")], partition)
+        with open(partition, "w", encoding="utf-8") as f:
+            f.write(trace_partition.main(os.path.join(runs, n + ".json")) + "\n")
         run([pipetwin, "simulate", "--model", spec, *args_of(other), "--hardware", hardware,
              "--partition", partition, "--trace", predicted])
         repeats = lines(os.path.join(runs, n + ".repeats"))
