@@ -442,6 +442,9 @@ std::vector<Bad> catalogue() {
        "{}/p0.csv: 2 candidates, but shard 0/1 of 3 has 3: an incomplete part"},
       {"cli_partition_file_too_short", {{"m.yaml", kT}, {"p.txt", "0:1 1:2\n"}},
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition {}/p.txt", "but transformer has 4 layers"},
+      {"cli_partition_ranges_inline", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition 0:3,3:6",
+       "--partition '0:3,3:6' is neither auto, uniform, parameters nor a file"},
       {"cli_out_in_missing_dir", {}, "schedule -s gpipe -k 2 -m 2 --out {}/no/dir/s.txt", "cannot open"},
 
       // compare PREDICTED MEASURED, on traces that `pipetwin simulate` wrote, edited.
