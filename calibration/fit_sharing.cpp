@@ -91,14 +91,17 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
   // 1 ms; the best of them.
   struct Way {
     bool keep;
-    double slice_s;
+    double slice_s, wake_s = 0;
   };
-  const Way ways[] = {{false, 0}, {true, 0}, {true, 16e-3}, {true, 8e-3}, {true, 4e-3}, {true, 2e-3}, {true, 1e-3}};
+  const Way ways[] = {{false, 0},       {true, 0},        {true, 16e-3},       {true, 8e-3},      {true, 4e-3},
+                      {true, 2e-3},     {true, 1e-3},     {true, 0, 0.5e-3},   {true, 0, 2e-3},   {true, 16e-3, 0.5e-3},
+                      {true, 4e-3, 0.5e-3}, {true, 16e-3, 2e-3}, {true, 4e-3, 2e-3}};
   double best = 0, best_loss = 0;
   Way best_way = ways[0];
   for (const Way& way : ways) {
     t.run_to_completion = way.keep;
     t.time_slice_s = way.slice_s;
+    t.wake_preempt_s = way.wake_s;
     const double s = fitting::golden_min(
         [&](double x) {
           set(x);
@@ -111,6 +114,7 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
   }
   t.run_to_completion = best_way.keep;
   t.time_slice_s = best_way.slice_s;
+  t.wake_preempt_s = best_way.wake_s;
   set(best);
   fit.coefficients.push_back({"oversubscribed.run_to_completion", best_way.keep ? 1.0 : 0.0,
                               "fitted on the steps and bubbles of " + std::to_string(beyond.size()) +
@@ -118,6 +122,8 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
                                   "message (or its time slice ends), 0 shares it"});
   fit.coefficients.push_back({"oversubscribed.time_slice_s", best_way.slice_s,
                               "the best of none, 16, 8, 4, 2 and 1 ms on the same (0: none)"});
+  fit.coefficients.push_back({"oversubscribed.wake_preempt_s", best_way.wake_s,
+                              "the best of none, 0.5 and 2 ms on the same, with no time slice or one of 16 or 4 ms (0: none)"});
   fit.coefficients.push_back({"oversubscribed.scale", best, "of the transfers' waits for a core, fitted on the same"});
 }
 

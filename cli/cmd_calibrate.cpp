@@ -137,6 +137,9 @@ std::string sharing_way(const models::Topology& t) {
   if (t.time_slice_s > 0) {
     way += " or its " + std::to_string(static_cast<int>(t.time_slice_s * 1e6)) + " us time slice ends while another waits";
   }
+  if (t.wake_preempt_s > 0) {
+    way += ", or, within " + std::to_string(static_cast<int>(t.wake_preempt_s * 1e6)) + " us, a rank woken by a message waits";
+  }
   return way;
 }
 

@@ -206,7 +206,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "intra", "bridge", "inter", "collective",
+       "oversubscribed_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "wake_preempt_us", "intra", "bridge", "inter", "collective",
        "tensor_collective", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
@@ -257,6 +257,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
     t.run_to_completion = v == "true";
   }
   if (y.has("time_slice_us")) t.time_slice_s = y.non_negative_number("time_slice_us") * kUs;
+  if (y.has("wake_preempt_us")) t.wake_preempt_s = y.non_negative_number("wake_preempt_us") * kUs;
   if (y.has("intra")) t.intra = link_from_yaml(y.child("intra"));
   if (y.has("bridge")) t.bridge = link_from_yaml(y.child("bridge"));
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));

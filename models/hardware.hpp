@@ -206,6 +206,11 @@ struct Topology {
   // and queues again, inside its action (the OS's time slices: round robin,
   // the wait part of the action's wall time as a preemption is); 0: never.
   double time_slice_s = 0;
+  // SharedHost, calibrated, with run_to_completion: a rank woken by a
+  // message while every core is held takes one from a running rank within
+  // this long (the scheduler favours a task that slept); the preempted one
+  // queues again behind the woken ones, the wait part of its action. 0: never.
+  double wake_preempt_s = 0;
   // SharedHost, calibrated from data-parallel runs: one round of a ring
   // collective (Gloo's) between processes of the host takes latency_s plus
   // chunk bytes / bandwidth of one core's work (copying through the

@@ -22,6 +22,7 @@
 #include "schedule/error.hpp"
 #include "schedule/interpreter.hpp"
 #include "sim/collectives.hpp"
+#include "sim/cores.hpp"
 #include "sim/platform.hpp"
 #include "sim/wire.hpp"
 
@@ -66,7 +67,7 @@ class Mailboxes {
 
 class SimBackend final : public ps::Backend {
  public:
-  SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, sg4::SemaphorePtr cores,
+  SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, std::shared_ptr<Cores> cores,
              sg4::MutexPtr taking, int replica)
       : in_(in), boxes_(boxes), out_(out), replica_(replica),
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
@@ -93,16 +94,21 @@ class SimBackend final : public ps::Backend {
     // the action is idle, as a woken rank's wait for a core inside its
     // receive is on a real host; waiting after a slice is part of the action,
     // as an action's wall time holds its preemptions.
-    take_core();
+    // With wake preemption, a rank woken by a message takes a core from a
+    // running one within wake_preempt_s (the running ones look that often);
+    // the one it preempts queues again behind the woken ones.
+    take_core(true);
     const double start = sg4::Engine::get_clock();
-    const double slice = in_.topology.time_slice_s;
+    const double slice = in_.topology.time_slice_s, look = in_.topology.wake_preempt_s;
     const double waits = collective_wait(a, d);
     for (double left = d - waits; left > 1e-12 * d;) {
-      if (slice > 0 && used_ >= slice * (1 - 1e-12)) {
+      const bool sliced = slice > 0 && used_ >= slice * (1 - 1e-12);
+      if (sliced || (look > 0 && cores_->woken_waiting())) {
         give_core();
-        take_core();
+        take_core(false);
       }
-      const double chunk = slice > 0 ? std::min(left, slice - used_) : left;
+      double chunk = slice > 0 ? std::min(left, slice - used_) : left;
+      if (look > 0) chunk = std::min(chunk, look);
       run(chunk);
       used_ += chunk;
       left -= chunk;
@@ -187,10 +193,12 @@ class SimBackend final : public ps::Backend {
     return in_.topology.kind == models::TopologyKind::SharedHost ? std::min(in_.program.tensor_parallel, in_.topology.host_cores)
                                                                  : 1;
   }
-  void take_core() {
+  // `woken`: it gave its core up to wait for a message (with wake
+  // preemption, such ranks go first); else it was preempted.
+  void take_core(bool woken) {
     if (!holding_) {
       if (width() > 1) taking_->lock();
-      for (int i = 0; i < width(); ++i) cores_->acquire();
+      for (int i = 0; i < width(); ++i) cores_->take(woken && in_.topology.wake_preempt_s > 0);
       if (width() > 1) taking_->unlock();
       holding_ = true;
       used_ = 0;
@@ -198,7 +206,7 @@ class SimBackend final : public ps::Backend {
   }
   void give_core() {
     if (holding_) {
-      for (int i = 0; i < width(); ++i) cores_->release();
+      for (int i = 0; i < width(); ++i) cores_->give();
       holding_ = false;
     }
   }
@@ -256,7 +264,7 @@ class SimBackend final : public ps::Backend {
   int replica_ = 0;
   std::map<int, sg4::ActorPtr> pending_;  // stage -> its reduction in flight
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
-  sg4::SemaphorePtr cores_;  // run to completion: one token per core; null otherwise
+  std::shared_ptr<Cores> cores_;  // run to completion: the host's cores; null otherwise
   sg4::MutexPtr taking_;     // with cores_: one tensor group at a time takes its cores
   bool holding_ = false;     // this rank holds one of them
   double used_ = 0;          // of its time slice
@@ -328,10 +336,9 @@ ps::Timeline simulate_here(const SimInput& in) {
   // parallel group moves as one: its collectives are in its actions' times).
   std::vector<ps::Timeline> replicas(D);
   const auto& topo = in.topology;
-  const sg4::SemaphorePtr cores =
-      topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_devices() > topo.host_cores
-          ? sg4::Semaphore::create(static_cast<unsigned>(topo.host_cores))
-          : nullptr;
+  const auto cores = topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_devices() > topo.host_cores
+                         ? std::make_shared<Cores>(topo.host_cores)
+                         : nullptr;
   const sg4::MutexPtr taking = sg4::Mutex::create();
   std::vector<std::unique_ptr<Mailboxes>> boxes;
   for (int d = 0; d < D; ++d) {

@@ -281,16 +281,20 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
 
 TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   // Four ranks on two cores, each kept to the end of its time slice while
-  // another waits (round robin): the replayed step times and bubbles of runs
-  // with more ranks than cores recover that way of sharing and its slice
-  // among none (the end of the action), 16, 8, 4, 2 and 1 ms.
+  // another waits (round robin), or preempted by a rank woken by a message:
+  // the replayed step times and bubbles of runs with more ranks than cores
+  // recover that way of sharing, its slice among none (the end of the
+  // action), 16, 8, 4, 2 and 1 ms, and its wake preemption.
   pm::Hardware truth = known_hardware();
   truth.topology.host_cores = 2;
   truth.topology.run_to_completion = true;
   truth.topology.oversubscribed_send_s = 300e-6;
   truth.topology.oversubscribed_recv_s = 500e-6;
-  for (const double slice : {0.0, 1e-3}) {
+  // slice, wake preemption: the last a rank woken by a message that takes a
+  // core from a running one within 2 ms.
+  for (const auto& [slice, wake] : std::vector<std::pair<double, double>>{{0.0, 0.0}, {1e-3, 0.0}, {0.0, 2e-3}}) {
     truth.topology.time_slice_s = slice;
+    truth.topology.wake_preempt_s = wake;
     std::vector<pc::TraceRun> runs;
     std::map<std::string, Config> configs;
     int i = 0;
@@ -306,11 +310,13 @@ TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
     fit.hardware = truth;  // the sharing alone, on the true device and transfer waits
     fit.hardware.topology.run_to_completion = false;
     fit.hardware.topology.time_slice_s = 0;
+    fit.hardware.topology.wake_preempt_s = 0;
     pc::fit_sharing(runs, fit, [&](const pc::TraceRun& r, const pm::Hardware& hw) {
       return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
     });
     EXPECT_TRUE(fit.hardware.topology.run_to_completion) << "slice " << slice;
     EXPECT_EQ(fit.hardware.topology.time_slice_s, slice);
+    EXPECT_EQ(fit.hardware.topology.wake_preempt_s, wake) << "slice " << slice;
     EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6) << "slice " << slice;
   }
 }
@@ -626,4 +632,43 @@ TEST(SharedHost, EffectiveCoresAndRunToCompletionInSimGrid) {
   double long_slices = 0;
   synthetic_trace(c, sliced, &long_slices, /*simgrid=*/true);
   EXPECT_NEAR(long_slices, queued, 1e-9 * queued);
+}
+
+TEST(SharedHost, ARankWokenByAMessageTakesACoreWithinTheWakePreemption) {
+  // Four ranks on two cores, run to completion. With wake preemption, a rank
+  // that waited for a message starts its compute within wake_preempt_s of
+  // that receive's end (never more woken ranks wait than there are cores:
+  // only running ranks hold them), the rank it preempts holding the wait in
+  // its action; without, it waits for a running rank's whole action.
+  pm::Hardware hw = known_hardware();
+  hw.topology.host_cores = 2;
+  hw.topology.run_to_completion = true;
+  const Config c{"1f1b", 4, 8, 16, "none", {{0, 2}, {2, 3}, {3, 4}, {4, 6}}};
+  const double look = 0.2e-3;
+  // The longest a compute action that follows a receive started after that receive's end.
+  const auto longest_wait = [&](const pm::Hardware& h, int* preempted) {
+    const ps::Trace alone = synthetic_trace(c, known_hardware());
+    std::map<std::string, double> full;
+    for (const auto& rank : alone.timeline.ranks) {
+      for (const auto& a : rank) full[ps::to_string(a.action)] = a.end - a.start;
+    }
+    const ps::Trace t = synthetic_trace(c, h, nullptr, /*simgrid=*/true);
+    double longest = 0;
+    for (const auto& rank : t.timeline.ranks) {
+      for (std::size_t i = 1; i < rank.size(); ++i) {
+        const auto& a = rank[i];
+        if (!ps::is_compute(a.action.op)) continue;
+        if (a.end - a.start > full.at(ps::to_string(a.action)) + 1e-6) ++*preempted;
+        if (ps::is_recv(rank[i - 1].action.op)) longest = std::max(longest, a.start - rank[i - 1].end);
+      }
+    }
+    return longest;
+  };
+  int kept = 0, preempted = 0;
+  EXPECT_GT(longest_wait(hw, &kept), 10 * look);
+  EXPECT_EQ(kept, 0);
+  pm::Hardware woken = hw;
+  woken.topology.wake_preempt_s = look;
+  EXPECT_LE(longest_wait(woken, &preempted), look + 1e-9);
+  EXPECT_GT(preempted, 0);
 }
