@@ -27,12 +27,6 @@ struct Reduction {
   bool alone = false;   // no other rank computed, stepped or reduced for more than 0.1% of it
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // How long the other ranks of the timeline computed, stepped or reduced
 // (what takes a core) during [start, end).
 double computing_beside(const ps::Timeline& t, std::size_t rank, double start, double end) {

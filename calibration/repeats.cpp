@@ -9,6 +9,7 @@
 #include "calibration/noise.hpp"
 #include "calibration/traces.hpp"
 #include "schedule/error.hpp"
+#include "schedule/stats.hpp"
 
 namespace pipetwin::calibration {
 
@@ -38,10 +39,7 @@ Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s,
   // draws of the machine's pace: the median's 95% interval from the MAD, with
   // Student's t for n - 1 degrees of freedom in place of 1.96.
   const std::size_t n = r.steps_s.size();
-  if (n >= 3 && r.median_s > 0) {
-    r.median_uncertainty_rel =
-        t975(static_cast<int>(n) - 1) * 1.2533 * 1.4826 * r.mad_s / std::sqrt(static_cast<double>(n)) / r.median_s;
-  }
+  r.median_uncertainty_rel = schedule::median_half_width_rel(t975(static_cast<int>(n) - 1), r.mad_s, r.median_s, n);
   return r;
 }
 

@@ -20,13 +20,6 @@ namespace pipetwin::calibration {
 namespace ps = pipetwin::schedule;
 using nlohmann::json;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::optional<RecordedBubble> recorded_bubble(const json& meta, const std::string& path) {
   if (!meta.contains("measured") || !meta["measured"].is_object() || !meta["measured"].contains("bubble_fractions")) {
     return std::nullopt;

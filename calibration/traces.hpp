@@ -18,6 +18,7 @@
 #include "models/model.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
+#include "schedule/stats.hpp"
 #include "schedule/trace.hpp"
 
 namespace pipetwin::calibration {
@@ -97,6 +98,6 @@ void check_together(const std::vector<TraceRun>& runs);
 int recorded_host_cores(const std::vector<TraceRun>& runs);
 
 // The median (the mean of the middle two for an even count); 0 when empty.
-double median(std::vector<double> values);
+using schedule::median;
 
 }  // namespace pipetwin::calibration

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "schedule/error.hpp"
+#include "schedule/stats.hpp"
 
 namespace pipetwin::exec {
 namespace {
@@ -28,13 +29,6 @@ double own_cpu_seconds() {
   if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
   const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
   return sec(u.ru_utime) + sec(u.ru_stime);
-}
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Shares of one host's capacity between two readings of its first rank, the
@@ -157,16 +151,13 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
   out.counted_steps = steps - out.first_counted_step;
   std::vector<double> counted(step_times_s.begin() + out.first_counted_step, step_times_s.end());
   if (!counted.empty()) {
-    out.step_median_s = median_of(counted);
+    out.step_median_s = schedule::median(counted);
     out.step_min_s = *std::min_element(counted.begin(), counted.end());
     out.step_max_s = *std::max_element(counted.begin(), counted.end());
     std::vector<double> dev;
     for (const double t : counted) dev.push_back(std::abs(t - out.step_median_s));
-    out.step_mad_s = median_of(dev);
-    const double n = static_cast<double>(counted.size());
-    if (counted.size() >= 3 && out.step_median_s > 0) {
-      out.median_uncertainty_rel = 1.96 * 1.2533 * 1.4826 * out.step_mad_s / std::sqrt(n) / out.step_median_s;
-    }
+    out.step_mad_s = schedule::median(dev);
+    out.median_uncertainty_rel = schedule::median_half_width_rel(1.96, out.step_mad_s, out.step_median_s, counted.size());
   }
   std::map<std::string, std::vector<int>> ranks_of;  // host -> ranks with readings, in rank order
   for (std::size_t r = 0; r < samples.size(); ++r) {

@@ -1,0 +1,21 @@
+// Robust statistics (see stats.hpp).
+#include "schedule/stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipetwin::schedule {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double median_half_width_rel(double quantile, double mad, double median_value, std::size_t n) {
+  if (n < 3 || !(median_value > 0)) return 0;
+  return quantile * 1.2533 * 1.4826 * mad / std::sqrt(static_cast<double>(n)) / median_value;
+}
+
+}  // namespace pipetwin::schedule
