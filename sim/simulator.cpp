@@ -95,15 +95,16 @@ class SimBackend final : public ps::Backend {
     // receive is on a real host; waiting after a slice is part of the action,
     // as an action's wall time holds its preemptions.
     // With wake preemption, a rank woken by a message takes a core from a
-    // running one within wake_preempt_s (the running ones look that often);
-    // the one it preempts queues again behind the woken ones.
+    // running one within wake_preempt_s (the running ones look that often,
+    // a rank that has just taken its core runs one look first); the one it
+    // preempts queues again behind the woken ones.
     take_core(true);
     const double start = sg4::Engine::get_clock();
     const double slice = in_.topology.time_slice_s, look = in_.topology.wake_preempt_s;
     const double waits = collective_wait(a, d);
     for (double left = d - waits; left > 1e-12 * d;) {
       const bool sliced = slice > 0 && used_ >= slice * (1 - 1e-12);
-      if (sliced || (look > 0 && cores_->woken_waiting())) {
+      if (sliced || (look > 0 && used_ > 0 && cores_->woken_waiting())) {
         give_core();
         take_core(false);
       }
