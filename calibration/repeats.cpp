@@ -31,10 +31,8 @@ Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s,
   r.files = std::move(files);
   r.steps_s = std::move(steps_s);
   r.busy = busy;
-  r.median_s = r.steps_s.empty() ? 0 : median(r.steps_s);
-  std::vector<double> dev;
-  for (const double s : r.steps_s) dev.push_back(std::abs(s - r.median_s));
-  r.mad_s = dev.empty() ? 0 : median(dev);
+  r.median_s = median(r.steps_s);
+  r.mad_s = schedule::mad(r.steps_s, r.median_s);
   // As a run's own steps (exec/host_load.cpp), the runs taken as independent
   // draws of the machine's pace: the median's 95% interval from the MAD, with
   // Student's t for n - 1 degrees of freedom in place of 1.96.

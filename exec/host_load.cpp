@@ -154,9 +154,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     out.step_median_s = schedule::median(counted);
     out.step_min_s = *std::min_element(counted.begin(), counted.end());
     out.step_max_s = *std::max_element(counted.begin(), counted.end());
-    std::vector<double> dev;
-    for (const double t : counted) dev.push_back(std::abs(t - out.step_median_s));
-    out.step_mad_s = schedule::median(dev);
+    out.step_mad_s = schedule::mad(counted, out.step_median_s);
     out.median_uncertainty_rel = schedule::median_half_width_rel(1.96, out.step_mad_s, out.step_median_s, counted.size());
   }
   std::map<std::string, std::vector<int>> ranks_of;  // host -> ranks with readings, in rank order

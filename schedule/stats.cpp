@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace pipetwin::schedule {
 
@@ -11,6 +12,13 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double mad(const std::vector<double>& values, double about) {
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (const double v : values) dev.push_back(std::abs(v - about));
+  return median(std::move(dev));
 }
 
 double median_half_width_rel(double quantile, double mad, double median_value, std::size_t n) {

@@ -10,6 +10,9 @@ namespace pipetwin::schedule {
 // 0 of none; of an even count, the mean of the middle two.
 double median(std::vector<double> values);
 
+// The median absolute deviation of `values` about `about` (their median); 0 of none.
+double mad(const std::vector<double>& values, double about);
+
 // The half-width of the 95% interval of the median of `n` draws whose median
 // absolute deviation is `mad` (the normal's: 1.4826 MAD is its sd, 1.2533 sd
 // / sqrt(n) its median's), times `quantile` (1.96, or Student's t for few
