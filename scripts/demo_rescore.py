@@ -67,6 +67,8 @@ def score(pipetwin, demo, rule):
     os.makedirs(work, exist_ok=True)
     held = sorted(n[:-5] for n in os.listdir(os.path.join(demo, "compare")) if n.endswith(".json"))
     calibrate = sorted(n[:-6] for n in os.listdir(runs) if n.endswith(".quiet") and n[:-6] not in held)
+    if not calibrate:
+        raise ValueError(f"no {runs}/*.quiet list of a configuration outside compare/ to calibrate on")
     traces = [t for c in calibrate for t in keep(rule, lines(os.path.join(runs, c + ".quiet")))]
     hardware = os.path.join(work, "hardware.yaml")
     run([pipetwin, "calibrate", *traces, "--hardware", "cpu", "--out", hardware])

@@ -107,6 +107,13 @@ class TraceScripts(Files):
         r = self.run_script("demo_rescore.py", self.dir.name)
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stderr, f"^{self.dir.name}: not a demo's output to score again [^\n]*\n$")
+        # A demo's output from before the .quiet lists: named, before calibrate is run on nothing.
+        os.makedirs(os.path.join(self.dir.name, "old", "runs"))
+        os.makedirs(os.path.join(self.dir.name, "old", "compare"))
+        old = os.path.join(self.dir.name, "old")
+        r = self.run_script("demo_rescore.py", old)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, f"^{old}: not a demo's output to score again [^\n]*: no {old}/runs/\\*\\.quiet list[^\n]*\n$")
 
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})
