@@ -27,6 +27,7 @@ Noise Noise::from_json(const nlohmann::json& j) {
   n.counted_steps = static_cast<int>(num(j, "counted_steps"));
   double worst = -1;
   for (const auto& h : j.value("hosts", nlohmann::json::array())) {
+    n.faults_per_step = std::max(n.faults_per_step, num(h, "faults_per_step"));
     const double share = num(h, "other_share") + num(h, "steal_share");
     if (share <= worst) continue;
     worst = share;
@@ -53,6 +54,10 @@ std::string Noise::describe() const {
   std::string out = line;
   if (mhz_max > 0 && mhz_max - mhz_min > 1) {
     std::snprintf(line, sizeof line, "; clock %.0f-%.0f MHz", mhz_min, mhz_max);
+    out += line;
+  }
+  if (faults_per_step > 0) {
+    std::snprintf(line, sizeof line, "; %.0f page faults per step", faults_per_step);
     out += line;
   }
   return out;

@@ -41,6 +41,7 @@ struct Noise {
   int counted_steps = 0;
   double load1_start = 0, load1_end = 0;    // of the busiest host
   double mhz_min = 0, mhz_max = 0;
+  double faults_per_step = 0;               // the ranks' page faults per counted step, the most of any host
   // From a run's otherData (the measured trace's metadata); nullopt when it has no noise record.
   static std::optional<Noise> of_trace(const nlohmann::json& meta);
   // From the noise record itself (otherData.measured.noise, `pipetwin run`'s measured.noise).

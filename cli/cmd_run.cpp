@@ -29,7 +29,7 @@ namespace {
 struct Options {
   twin::ScenarioSpec scenario;
   int steps = 3;
-  std::string device = "cpu", trace, save_weights, summary_out;
+  std::string device = "cpu", trace, save_weights, summary_out, heap = "keep";
   double lr = 0.001;
   std::uint64_t seed = 0;
   int threads = 0, master_port = 0;
@@ -52,7 +52,7 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
   for (const auto& rank : r.ranks) {
     ranks.push_back({{"rank", rank.rank}, {"pipeline_rank", rank.pipeline_rank < 0 ? rank.rank : rank.pipeline_rank},
                      {"replica", rank.replica}, {"host", rank.host}, {"threads", rank.threads},
-                     {"host_cores", rank.host_cores},
+                     {"malloc", rank.heap}, {"host_cores", rank.host_cores},
                      {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});
@@ -171,6 +171,7 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   c.lr = o.lr;
   c.seed = o.seed;
   c.threads = o.threads;
+  c.keep_freed_memory = o.heap == "keep";
   c.timeout_s = o.timeout;
   c.save_weights = o.save_weights;
   const auto result = exec::run_rank(c, env);
@@ -224,6 +225,10 @@ Run add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed of the weights and of the synthetic data")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Intra-op threads per rank (0: cores / ranks on this host)")
       ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_option("--malloc", o->heap,
+                  "CPU ranks: keep (freed memory stays in the process, as a GPU's caching allocator keeps it) or "
+                  "system (glibc's defaults: pages freed by a backward go back to the kernel and fault in again)")
+      ->check(CLI::IsMember({"keep", "system"}))->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the measured timeline (median step) as a Chrome trace");
   cmd->add_option("--summary", o->summary_out, "Write the JSON summary to this file");
   cmd->add_option("--save-weights", o->save_weights, "Directory: every layer's weights after the last step");

@@ -15,12 +15,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include <sched.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "exec/report.hpp"
 #include "exec/run.hpp"
@@ -334,6 +338,21 @@ void check_runnable(const models::Model& model, const ps::Program& p) {
   }
 }
 
+// Keeps freed heap memory in the process: no allocation is served by its own
+// mmap (which free() would unmap) and the heap's top is never trimmed. With
+// glibc's defaults, a GPipe step whose backwards free many stashed activations
+// hands those pages back to the kernel and faults them in again, zeroed, on
+// the next allocations: in resnet-small K=1 M=8 (micro-batch 2) that took the
+// backwards after the first from 77 to 110 ms and the step from 0.95 to 1.18 s
+// (scripts/bench_malloc.sh). A GPU's caching allocator never does this.
+bool keep_freed_memory() {
+#if defined(__GLIBC__)
+  return ::mallopt(M_MMAP_MAX, 0) == 1 && ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+#else
+  return false;
+#endif
+}
+
 void check_device(Device device, int ranks_here) {
   if (const auto why = device_problem(device, ranks_here); !why.empty()) throw Error(why);
 }
@@ -352,6 +371,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   const Placement where = Placement::of(p, env.rank);
   if (p.partition.size() != static_cast<std::size_t>(p.num_stages())) throw Error("the program has no partition");
   const at::Device device = pick_device(c, env);
+  const bool kept = !device.is_cuda() && c.keep_freed_memory && keep_freed_memory();
   if (device.is_cuda()) {
     ps::check_in_order_channels(p);
     warm_up_cuda(device, dtype_of(c.model.precision));
@@ -375,6 +395,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.member = where.member;
   report.host = comm.host();
   report.threads = threads;
+  report.heap = device.is_cuda() ? "cuda-caching" : kept ? "keep" : "system";
   report.host_cores = cores;
   report.clock_offset_s = comm.clock_offset();
   report.clock_uncertainty_s = comm.clock_uncertainty();

@@ -24,9 +24,13 @@ std::string slurp(const char* path) {
   return s.str();
 }
 
-double own_cpu_seconds() {
+rusage own_usage() {
   rusage u{};
-  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return rusage{};
+  return u;
+}
+
+double cpu_seconds(const rusage& u) {
   const auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
@@ -43,7 +47,7 @@ struct Window {
 
 nlohmann::json HostSample::to_json() const {
   return {{"cpus", cpus}, {"busy_s", busy_s}, {"steal_s", steal_s}, {"total_s", total_s},
-          {"own_cpu_s", own_cpu_s}, {"load1", load1}, {"mhz", mhz}, {"tick_s", tick_s}};
+          {"own_cpu_s", own_cpu_s}, {"minor_faults", minor_faults}, {"load1", load1}, {"mhz", mhz}, {"tick_s", tick_s}};
 }
 
 HostSample HostSample::from_json(const nlohmann::json& j) {
@@ -53,6 +57,7 @@ HostSample HostSample::from_json(const nlohmann::json& j) {
   s.steal_s = j.at("steal_s").get<double>();
   s.total_s = j.at("total_s").get<double>();
   s.own_cpu_s = j.at("own_cpu_s").get<double>();
+  s.minor_faults = j.value("minor_faults", 0.0);
   s.load1 = j.at("load1").get<double>();
   s.mhz = j.at("mhz").get<double>();
   s.tick_s = j.at("tick_s").get<double>();
@@ -111,8 +116,11 @@ HostSample sample_host(bool with_clock) {
   const std::string stat = slurp("/proc/stat");
   if (stat.empty()) return {};
   try {
-    return parse_host_sample(stat, slurp("/proc/loadavg"), with_clock ? slurp("/proc/cpuinfo") : "", own_cpu_seconds(),
-                             static_cast<double>(sysconf(_SC_CLK_TCK)));
+    const rusage u = own_usage();
+    auto s = parse_host_sample(stat, slurp("/proc/loadavg"), with_clock ? slurp("/proc/cpuinfo") : "", cpu_seconds(u),
+                               static_cast<double>(sysconf(_SC_CLK_TCK)));
+    s.minor_faults = static_cast<double>(u.ru_minflt);
+    return s;
   } catch (const Error&) {
     return {};  // a kernel that writes /proc/stat otherwise: the run goes on unmeasured
   }
@@ -125,7 +133,7 @@ nlohmann::json RunNoise::to_json() const {
                   {"ranks_share", h.ranks_share}, {"other_share", h.other_share}, {"steal_share", h.steal_share},
                   {"share_resolution", h.share_resolution},
                   {"load1_start", h.load1_start}, {"load1_end", h.load1_end}, {"mhz_min", h.mhz_min},
-                  {"mhz_max", h.mhz_max}, {"step_other_share", h.step_other_share},
+                  {"mhz_max", h.mhz_max}, {"faults_per_step", h.faults_per_step}, {"step_other_share", h.step_other_share},
                   {"step_steal_share", h.step_steal_share}});
   }
   return {{"hosts", hs},
@@ -187,6 +195,10 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     h.other_share = run.other();
     h.steal_share = run.steal();
     h.share_resolution = run.capacity_s > 0 ? 2.0 * h.cpus * first.front().tick_s / run.capacity_s : 1.0;
+    if (out.counted_steps > 0) {
+      for (const int r : ranks) h.faults_per_step += samples[r][steps].minor_faults - samples[r][out.first_counted_step].minor_faults;
+      h.faults_per_step /= out.counted_steps;
+    }
     h.load1_start = first[out.first_counted_step].load1;
     h.load1_end = first.back().load1;
     for (const auto& s : first) {

@@ -22,6 +22,7 @@ struct HostSample {
   double steal_s = 0;       // a virtual CPU ready to run while the hypervisor ran something else
   double total_s = 0;       // busy + idle + iowait + steal: the host's CPU capacity so far
   double own_cpu_s = 0;     // this process, user + system, every thread (getrusage)
+  double minor_faults = 0;  // this process's page faults so far served without I/O (getrusage)
   double load1 = 0;         // 1-minute load average
   double mhz = 0;           // mean "cpu MHz" of /proc/cpuinfo; 0 where it says none, or unread
   double tick_s = 0.01;     // the unit of /proc/stat's counters (1 / sysconf(_SC_CLK_TCK))
@@ -53,6 +54,10 @@ struct HostLoad {
   double share_resolution = 0;
   double load1_start = 0, load1_end = 0;
   double mhz_min = 0, mhz_max = 0;  // over the readings that have it; 0: not shown
+  // The ranks' page faults per counted step, all of them on this host: memory
+  // the kernel had to map (and zero) again, e.g. heap given back and taken
+  // again (`pipetwin run --malloc system`).
+  double faults_per_step = 0;
   std::vector<double> step_other_share;  // every step, the warm-up included
   std::vector<double> step_steal_share;
 };

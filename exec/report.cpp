@@ -105,6 +105,7 @@ nlohmann::json RankReport::to_json() const {
           {"member", member},
           {"host", host},
           {"threads", threads},
+          {"malloc", heap},
           {"host_cores", host_cores},
           {"clock_offset_s", clock_offset_s},
           {"clock_uncertainty_s", clock_uncertainty_s},
@@ -128,6 +129,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.member = j.value("member", 0);
   r.host = j.at("host").get<std::string>();
   r.threads = j.at("threads").get<int>();
+  r.heap = j.value("malloc", "system");
   r.host_cores = j.value("host_cores", 0);
   r.clock_offset_s = j.at("clock_offset_s").get<double>();
   r.clock_uncertainty_s = j.at("clock_uncertainty_s").get<double>();

@@ -68,6 +68,11 @@ struct RunConfig {
   double lr = 0.01;
   std::uint64_t seed = 0;
   int threads = 0;                 // intra-op threads per rank; 0: cores / ranks on this host
+  // On the CPU: freed memory stays in the rank's heap (glibc told not to
+  // return it), as the CUDA caching allocator keeps it on a GPU. false:
+  // glibc's defaults, under which a backward that frees stashed activations
+  // gives pages back to the kernel and the next one faults them in again.
+  bool keep_freed_memory = true;
   double timeout_s = 120;          // rendezvous and each transfer
   std::string save_weights;        // directory: one file per layer after the last step
 };
@@ -79,6 +84,7 @@ struct RankReport {
   int replica = 0, member = 0;     // d, t
   std::string host;
   int threads = 1;
+  std::string heap = "system";     // keep, system (CPU heap policy) or cuda-caching
   int host_cores = 0;              // CPUs this rank's process may run on (its affinity); 0: unknown
   double clock_offset_s = 0;       // added to this rank's clock to read rank 0's
   double clock_uncertainty_s = 0;  // half the best round trip of the alignment

@@ -721,6 +721,8 @@ std::vector<Bad> catalogue() {
        "--batch: must be positive, got -4", 2},
       {"cli_run_zero_learning_rate", {}, "run --model {fix}/t.yaml -s 1f1b -k 2 -m 2 --lr 0",
        "--lr: must be positive, got 0", 2},
+      {"cli_run_unknown_heap_policy", {}, "run --model {fix}/t.yaml -s 1f1b -k 2 -m 2 --malloc jemalloc",
+       "--malloc: jemalloc not in {keep,system}", 2},
   };
   for (auto& b : all) {
     b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock" || b.name == "simulate_schedule_file_deadlocks";

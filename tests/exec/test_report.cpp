@@ -95,8 +95,15 @@ TEST(Report, ReportsRoundTripThroughJson) {
   r.host = "10.0.0.2";
   r.losses = {2.5, 2.25};
   r.peak_rss_bytes = 123456789;
+  r.heap = "keep";
+  pe::HostSample sample;
+  sample.cpus = 2;
+  sample.minor_faults = 4321;
+  r.host_samples = {sample, sample};
   const auto back = pe::RankReport::from_json(r.to_json());
   EXPECT_EQ(back.to_json(), r.to_json());
+  EXPECT_EQ(back.heap, "keep");
+  EXPECT_EQ(back.host_samples.at(1).minor_faults, 4321);
   EXPECT_EQ(back.steps[0].ranks[1][1].action, ps::parse_action("1F0"));
 }
 
@@ -165,6 +172,11 @@ TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   auto readings = host_readings({2.0, 1.8, 1.2, 1.6}, {0.0, 0.1, 0.2, 0.0}, 0.6);
   readings[0][1].mhz = 1800;  // the clock moved
   readings[0][2].mhz = 0;     // and was not read here
+  // Page faults: rank 0 takes 1000 in the warm-up and 30 a step after it, rank 1 10 a step.
+  for (int i = 0; i < 5; ++i) {
+    readings[0][i].minor_faults = i == 0 ? 0 : 1000 + 30 * (i - 1);
+    readings[1][i].minor_faults = 10 * i;
+  }
   const auto n = pe::measure_noise(readings, {"a", "a"}, {1.5, 1.0, 1.2, 1.1});
   ASSERT_EQ(n.hosts.size(), 1u);
   const auto& h = n.hosts[0];
@@ -182,6 +194,7 @@ TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   EXPECT_DOUBLE_EQ(h.load1_end, 3.0);
   EXPECT_DOUBLE_EQ(h.mhz_min, 1800.0);  // the unread 0 left out
   EXPECT_DOUBLE_EQ(h.mhz_max, 2000.0);
+  EXPECT_NEAR(h.faults_per_step, 30 + 10, 1e-12);  // both ranks, the warm-up's left out
   EXPECT_EQ(n.first_counted_step, 1);
   EXPECT_EQ(n.counted_steps, 3);
   EXPECT_NEAR(n.other_share, h.other_share, 1e-12);
