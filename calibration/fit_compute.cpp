@@ -165,7 +165,7 @@ double net(const ComputeGroup& g, double over, double cold_s_per_byte) {
   return g.measured / over - cold_s_per_byte * g.cold_bytes;
 }
 
-// With more ranks than cores, an action that ran alone still took longer
+// With more ranks than cores, a forward or backward that ran alone still took longer
 // than in a run with a core per rank (the other processes and the
 // transport's threads wake on the same cores): the curves take those
 // actions divided by 1 + x, x the ratio of their total to the curves'
@@ -188,9 +188,6 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak)
       if (in.shared(*observed.compute[i].run)) {
         observed.compute[i].measured = net(as_measured.compute[i], 1 + slower, c.cold_s_per_byte);
       }
-    }
-    for (std::size_t i = 0; i < observed.steps.size(); ++i) {
-      if (in.shared(*observed.steps[i].run)) observed.steps[i].measured = as_measured.steps[i].measured / (1 + slower);
     }
     c.fit = fit_compute(observed, c.kinds, base_peak);
     if (settled) break;

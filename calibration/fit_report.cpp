@@ -34,7 +34,7 @@ namespace {
 
 // Where one run's residuals go: its op kind's and the overall stats, or, for
 // a run with more ranks than cores fitted apart, the compute's and the
-// step's (against the curves lengthened by oversubscribed_compute) to
+// step's (the compute's against the curves lengthened by oversubscribed_compute) to
 // shared_core_residuals.
 struct Residuals {
   FitResult& result;
@@ -42,7 +42,8 @@ struct Residuals {
   void add(const std::string& op, double predicted, double measured) {
     if (apart) {
       if (op != "send" && op != "transfer" && op != "receive") {
-        result.shared_core_residuals[op].add(predicted * (1 + result.hardware.topology.oversubscribed_compute), measured);
+        const double slower = op == "step" ? 0 : result.hardware.topology.oversubscribed_compute;  // as stage_table
+        result.shared_core_residuals[op].add(predicted * (1 + slower), measured);
       }
       return;
     }

@@ -192,8 +192,9 @@ struct Topology {
   // take turns), on top of the device's transfer costs.
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
   // SharedHost, calibrated: with more ranks than cores, how much longer each
-  // compute action takes even while no other rank computes (0.08: 8%): the
-  // other ranks' processes and the transport's threads wake on its cores.
+  // forward, backward and recompute takes even while no other rank computes
+  // (0.08: 8%): the other ranks' processes and the transport's threads wake
+  // on its cores. Not the optimizer step (models/stage_table.cpp).
   double oversubscribed_compute = 0;
   // SharedHost, calibrated: with more ranks than cores, a rank takes a core
   // when it has work and keeps it until it waits for a message (a thread
