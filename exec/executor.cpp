@@ -343,8 +343,8 @@ void check_runnable(const models::Model& model, const ps::Program& p) {
 // glibc's defaults, a GPipe step whose backwards free many stashed activations
 // hands those pages back to the kernel and faults them in again, zeroed, on
 // the next allocations: in resnet-small K=1 M=8 (micro-batch 2) that took the
-// backwards after the first from 77 to 110 ms and the step from 0.95 to 1.18 s
-// (scripts/bench_malloc.sh). A GPU's caching allocator never does this.
+// backwards after the first from 84 to 113 ms and the step from 0.99 to 1.19 s
+// (scripts/bench_malloc.py, docs/execution.md). A GPU's caching allocator never does this.
 bool keep_freed_memory() {
 #if defined(__GLIBC__)
   return ::mallopt(M_MMAP_MAX, 0) == 1 && ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;

@@ -6,9 +6,9 @@ A GPipe step stashes every micro-batch's activations, then frees them one
 backward at a time. Under glibc's defaults the freed pages go back to the
 kernel and the next allocations fault them in again, zeroed: the backwards
 after the first slow down, and 1F1B, which holds few micro-batches, hardly
-does. Prints per policy and schedule the median step, the first backward and
-the median of the later ones in the median step, and the ranks' page faults
-per step after the warm-up (the run's noise record), the runs interleaved
+does. Prints per policy and schedule the median step and the ranks' page
+faults per step after the warm-up (the run's noise record), the first backward
+and the median of the later ones in the traced step, the runs interleaved
 repeat by repeat; then the ratios.
 
     python3 scripts/bench_malloc.py [--repeats 3] [--steps 8] [--model examples/resnet-small.yaml]
@@ -42,7 +42,7 @@ def one_run(args, schedule, policy, trace):
             backwards.setdefault(e["pid"], []).append((e["ts"], e["dur"] / 1e3))
     first = [sorted(b)[0][1] for b in backwards.values()]
     later = [d for b in backwards.values() for _, d in sorted(b)[1:]]
-    return {"step": statistics.median(measured["step_times_s"]) * 1e3, "first": statistics.median(first),
+    return {"step": measured["noise"]["step_median_s"] * 1e3, "first": statistics.median(first),
             "later": statistics.median(later) if later else float("nan"),
             "faults": sum(h["faults_per_step"] for h in measured["noise"]["hosts"])}
 
