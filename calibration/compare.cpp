@@ -318,6 +318,8 @@ Comparison compare(const schedule::Trace& predicted, const std::string& pf, cons
   compare_stash(predicted.metadata, pf, measured.metadata, mf, c);
   c.noise = Noise::of_trace(measured.metadata);
   c.step_judgement = judge(c.step_time_s.relative(), c.noise);
+  c.bubble_judgement = judge_bubble(c.bubble_steps > 0 ? c.bubble_over_steps.error() : c.bubble_fraction.error(),
+                                    c.noise, 0, 1);
   return c;
 }
 
@@ -373,6 +375,8 @@ json Comparison::to_json() const {
                                                    {"steps", bubble_steps},
                                                    {"runs", bubble_runs},
                                                    {"error_points", 100 * bubble_over_steps.error()}};
+    auto& over = j["bubble_fraction"]["measured_over_steps"];
+    if (!bubble_run_medians.empty()) over["run_medians"] = bubble_run_medians, over["uncertainty_points"] = 100 * bubble_uncertainty;
   }
   j["busy_s_per_rank"] = json::array();
   for (std::size_t r = 0; r < busy_s_per_rank.size(); ++r) {
@@ -421,7 +425,8 @@ json Comparison::to_json() const {
                                                              : json(nullptr)},
                     {"busy", repeats->busy}};
   }
-  j["verdict"] = {{"step_time", verdict_name(step_judgement.verdict)}, {"why", step_judgement.why}};
+  j["verdict"] = {{"step_time", verdict_name(step_judgement.verdict)}, {"why", step_judgement.why},
+                  {"bubble", verdict_name(bubble_judgement.verdict)}, {"bubble_why", bubble_judgement.why}};
   return j;
 }
 
@@ -487,6 +492,7 @@ std::string Comparison::to_text() const {
   o << "noise        " << (noise ? noise->describe() : "not recorded by the measured trace") << "\n";
   if (repeats) o << "repeats      " << repeats->describe() << "\n";
   o << "verdict      " << verdict_name(step_judgement.verdict) << ": " << step_judgement.why << "\n";
+  o << "             the bubble: " << verdict_name(bubble_judgement.verdict) << ": " << bubble_judgement.why << "\n";
   return o.str();
 }
 

@@ -63,6 +63,10 @@ struct Comparison {
   Delta bubble_over_steps;
   int bubble_steps = 0;
   int bubble_runs = 1;  // with --repeats: the counted steps of every run that recorded them, pooled
+  // With --repeats: each run's median bubble over its counted steps, and the
+  // half-width of the 95% interval of their median (0: fewer than 3 runs).
+  std::vector<double> bubble_run_medians;
+  double bubble_uncertainty = 0;
   std::vector<Delta> busy_s_per_rank;
   std::vector<OpKindErrors> op_kinds;
   std::optional<MatchedAction> largest_duration_error, largest_start_error;
@@ -77,6 +81,7 @@ struct Comparison {
   std::optional<Noise> noise;
   std::optional<Repeats> repeats;  // compare --repeats: other runs of the measured configuration
   Judgement step_judgement;
+  Judgement bubble_judgement;  // bubble_over_steps (or bubble_fraction) against bubble_uncertainty
 
   nlohmann::json to_json() const;
   std::string to_text() const;

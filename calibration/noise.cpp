@@ -73,18 +73,25 @@ std::string verdict_name(Verdict v) {
   return "unknown";
 }
 
+namespace {
+
+Judgement busy_machine(const Noise& noise) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "the machine was busy: other processes took %.1f%% of its CPU and the hypervisor %.1f%% (+-%.1f%%) "
+                "during the measured steps (%.0f%% or more makes a comparison say as much about the load as about "
+                "the model); measure again on a quiet machine",
+                100 * noise.other_share, 100 * noise.steal_share, 100 * noise.share_resolution, 100 * kBusyShare);
+  return {Verdict::NotMeaningful, line};
+}
+
+}  // namespace
+
 Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise,
                 const std::optional<Repeats>& repeats) {
   char line[512];
   if (!noise) return {Verdict::Unknown, "the measured trace recorded no noise (pipetwin run writes it)"};
-  if (noise->busy()) {
-    std::snprintf(line, sizeof line,
-                  "the machine was busy: other processes took %.1f%% of its CPU and the hypervisor %.1f%% (+-%.1f%%) "
-                  "during the measured steps (%.0f%% or more makes a comparison say as much about the load as about "
-                  "the model); measure again on a quiet machine",
-                  100 * noise->other_share, 100 * noise->steal_share, 100 * noise->share_resolution, 100 * kBusyShare);
-    return {Verdict::NotMeaningful, line};
-  }
+  if (noise->busy()) return busy_machine(*noise);
   if (!relative_error) return {Verdict::Unknown, "the measured step time is 0"};
   const double e = std::abs(*relative_error);
   const double across = repeats ? repeats->median_uncertainty_rel : 0.0;
@@ -112,6 +119,31 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
     std::snprintf(line, sizeof line, "|error| %.1f%% %s; too few steps to bound the measurement's own noise", 100 * e,
                   where);
   }
+  return {Verdict::ModelError, line};
+}
+
+Judgement judge_bubble(double error, const std::optional<Noise>& noise, double band, int runs) {
+  char line[512];
+  if (noise && noise->busy()) return busy_machine(*noise);
+  const double e = 100 * std::abs(error);
+  if (runs < 3) {
+    std::snprintf(line, sizeof line,
+                  "|error| %.1f points; %s: how far the bubble moves from run to run is unknown (compare --repeats "
+                  "with 3 runs or more tells it)",
+                  e, runs == 1 ? "one run" : "two runs");
+    return {Verdict::Unknown, line};
+  }
+  if (e <= 100 * band) {
+    std::snprintf(line, sizeof line,
+                  "|error| %.2f points is within how far the bubble moves from run to run (its median over %d runs "
+                  "known to +-%.2f points, 95%%)",
+                  e, runs, 100 * band);
+    return {Verdict::WithinNoise, line};
+  }
+  std::snprintf(line, sizeof line,
+                "|error| %.2f points is beyond how far the bubble moves from run to run (its median over %d runs known "
+                "to +-%.2f points, 95%%)",
+                e, runs, 100 * band);
   return {Verdict::ModelError, line};
 }
 

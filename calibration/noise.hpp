@@ -104,4 +104,11 @@ struct Judgement {
 Judgement judge(std::optional<double> relative_error, const std::optional<Noise>& noise,
                 const std::optional<Repeats>& repeats = std::nullopt);
 
+// The bubble's error (predicted - measured, as a fraction) against the
+// spread of the bubble from run to run: `band` the half-width of the 95%
+// interval of its median over `runs` runs (compare --repeats). One run's
+// bubble moves by points with where the kernel put its ranks, which its own
+// steps do not show: with fewer than 3 runs the verdict is unknown.
+Judgement judge_bubble(double error, const std::optional<Noise>& noise, double band, int runs);
+
 }  // namespace pipetwin::calibration

@@ -64,6 +64,8 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
   std::vector<std::string> names{c.measured_file};
   const auto first = recorded_bubble(measured.metadata, c.measured_file);
   std::vector<double> bubbles = first ? first->counted : std::vector<double>{};
+  std::vector<double> run_bubbles;  // each run's median over its counted steps
+  if (first) run_bubbles.push_back(first->median);
   bool every_bubble = first.has_value();
   std::vector<double> steps{measured.timeline.makespan()};
   int busy = 0;
@@ -87,7 +89,10 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     }
     steps.push_back(r.timeline.makespan());
     every_bubble = every_bubble && recorded.has_value();
-    if (recorded) bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
+    if (recorded) {
+      bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
+      run_bubbles.push_back(recorded->median);
+    }
   }
   c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
   const int runs = static_cast<int>(c.repeats->steps_s.size());
@@ -95,6 +100,16 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     c.bubble_over_steps.measured = median(bubbles);
     c.bubble_steps = static_cast<int>(bubbles.size());
     c.bubble_runs = runs;
+    // How far the bubble moves from run to run bounds the pooled median: the
+    // runs' medians as independent draws (the steps of one run are not: its
+    // ranks keep the cores they were given), their median's 95% interval as
+    // the steps' (Student's t, n - 1 degrees of freedom), in points.
+    const double centre = median(run_bubbles);
+    const std::size_t n = run_bubbles.size();
+    c.bubble_uncertainty =
+        centre * schedule::median_half_width_rel(t975(static_cast<int>(n) - 1), schedule::mad(run_bubbles, centre), centre, n);
+    c.bubble_run_medians = std::move(run_bubbles);
+    c.bubble_judgement = judge_bubble(c.bubble_over_steps.error(), c.noise, c.bubble_uncertainty, runs);
   }
   // The prediction against the runs' median, which their interval bounds
   // (the measured trace's own step where it is that median, as the demo gives it).

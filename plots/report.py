@@ -32,13 +32,16 @@ def row(path: str) -> dict:
     bubble = doc["bubble_fraction"]
     measured_bubble, bubble_points = bubble["measured"], bubble["error_points"]
     over = bubble.get("measured_over_steps")
+    bubble_known = None  # with repeats: the points its median over the runs is known to (95%)
     if isinstance(over, dict) and "median" in over and "error_points" in over:
         measured_bubble, bubble_points = over["median"], over["error_points"]
+        bubble_known = over.get("uncertainty_points")
     batch = c["microbatches"] * c["microbatch_size"] if "microbatch_size" in c and "microbatches" in c else "?"
     name = (f"{c.get('schedule')} K={c.get('ranks')} M={c.get('microbatches')} "
             f"batch={batch} recompute={c.get('recompute')}")
     noise = doc.get("noise") if isinstance(doc.get("noise"), dict) else None
-    verdict = doc.get("verdict", {}).get("step_time", "unknown") if isinstance(doc.get("verdict"), dict) else "unknown"
+    verdicts = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else {}
+    verdict = verdicts.get("step_time", "unknown")
     # What the measurement may carry, as the verdict reads it: the wider of its
     # run's band (its steps' 95% interval and the load beside them) and, where
     # compare had them (--repeats), its repeats' interval from run to run.
@@ -61,6 +64,8 @@ def row(path: str) -> dict:
         "bubble_predicted": doc["bubble_fraction"]["predicted"],
         "bubble_measured": measured_bubble,
         "bubble_points": bubble_points,
+        "bubble_known": bubble_known,
+        "bubble_verdict": verdicts.get("bubble", "unknown"),
         "stash_worst": max(stash_errors) if stash_errors else None,
     }
 
@@ -79,18 +84,19 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                   "about that load as about the model: they are left out of the figures below. Measure again on a "
                   "quiet machine.", ""]
     lines += ["| configuration | predicted step | measured step (95%) | error | verdict | others' CPU "
-              "| bubble predicted / measured | bubble error | worst stash error |",
-              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+              "| bubble predicted / measured (95%) | bubble error | bubble verdict | worst stash error |",
+              "|---|---:|---:|---:|---|---:|---:|---:|---|---:|"]
     for r in rows:
         stash = "n/a" if r["stash_worst"] is None else f"{100 * r['stash_worst']:.1f}%"
         n = r["noise"]
         known = f" ±{100 * r['known']:.1f}%" if r["known"] else ""
         known += f" ({r['runs']} runs)" if r["runs"] > 1 else ""
         others = f"{100 * (n['other_share'] + n['steal_share']):.1f}%" if n else "not recorded"
+        bubble_known = f" ±{r['bubble_known']:.1f} pt" if r["bubble_known"] is not None else ""
         lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms{known} | "
                      f"{100 * r['error']:+.1f}% | {r['verdict']} | {others} | "
-                     f"{100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}% | "
-                     f"{r['bubble_points']:+.1f} pt | {stash} |")
+                     f"{100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}%{bubble_known} | "
+                     f"{r['bubble_points']:+.1f} pt | {r['bubble_verdict']} | {stash} |")
     kept = [r for r in rows if r["verdict"] != "not meaningful"]
     if not kept:
         lines += ["", "No comparison is meaningful: every run was measured on a busy machine.", ""]
@@ -99,9 +105,13 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
         bubbles = [abs(r["bubble_points"]) for r in kept]
         stashes = [r["stash_worst"] for r in kept if r["stash_worst"] is not None]
         within = sum(r["verdict"] == "within noise" for r in kept)
+        bubbles_within = sum(r["bubble_verdict"] == "within noise" for r in kept)
+        judged = sum(r["bubble_verdict"] in ("within noise", "model error") for r in kept)
         lines += ["", f"Step time: median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}% "
                       f"over {len(kept)} held-out configurations ({within} within their measurement's noise). Bubble: "
-                      f"median |error| {statistics.median(bubbles):.1f} points, worst {max(bubbles):.1f}."
+                      f"median |error| {statistics.median(bubbles):.1f} points, worst {max(bubbles):.1f}"
+                      + (f" ({bubbles_within} of {judged} within how far the bubble moves from run to run)."
+                         if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
     for caption, path in images:
         rel = os.path.relpath(path, out_dir)

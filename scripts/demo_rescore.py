@@ -2,13 +2,15 @@
 configuration's repeats, and score its held-out configurations as the demo
 does (the prediction against the median of the quiet repeats).
 
-    python3 scripts/demo_rescore.py [--keep RULE]... OUT...
+    python3 scripts/demo_rescore.py [--keep RULE]... [--without CONFIG]... OUT...
 
 OUT is a demo's output folder (PIPETWIN_OUT of scripts/demo.sh): its runs/
 (each configuration's *.quiet list) and compare/ (the held-out ones). For
 every RULE (default: all) and every OUT, prints the held-out step and bubble
 errors, then per rule the medians over the folders and how many met the
 demo's aims (step median <= 5%, worst <= 10%; bubble worst <= 3 points).
+--without leaves a calibration configuration out (its run name, such as
+1f1b_k4_m16_none): what the calibration gives without it, on the same runs.
 
 RULE, over a configuration's quiet repeats sorted by their traced step (as
 the demo and scripts/median_repeat.py choose the median one: trace_step.step_of):
@@ -62,11 +64,12 @@ def run(cmd, out=None):
         subprocess.run(cmd, check=True, stdout=f)
 
 
-def score(pipetwin, demo, rule):
-    runs, work = os.path.join(demo, "runs"), os.path.join(demo, "rescore", rule)
+def score(pipetwin, demo, rule, without=()):
+    runs = os.path.join(demo, "runs")
+    work = os.path.join(demo, "rescore", rule + "".join("-without-" + w for w in sorted(without)))
     os.makedirs(work, exist_ok=True)
     held = sorted(n[:-5] for n in os.listdir(os.path.join(demo, "compare")) if n.endswith(".json"))
-    calibrate = sorted(n[:-6] for n in os.listdir(runs) if n.endswith(".quiet") and n[:-6] not in held)
+    calibrate = sorted(n[:-6] for n in os.listdir(runs) if n.endswith(".quiet") and n[:-6] not in held and n[:-6] not in without)
     if not calibrate:
         raise ValueError(f"no {runs}/*.quiet list of a configuration outside compare/ to calibrate on")
     traces = [t for c in calibrate for t in keep(rule, lines(os.path.join(runs, c + ".quiet")))]
@@ -100,6 +103,7 @@ def score(pipetwin, demo, rule):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="append", choices=RULES)
+    parser.add_argument("--without", action="append", default=[], metavar="CONFIG")
     parser.add_argument("demos", nargs="+")
     a = parser.parse_args()
     pipetwin = os.path.join(os.environ.get("PIPETWIN_BUILD_DIR", "build"), "cli", "pipetwin")
@@ -107,7 +111,7 @@ def main():
         medians, worsts, bubble_worsts, met, bubble_met = [], [], [], 0, 0
         for demo in a.demos:
             try:
-                kept, steps, bubbles = score(pipetwin, demo, rule)
+                kept, steps, bubbles = score(pipetwin, demo, rule, a.without)
             except (OSError, ValueError, KeyError, IndexError, subprocess.CalledProcessError) as e:
                 sys.exit(f"{demo}: not a demo's output to score again (runs/*.quiet, compare/*.json): {e}")
             med, worst = statistics.median(map(abs, steps)), max(map(abs, steps))

@@ -313,6 +313,23 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   EXPECT_DOUBLE_EQ(c.bubble_over_steps.measured, 0.55);
   EXPECT_TRUE(has(c.to_text(), "measured over 6 steps of 3 runs (their median): 55.00%")) << c.to_text();
   EXPECT_EQ(c.to_json()["bubble_fraction"]["measured_over_steps"]["runs"], 3);
+  // How far the bubble moves from run to run: the runs' medians 0.3, 0.55
+  // and 0.75, median 0.55, MAD 0.2, its 95% interval t(2) x 1.2533 x 1.4826
+  // x 0.2 / sqrt(3) (Student's t at 97.5% for 2 degrees of freedom: 4.303).
+  ASSERT_EQ(c.bubble_run_medians.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(c.bubble_run_medians[i], (std::array{0.3, 0.55, 0.75})[i], 1e-12);
+  const double band = 4.303 * 1.2533 * 1.4826 * 0.2 / std::sqrt(3.0);
+  EXPECT_NEAR(c.bubble_uncertainty, band, 1e-9);
+  EXPECT_NEAR(c.to_json()["bubble_fraction"]["measured_over_steps"]["uncertainty_points"].get<double>(), 100 * band, 1e-7);
+  // The prediction's bubble against 0.55, within that band or beyond it.
+  EXPECT_EQ(c.bubble_judgement.verdict, std::abs(c.bubble_over_steps.error()) <= band ? Verdict::WithinNoise : Verdict::ModelError)
+      << c.bubble_judgement.why;
+  EXPECT_EQ(pipetwin::calibration::judge_bubble(0.9 * band, c.noise, band, 3).verdict, Verdict::WithinNoise);
+  EXPECT_EQ(pipetwin::calibration::judge_bubble(-1.1 * band, c.noise, band, 3).verdict, Verdict::ModelError);
+  EXPECT_TRUE(has(pipetwin::calibration::judge_bubble(-1.1 * band, c.noise, band, 3).why, "over 3 runs known to +-"));
+  EXPECT_EQ(pipetwin::calibration::judge_bubble(0.0, c.noise, 0.0, 2).verdict, Verdict::Unknown);
+  EXPECT_EQ(c.to_json()["verdict"]["bubble"], pipetwin::calibration::verdict_name(c.bubble_judgement.verdict));
+  EXPECT_TRUE(has(c.to_text(), "the bubble: ")) << c.to_text();
   // One repeat without them: the measured run's steps alone.
   r2.metadata["measured"].erase("bubble_fractions");
   c = compare(predicted(), "p.json", m, "m.json");

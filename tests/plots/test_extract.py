@@ -351,6 +351,24 @@ class Report(Files):
         doc["bubble_fraction"]["measured_over_steps"] = {"median": 0.31, "steps": 8, "error_points": -1.0}
         r = report.row(self.write("s.json", doc))
         self.assertEqual((r["bubble_measured"], r["bubble_points"]), (0.31, -1.0))
+        self.assertIsNone(r["bubble_known"])
+        self.assertEqual(r["bubble_verdict"], "unknown")
+
+    def test_the_bubbles_spread_over_the_runs_and_its_verdict(self):
+        doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        doc["bubble_fraction"]["measured_over_steps"] = {"median": 0.31, "steps": 35, "runs": 5,
+                                                         "error_points": -1.0, "uncertainty_points": 2.54,
+                                                         "run_medians": [0.18, 0.24, 0.25, 0.24, 0.15]}
+        doc["verdict"] = {"step_time": "model error", "why": "...", "bubble": "within noise", "bubble_why": "..."}
+        other = self.compare_doc(0.190, 0.200, 0.20, 0.24, [0.0])
+        other["bubble_fraction"]["measured_over_steps"] = {"median": 0.24, "steps": 35, "runs": 5,
+                                                           "error_points": -4.0, "uncertainty_points": 1.0}
+        other["verdict"] = {"step_time": "model error", "why": "...", "bubble": "model error", "bubble_why": "..."}
+        rows = [report.row(self.write("a.json", doc)), report.row(self.write("b.json", other))]
+        text = report.markdown(rows, [], None, "T", self.dir.name)
+        self.assertIn("| 30.0% / 31.0% ±2.5 pt | -1.0 pt | within noise |", text)
+        self.assertIn("| 20.0% / 24.0% ±1.0 pt | -4.0 pt | model error |", text)
+        self.assertIn("worst 4.0 (1 of 2 within how far the bubble moves from run to run).", text)
 
     def test_a_file_that_is_not_a_comparison_is_named(self):
         path = self.write("x.json", {"traceEvents": []})
