@@ -29,7 +29,7 @@ struct PassProblem {
   bool seen[2] = {false, false};  // forward rows, recompute rows
 };
 
-PassProblem pass_parameters(const std::vector<std::string>& kinds, pm::Pass pass, double base_peak) {
+PassProblem pass_parameters(const std::vector<std::string>& kinds, pm::Pass pass, double base_peak, bool pooled) {
   PassProblem out;
   out.with_recompute = pass == pm::Pass::Forward;
   Problem& prob = out.prob;
@@ -56,7 +56,7 @@ PassProblem pass_parameters(const std::vector<std::string>& kinds, pm::Pass pass
   }
   out.layer0 = prob.params.size();  // each kind's seconds per layer, from here
   for (const auto& kind : kinds) {
-    prob.params.push_back(non_negative(kind + "." + pname + ".seconds_per_layer",
+    prob.params.push_back(non_negative(kind + "." + pname + (pooled ? ".seconds_per_operator" : ".seconds_per_layer"),
                                        "cannot be told apart from the other fixed costs with these partitions"));
   }
   return out;
@@ -81,7 +81,9 @@ void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::s
       const std::size_t k =
           pooled ? 0 : std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
       x[k] += w;
-      x[pp.layer0 + k] += 1;
+      // Pooled, the fixed cost is per operator: kinds of many (a block) and
+      // of few (a linear layer) share it in proportion.
+      x[pp.layer0 + k] += pooled ? pm::operators(g.run->model, l) : 1;
     }
     x[g.pass == pm::Pass::Recompute ? pp.recompute_action : pp.action] = 1;
     prob.x.push_back(x);
@@ -206,7 +208,7 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
     // (a kind whose recompute rows alone could not be told apart, such as
     // the embedding, which only stage 0 holds, takes the forward's rows too).
     if (pass == pm::Pass::Recompute) continue;
-    PassProblem pp = pass_parameters(kinds, pass, base_peak);
+    PassProblem pp = pass_parameters(kinds, pass, base_peak, pooled);
     add_rows(pp, obs, kinds, pass, pooled);
     if (pp.prob.y.empty()) continue;
     take_solution(out, pp, robust_solve(pp.prob), kinds, pass);
@@ -314,6 +316,7 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
   if (pooled.count(pm::Pass::Forward) && pooled.count(pm::Pass::Backward)) {
     const std::string d(pm::kDefaultKind);
     pm::KindEfficiency k{efficiency(pooled[pm::Pass::Forward].at(d)), efficiency(pooled[pm::Pass::Backward].at(d)), {}, {}};
+    k.per_operator = true;
     if (pooled.count(pm::Pass::ForwardNoGrad)) k.forward_nograd = efficiency(pooled[pm::Pass::ForwardNoGrad].at(d));
     if (pooled.count(pm::Pass::Recompute)) k.recompute = efficiency(pooled[pm::Pass::Recompute].at(d));
     device.kinds[d] = k;

@@ -241,7 +241,7 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
         line += item;
       }
       if (e.points.empty()) {
-        std::snprintf(item, sizeof item, "max %.3f, half %.3g", e.max, e.half_flops);
+        std::snprintf(item, sizeof item, "max %.3f, half %.3g%s", e.max, e.half_flops, c.per_operator ? " per operator" : "");
         line = item;
       }
       std::printf("  %-18s %-15s %s\n", kind.c_str(), std::string(models::pass_name(pass)).c_str(), line.c_str());

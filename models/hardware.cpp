@@ -62,10 +62,15 @@ const KindEfficiency* Device::kind_curves(std::string_view kind) const {
   return it == kinds.end() ? nullptr : &it->second;
 }
 
-double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const {
+double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Precision p, int operators) const {
   if (flops <= 0) return 0;
   const KindEfficiency* curves = kind_curves(kind);
   if (curves == nullptr) return compute_seconds(flops, p);
+  if (curves->per_operator && operators != 1) {
+    Efficiency e = curves->of(pass);
+    e.half_flops *= std::max(operators, 0);
+    return op_overhead_s + flops / (peak_flops(p) * e.at(flops));
+  }
   return op_overhead_s + flops / (peak_flops(p) * curves->of(pass).at(flops));
 }
 
@@ -150,7 +155,7 @@ void apply_kinds(Device& d, const YamlFields& y) {
   for (const auto& entry : list) {
     const std::string kind = entry.first.Scalar();
     const YamlFields k = kinds.child(kind);
-    k.reject_unknown({"forward", "backward", "forward_nograd", "recompute"});
+    k.reject_unknown({"forward", "backward", "forward_nograd", "recompute", "per_operator"});
     auto it = d.kinds.find(kind);
     if (it == d.kinds.end()) {
       // A new kind starts from the device's curve in every pass it does not give.
@@ -161,6 +166,7 @@ void apply_kinds(Device& d, const YamlFields& y) {
     if (k.has("backward")) c.backward = efficiency_from_yaml(k.child("backward"), c.backward);
     if (k.has("forward_nograd")) c.forward_nograd = efficiency_from_yaml(k.child("forward_nograd"), c.of(Pass::ForwardNoGrad));
     if (k.has("recompute")) c.recompute = efficiency_from_yaml(k.child("recompute"), c.of(Pass::Recompute));
+    c.per_operator = k.boolean_or("per_operator", c.per_operator);
   }
 }
 

@@ -53,6 +53,11 @@ inline constexpr std::string_view kDefaultKind = "default";
 struct KindEfficiency {
   Efficiency forward, backward;
   std::optional<Efficiency> forward_nograd, recompute;
+  // The curves' fixed cost (half_flops) is per operator of the layer
+  // (models::operators), not per layer: a calibration's pooled curve, fitted
+  // on kinds of many operators a layer (a Transformer block's 14) and applied
+  // to kinds of few (a linear layer's 2). A curve of points ignores it.
+  bool per_operator = false;
   const Efficiency& of(Pass pass) const;
   friend bool operator==(const KindEfficiency&, const KindEfficiency&) = default;
 };
@@ -109,7 +114,8 @@ struct Device {
   double compute_seconds(double flops, Precision p) const;
   // Time of one layer's pass of `flops` work: the kind's curve when `kinds`
   // has one, else compute_seconds(). 0 for no work.
-  double layer_seconds(std::string_view kind, Pass pass, double flops, Precision p) const;
+  // `operators`: the layer's (models::operators), for a per_operator curve.
+  double layer_seconds(std::string_view kind, Pass pass, double flops, Precision p, int operators = 1) const;
   // Time of a layer's memory-bound traffic (bytes read and written by its
   // elementwise kernels) at memory_bandwidth × memory_efficiency; 0 where a
   // calibrated curve covers the kind (the measured times include it) or the

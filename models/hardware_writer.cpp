@@ -60,6 +60,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
       out += indent + "    backward: " + curve(c.backward) + "\n";
       if (c.forward_nograd) out += indent + "    forward_nograd: " + curve(*c.forward_nograd) + "\n";
       if (c.recompute) out += indent + "    recompute: " + curve(*c.recompute) + "\n";
+      if (c.per_operator) out += indent + "    per_operator: true\n";
     }
   }
 }

@@ -94,4 +94,43 @@ std::vector<std::int64_t> Model::cut_elems() const {
   return cut;
 }
 
+int operators(const Model& model, int index) {
+  const Layer& layer = model.layers.at(index);
+  const LayerShape& s = layer.shape;
+  const bool loss = index + 1 == static_cast<int>(model.layers.size());
+  const int cross_entropy = 2;  // log-softmax and the loss over it
+  switch (layer.kind) {
+    case LayerKind::Embedding: return 2;  // the lookup, the positions added
+    // layer norm, qkv linear, scores matmul, scale, softmax, context matmul,
+    // heads merged (a copy), output linear, residual add; layer norm, linear,
+    // GELU, linear, residual add
+    case LayerKind::TransformerBlock: return 14;
+    case LayerKind::LmHead: return 2 + cross_entropy;  // layer norm, linear
+    case LayerKind::Linear: return 1 + (s.relu ? 1 : 0) + (loss ? cross_entropy : 0);
+    case LayerKind::Conv: return 2 + (s.relu ? 1 : 0);     // conv, batch norm
+    case LayerKind::SepConv: return 3 + (s.relu ? 1 : 0);  // depthwise, pointwise, batch norm
+    case LayerKind::Pool:
+    case LayerKind::Add:
+    case LayerKind::Concat: return 1;
+    case LayerKind::ResidualBlock: {  // conv, bn, relu, conv, bn, the skip's conv and bn, add, relu
+      const bool projection = s.stride != 1 || s.in_channels != s.out_channels;
+      return 7 + (projection ? 2 : 0);
+    }
+    case LayerKind::ClassifierHead: return 2 + cross_entropy;  // mean, linear
+    case LayerKind::LlmEmbedding: return 1 + (s.positions > 0 ? 2 : 0);
+    case LayerKind::DecoderBlock: {
+      // norm (RMS: 5 elementwise), q, k, v, (rotary: 8), (GQA repeat: 2),
+      // attention (flash: 1; else 5), merge, output, add; norm, MLP, add
+      const int norm = s.rms_norm ? 5 : 1;
+      const int rotary = s.positions == 0 ? 8 : 0;
+      const int gqa = s.kv_heads > 0 && s.kv_heads != s.heads ? 2 : 0;
+      const int attention = s.flash_attention ? 1 : 5;
+      const int mlp = s.swiglu ? 5 : 3;
+      return 2 * norm + 3 + rotary + gqa + attention + 3 + 1 + mlp + 1;
+    }
+    case LayerKind::LlmHead: return (s.rms_norm ? 5 : 1) + 1 + cross_entropy;
+  }
+  return 1;
+}
+
 }  // namespace pipetwin::models

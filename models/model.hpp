@@ -140,4 +140,12 @@ struct Model {
   std::vector<std::int64_t> cut_elems() const;
 };
 
+// The operators (kernels, autograd nodes) layer `index` of `model` runs in its
+// forward, as exec/ builds it (views left out; the last layer's loss
+// counted): what a layer's fixed cost per call grows with where a calibration
+// times a kind it did not see on the curve pooled over the kinds it did
+// (KindEfficiency::per_operator). A transformer block runs 14, a linear layer 1
+// or 2.
+int operators(const Model& model, int index);
+
 }  // namespace pipetwin::models

@@ -43,6 +43,7 @@ void StageCostModel::time_layers(int k, double b) {
   for (int l = 0; l < n; ++l) {
     const auto& c = m.layers[l].cost;
     const std::string_view kind = kind_name(m.layers[l].kind);
+    const int ops = operators(m, l);  // for a per-operator (pooled) curve
     // Split over a tensor-parallel group, each device's share of the work
     // runs at the efficiency of its smaller matrices (the curve at work / T).
     const double share = b / T;
@@ -52,7 +53,7 @@ void StageCostModel::time_layers(int k, double b) {
       // A calibrated kind times the layer's whole backward on its curve,
       // shared between I and W in proportion to their work.
       const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
-      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision);
+      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision, ops);
       in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
       w = bwd > 0 ? t - in : 0;
     } else {
@@ -68,11 +69,11 @@ void StageCostModel::time_layers(int k, double b) {
     };
     const double fwd_mem = traffic(c.forward_traffic, c.forward_traffic_replicated);
     const double bwd_mem = traffic(c.backward_traffic, c.backward_traffic_replicated);
-    forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision) + fwd_comm + fwd_mem;
+    forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision, ops) + fwd_comm + fwd_mem;
     forward_nograd_[k][l + 1] =
-        forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision) + fwd_comm + fwd_mem;
+        forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision, ops) + fwd_comm + fwd_mem;
     recompute_[k][l + 1] =
-        recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision) + fwd_comm + fwd_mem;
+        recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision, ops) + fwd_comm + fwd_mem;
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
   }

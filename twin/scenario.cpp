@@ -69,8 +69,8 @@ void note_uncalibrated_kinds(Scenario& sc) {
     const bool pooled = d.kinds.count(std::string(models::kDefaultKind)) > 0;
     sc.hardware_notes.push_back(sc.hardware.name + " (" + d.name + ") has no curve for " + sc.model.name +
                        "'s layers of kind " + missing + ": " +
-                       (pooled ? "they are timed on its `default` curve (every kind its calibration saw, pooled), "
-                                 "which carries to other kinds only roughly"
+                       (pooled ? "they are timed on its `default` curve (every kind its calibration saw, pooled, its fixed "
+                                 "cost per operator of the layer), which carries to other kinds only roughly"
                                : "they are timed on the device's base curve") +
                        "; `pipetwin calibrate --microbench --model MODEL.yaml` measures them");
     return;

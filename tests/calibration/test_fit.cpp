@@ -161,25 +161,41 @@ TEST_F(Calibration, FitRecoversTheParametersOfSyntheticTraces) {
 }
 
 TEST_F(Calibration, KindsTheTracesDoNotHoldAreTimedOnTheCurveOfAllKindsPooled) {
-  // Every kind on one curve per pass: the pooled fit (the `default` kind)
-  // must recover it, and a kind no trace holds (another model's linear
-  // layer) is timed on it, where it used to take the base device's curve.
+  // Every kind on one curve per pass whose fixed cost is per operator (a
+  // block's 14, the embedding's 2, the head's 4): the pooled fit (the
+  // `default` kind) must recover it, and a kind no trace holds (another
+  // model's linear layer, of 1 to 4 operators) is timed on it, where it used
+  // to take the base device's curve.
   pm::Hardware truth = known_hardware();
-  const pm::KindEfficiency common = truth.device.kinds.at("transformer_block");
-  for (auto& [kind, curves] : truth.device.kinds) curves = common;
+  pm::KindEfficiency common = truth.device.kinds.at("transformer_block");
+  common.per_operator = true;
+  for (pm::Efficiency* e : {&common.forward, &common.backward}) e->half_flops /= 14;
+  common.forward_nograd = common.recompute = std::nullopt;
+  truth.device.kinds = {{std::string(pm::kDefaultKind), common}};
+  const pm::Model model = pm::model_from_yaml(pm::YamlFields(pm::parse_yaml(kModel, "model"), "model"));
+  EXPECT_EQ(pm::operators(model, 0), 2);   // the embedding
+  EXPECT_EQ(pm::operators(model, 1), 14);  // a block
+  EXPECT_EQ(pm::operators(model, static_cast<int>(model.layers.size()) - 1), 4);  // the head with its loss
   const auto runs = grid_runs(truth);
   const pm::Hardware base = eight_core_cpu();
   const pm::Device got = pc::fit(runs, base).hardware.device;
   ASSERT_TRUE(got.kinds.count(std::string(pm::kDefaultKind)));
-  EXPECT_FALSE(truth.device.has_kind("linear"));
+  EXPECT_TRUE(got.kinds.at(std::string(pm::kDefaultKind)).per_operator);
   ASSERT_TRUE(got.has_kind("linear"));
   for (const pm::Pass pass : pm::kPasses) {
     for (const double flops : {1e5, 3e6, 4e7, 9e8}) {
-      expect_rel(got.layer_seconds("linear", pass, flops, pm::Precision::FP32),
-                 truth.device.layer_seconds("transformer_block", pass, flops, pm::Precision::FP32),
-                 "linear " + std::string(pm::pass_name(pass)) + " at " + std::to_string(flops) + " FLOPs");
+      for (const int ops : {1, 2, 4}) {
+        expect_rel(got.layer_seconds("linear", pass, flops, pm::Precision::FP32, ops),
+                   truth.device.layer_seconds("linear", pass, flops, pm::Precision::FP32, ops),
+                   "linear of " + std::to_string(ops) + " operators, " + std::string(pm::pass_name(pass)) + " at " +
+                       std::to_string(flops) + " FLOPs");
+      }
     }
   }
+  // Per layer, as before, the pooled curve would put a block's fixed cost on
+  // a linear layer: 14 times its operators' at 1 operator.
+  EXPECT_GT(got.layer_seconds("linear", pm::Pass::Forward, 1e5, pm::Precision::FP32, 14),
+            5 * got.layer_seconds("linear", pm::Pass::Forward, 1e5, pm::Precision::FP32, 1));
   // A kind the traces hold keeps its own curve, not the pooled one.
   pm::Hardware skewed = known_hardware();
   const auto skewed_runs = grid_runs(skewed);

@@ -177,7 +177,7 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
       {"preset: cpu\ndevice:\n  kinds:\n    transformer_blok:\n      forward: {max: 0.5}\n",
        ":4: field 'device.kinds.transformer_blok': unknown (valid: embedding, transformer_block"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      forwards: {max: 0.5}\n",
-       ":5: field 'device.kinds.lm_head.forwards': unknown (valid: forward, backward, forward_nograd, recompute)"},
+       ":5: field 'device.kinds.lm_head.forwards': unknown (valid: forward, backward, forward_nograd, recompute, per_operator)"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      backward: {max: 1.5}\n",
        ":5: field 'device.kinds.lm_head.backward.max': is a share of peak and must be at most 1"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      recompute: {half_flops: -3}\n",
@@ -329,6 +329,50 @@ TEST_F(Kinds, TheDefaultKindTimesTheKindsThatHaveNoCurves) {
   // Unknown kinds are still refused, naming the field.
   EXPECT_NE(error_of("preset: cpu\ndevice:\n  kinds:\n    defaults:\n      forward: {max: 0.5}\n").find("defaults"),
             std::string::npos);
+}
+
+TEST_F(Kinds, APerOperatorCurveScalesItsFixedCostWithTheLayersOperators) {
+  const std::string text =
+      "preset: cpu\n"
+      "device:\n"
+      "  kinds:\n"
+      "    default:\n"
+      "      forward: {max: 0.25, half_flops: 1e6}\n"
+      "      backward: {max: 0.2, half_flops: 3e6}\n"
+      "      per_operator: true\n";
+  const pm::Device d = pm::load_hardware(write("per_operator.yaml", text)).device;
+  ASSERT_TRUE(d.kinds.at("default").per_operator);
+  const double peak = d.peak_flops(pm::Precision::FP32), op = d.op_overhead_s;
+  // t = w / (max peak) + operators x half / (max peak).
+  for (const int ops : {1, 2, 14}) {
+    EXPECT_NEAR(d.layer_seconds("linear", pm::Pass::Forward, 4e6, pm::Precision::FP32, ops),
+                op + (4e6 + ops * 1e6) / (peak * 0.25), 1e-15) << ops;
+    EXPECT_NEAR(d.layer_seconds("conv", pm::Pass::Backward, 4e6, pm::Precision::FP32, ops),
+                op + (4e6 + ops * 3e6) / (peak * 0.2), 1e-15) << ops;
+  }
+  // Written and read back, the same device; not a boolean: refused, named.
+  const std::string again = write("again.yaml", pm::hardware_to_yaml(pm::load_hardware(write("w.yaml", text)), "test"));
+  EXPECT_EQ(pm::load_hardware(again).device, d);
+  EXPECT_NE(error_of("preset: cpu\ndevice:\n  kinds:\n    default:\n      per_operator: 3\n").find("per_operator"),
+            std::string::npos);
+}
+
+TEST_F(Kinds, OperatorsCountWhatTheExecutorRunsInAForward) {
+  const auto model = [](const std::string& name) { return pm::load_model(std::string(PIPETWIN_EXAMPLES_DIR) + "/" + name); };
+  // mlp-small: the first linear alone, the hidden ones after a ReLU, the last with its loss.
+  const pm::Model mlp = model("mlp-small.yaml");
+  EXPECT_EQ(pm::operators(mlp, 0), 1);
+  EXPECT_EQ(pm::operators(mlp, 1), 2);
+  EXPECT_EQ(pm::operators(mlp, static_cast<int>(mlp.layers.size()) - 1), 4);
+  // resnet-small: a residual block with a projected skip runs two more.
+  const pm::Model resnet = model("resnet-small.yaml");
+  std::set<int> blocks;
+  for (int l = 0; l < static_cast<int>(resnet.layers.size()); ++l) {
+    if (resnet.layers[l].kind == pm::LayerKind::ResidualBlock) blocks.insert(pm::operators(resnet, l));
+  }
+  EXPECT_EQ(blocks, (std::set<int>{7, 9}));
+  const pm::Model t = model("transformer-small.yaml");
+  EXPECT_EQ(pm::operators(t, 1), 14);
 }
 
 TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
