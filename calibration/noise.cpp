@@ -133,18 +133,12 @@ Judgement judge_bubble(double error, const std::optional<Noise>& noise, double b
                   e, runs == 1 ? "one run" : "two runs");
     return {Verdict::Unknown, line};
   }
-  if (e <= 100 * band) {
-    std::snprintf(line, sizeof line,
-                  "|error| %.2f points is within how far the bubble moves from run to run (its median over %d runs "
-                  "known to +-%.2f points, 95%%)",
-                  e, runs, 100 * band);
-    return {Verdict::WithinNoise, line};
-  }
+  const bool within = e <= 100 * band;
   std::snprintf(line, sizeof line,
-                "|error| %.2f points is beyond how far the bubble moves from run to run (its median over %d runs known "
-                "to +-%.2f points, 95%%)",
-                e, runs, 100 * band);
-  return {Verdict::ModelError, line};
+                "|error| %.2f points is %s how far the bubble moves from run to run (its median over %d runs known to "
+                "+-%.2f points, 95%%)",
+                e, within ? "within" : "beyond", runs, 100 * band);
+  return {within ? Verdict::WithinNoise : Verdict::ModelError, line};
 }
 
 }  // namespace pipetwin::calibration

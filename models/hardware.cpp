@@ -66,12 +66,10 @@ double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Pre
   if (flops <= 0) return 0;
   const KindEfficiency* curves = kind_curves(kind);
   if (curves == nullptr) return compute_seconds(flops, p);
-  if (curves->per_operator && operators != 1) {
-    Efficiency e = curves->of(pass);
-    e.half_flops *= std::max(operators, 0);
-    return op_overhead_s + flops / (peak_flops(p) * e.at(flops));
-  }
-  return op_overhead_s + flops / (peak_flops(p) * curves->of(pass).at(flops));
+  if (!curves->per_operator) return op_overhead_s + flops / (peak_flops(p) * curves->of(pass).at(flops));
+  Efficiency e = curves->of(pass);  // its fixed cost, per operator
+  e.half_flops *= operators;
+  return op_overhead_s + flops / (peak_flops(p) * e.at(flops));
 }
 
 double Device::traffic_seconds(std::string_view kind, double bytes) const {
