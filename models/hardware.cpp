@@ -77,6 +77,11 @@ double Device::traffic_seconds(std::string_view kind, double bytes) const {
   return bytes / (memory_bandwidth * memory_efficiency);
 }
 
+double Device::weight_seconds(double bytes) const {
+  if (bytes <= 0 || memory_bandwidth <= 0) return 0;
+  return bytes / (memory_bandwidth * memory_efficiency);
+}
+
 double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
 
 double Device::compute_seconds(double flops, Precision p) const {

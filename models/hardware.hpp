@@ -121,6 +121,14 @@ struct Device {
   // calibrated curve covers the kind (the measured times include it) or the
   // device gives no bandwidth.
   double traffic_seconds(std::string_view kind, double bytes) const;
+  // The least time a pass can take on its weights: `bytes` of them read (a
+  // forward's or an input gradient's matrix products read every weight) or
+  // read and written (a weight gradient accumulates into every one), at
+  // memory_bandwidth × memory_efficiency. A micro-batch of a few samples
+  // reuses each weight too little to hide that behind its FLOPs (a roofline's
+  // memory side); 0 when the device gives no bandwidth. Applied to every kind,
+  // calibrated or not: a curve fitted on larger micro-batches does not know it.
+  double weight_seconds(double bytes) const;
   // The kind's curves; else the calibrated `default` (every kind a calibration
   // saw, pooled: for the kinds it did not see); else none (the device's curve).
   const KindEfficiency* kind_curves(std::string_view kind) const;

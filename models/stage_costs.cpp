@@ -60,6 +60,16 @@ void StageCostModel::time_layers(int k, double b) {
       in = d.compute_seconds(c.input_grad_flops * share, m.precision);
       w = d.compute_seconds(c.weight_grad_flops * share, m.precision);
     }
+    // The weights' floor: a forward and an input gradient read each weight
+    // once, a weight gradient reads and writes each gradient (accumulated over
+    // the micro-batches). An embedding gathers rows, not its whole table.
+    const double weights = (m.layers[l].kind == LayerKind::Embedding || m.layers[l].kind == LayerKind::LlmEmbedding)
+                               ? 0
+                               : static_cast<double>(c.params) * bytes_per_element(m.precision) / (c.tensor_split ? T : 1);
+    const double read = d.weight_seconds(weights);
+    if (c.input_grad_flops > 0) in = std::max(in, read);
+    if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
+    const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
     const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
     // Elementwise traffic: the replicated part whole on each device unless
     // sequence parallelism splits it, the rest split over the group.
@@ -69,11 +79,11 @@ void StageCostModel::time_layers(int k, double b) {
     };
     const double fwd_mem = traffic(c.forward_traffic, c.forward_traffic_replicated);
     const double bwd_mem = traffic(c.backward_traffic, c.backward_traffic_replicated);
-    forward_[k][l + 1] = forward_[k][l] + d.layer_seconds(kind, Pass::Forward, f, m.precision, ops) + fwd_comm + fwd_mem;
+    forward_[k][l + 1] = forward_[k][l] + floored(d.layer_seconds(kind, Pass::Forward, f, m.precision, ops)) + fwd_comm + fwd_mem;
     forward_nograd_[k][l + 1] =
-        forward_nograd_[k][l] + d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision, ops) + fwd_comm + fwd_mem;
+        forward_nograd_[k][l] + floored(d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision, ops)) + fwd_comm + fwd_mem;
     recompute_[k][l + 1] =
-        recompute_[k][l] + d.layer_seconds(kind, Pass::Recompute, f, m.precision, ops) + fwd_comm + fwd_mem;
+        recompute_[k][l] + floored(d.layer_seconds(kind, Pass::Recompute, f, m.precision, ops)) + fwd_comm + fwd_mem;
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
   }

@@ -375,6 +375,65 @@ TEST_F(Kinds, OperatorsCountWhatTheExecutorRunsInAForward) {
   EXPECT_EQ(pm::operators(t, 1), 14);
 }
 
+TEST_F(Kinds, AMicroBatchTooSmallToReuseItsWeightsTakesTheTimeToReadThem) {
+  // mlp-small's hidden linear layers (512 x 512) on a device of 1 GB/s: a
+  // micro-batch of 1 cannot hide reading 1 MB of weights behind its FLOPs.
+  const pm::Model mlp = pm::load_model(std::string(PIPETWIN_EXAMPLES_DIR) + "/mlp-small.yaml");
+  pm::Hardware h = pm::preset("cpu");
+  h.device.memory_bandwidth = 1e9;
+  h.device.memory_efficiency = 0.5;
+  const auto costs_at = [&](int b) {
+    pm::PartitionRequest r;
+    r.program = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
+    r.microbatch_size = b;
+    return pm::StageCostModel(mlp, h, r);
+  };
+  const auto& c = mlp.layers[1].cost;
+  const double read = static_cast<double>(c.params) * 4 / (1e9 * 0.5);
+  EXPECT_DOUBLE_EQ(h.device.weight_seconds(static_cast<double>(c.params) * 4), read);
+  const auto fp32 = pm::Precision::FP32;
+  // Below the floor at one sample: the forward and the input gradient read
+  // the weights once, the weight gradient reads and writes their gradients.
+  ASSERT_LT(h.device.compute_seconds(c.forward_flops, fp32), read);
+  // (The ReLU's elementwise traffic comes on top, as before.)
+  const auto traffic = [&](double bytes, int b) { return bytes * b / (1e9 * 0.5); };
+  const auto one = costs_at(1);
+  EXPECT_DOUBLE_EQ(one.forward_s(1, 2, 0), read + traffic(c.forward_traffic, 1));
+  EXPECT_DOUBLE_EQ(one.forward_nograd_s(1, 2, 0), read + traffic(c.forward_traffic, 1));
+  EXPECT_DOUBLE_EQ(one.recompute_s(1, 2, 0), read + traffic(c.forward_traffic, 1));
+  EXPECT_DOUBLE_EQ(one.input_grad_s(1, 2, 0), read + traffic(c.backward_traffic, 1));
+  EXPECT_DOUBLE_EQ(one.weight_grad_s(1, 2, 0), 2 * read);
+  // Enough samples and the FLOPs take longer than the weights: the curve.
+  const int many = 4096;
+  const auto big = costs_at(many);
+  ASSERT_GT(h.device.compute_seconds(c.weight_grad_flops * many, fp32), 2 * read);
+  EXPECT_DOUBLE_EQ(big.forward_s(1, 2, 0),
+                   h.device.compute_seconds(c.forward_flops * many, fp32) + traffic(c.forward_traffic, many));
+  EXPECT_DOUBLE_EQ(big.weight_grad_s(1, 2, 0), h.device.compute_seconds(c.weight_grad_flops * many, fp32));
+  // A calibrated kind's curve has the same floor.
+  pm::Hardware calibrated = h;
+  calibrated.device.kinds["linear"] = pm::KindEfficiency{{1.0, 0, {}}, {1.0, 0, {}}, {}, {}, false};
+  pm::PartitionRequest r;
+  r.program = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
+  r.microbatch_size = 1;
+  const pm::StageCostModel fitted(mlp, calibrated, r);
+  EXPECT_DOUBLE_EQ(fitted.forward_s(1, 2, 0), read);
+  EXPECT_DOUBLE_EQ(fitted.backward_s(1, 2, 0), 3 * read);
+  // Without a bandwidth, no floor.
+  h.device.memory_bandwidth = 0;
+  EXPECT_DOUBLE_EQ(costs_at(1).weight_grad_s(1, 2, 0), h.device.compute_seconds(c.weight_grad_flops, fp32));
+  // An embedding gathers rows, not its table: no floor on its forward.
+  const pm::Model t = small_transformer();
+  pm::Hardware slow = pm::preset("cpu");
+  slow.device.memory_bandwidth = 1e3;
+  pm::PartitionRequest rt;
+  rt.program = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
+  rt.microbatch_size = 1;
+  ASSERT_EQ(t.layers[0].kind, pm::LayerKind::Embedding);
+  EXPECT_LT(pm::StageCostModel(t, slow, rt).forward_s(0, 1, 0), 1.0);
+  EXPECT_GT(pm::StageCostModel(t, slow, rt).forward_s(1, 2, 0), 1.0);
+}
+
 TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
   // No kinds: every layer on the device curve with the per-op overhead,
   // F = R, and I and W each an operation, as before calibration existed.
