@@ -173,6 +173,43 @@ void fit_core_waits(const Inputs& in, const std::vector<LinkGroup>& links, const
   }
 }
 
+// With as many ranks as cores, a send or a receive that found its message
+// now and then waits milliseconds for a core (the transport's threads find
+// every core computing): the mean excess over the model above, as for more
+// ranks than cores (means: the rare long wait is the cost), from those
+// runs' transfers. None where no run has as many ranks as cores.
+void fit_full_host_waits(const Inputs& in, const std::vector<LinkGroup>& links, const pm::Device& device,
+                         pm::Topology& topology, FitResult& result) {
+  std::vector<double> send_excess, recv_excess;
+  const pm::Link link = topology.intra;
+  for (const auto& g : links) {
+    const TraceRun& run = *g.run;
+    if (!in.transfers_from(run) || run.ranks() < 2 || run.ranks() * threads_of(run) != topology.host_cores) continue;
+    const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
+    for (const double d : g.sends) send_excess.push_back(d - send_model);
+    for (const auto& r : g.receives) {
+      if (r.start - r.uncertainty >= link.seconds(g.bytes)) recv_excess.push_back(r.end - r.start - device.recv_seconds(g.bytes));
+    }
+  }
+  const auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (const double x : v) sum += x;
+    return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
+  };
+  topology.full_host_send_s = mean(send_excess);
+  topology.full_host_recv_s = mean(recv_excess);
+  if (!send_excess.empty()) {
+    result.coefficients.push_back({"full_host.send_s", topology.full_host_send_s,
+                                   "mean excess of " + std::to_string(send_excess.size()) +
+                                       " sends in runs with as many ranks as cores"});
+  }
+  if (!recv_excess.empty()) {
+    result.coefficients.push_back({"full_host.recv_s", topology.full_host_recv_s,
+                                   "mean excess of " + std::to_string(recv_excess.size()) +
+                                       " receives that found their message, in runs with as many ranks as cores"});
+  }
+}
+
 }  // namespace
 
 void note_unfitted_transfers(const Inputs& in, std::vector<std::string>& notes) {
@@ -214,6 +251,7 @@ pm::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, doub
   } else if (!links.empty()) {
     result.notes.push_back("no receive was waiting for its message: the link keeps the base latency and bandwidth");
   }
+  if (base.topology.kind == pm::TopologyKind::SharedHost) fit_full_host_waits(in, links, device, topology, result);
   if (!in.all_shared && base.topology.kind == pm::TopologyKind::SharedHost) {
     fit_core_waits(in, links, device, slower, topology, result);
   }

@@ -263,6 +263,11 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
                 "takes %.1f%% longer, and each send waits %.1f us and each receive %.1f us more for a core\n",
                 t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), 100 * t.oversubscribed_compute,
                 t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
+    if (t.full_host_send_s + t.full_host_recv_s > 0) {
+      std::printf("full host    with as many ranks as cores, each send waits %.1f us and each receive %.1f us more for a "
+                  "core, on average\n",
+                  t.full_host_send_s * 1e6, t.full_host_recv_s * 1e6);
+    }
   }
   if (const auto& t = result.hardware.topology; t.collective.bandwidth > 0) {
     std::printf("collectives  each ring round %.1f us + its bytes at %.3g GB/s of one core's work\n",

@@ -205,6 +205,12 @@ struct Topology {
   // each receive also waits for a core (the ranks and the transport's threads
   // take turns), on top of the device's transfer costs.
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
+  // SharedHost, calibrated: with as many ranks as cores (two ranks on two),
+  // what each send and each receive also waits for a core on average: the
+  // transport's threads find every core computing now and then, and a
+  // message then waits milliseconds (a few in a hundred). The means over
+  // those runs' transfers, on top of the robust fit's typical costs.
+  double full_host_send_s = 0, full_host_recv_s = 0;
   // SharedHost, calibrated: with more ranks than cores, how much longer each
   // forward, backward and recompute takes even while no other rank computes
   // (0.08: 8%): the other ranks' processes and the transport's threads wake

@@ -53,6 +53,13 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       }
       t.first_forward_extra_s *= c;
     }
+    // As many processes as a shared host's cores: each transfer waits for a
+    // core now and then (its mean wait); more: each waits for one, below.
+    if (topo.kind == TopologyKind::SharedHost && program.num_devices() == topo.host_cores && topo.host_cores > 1) {
+      t.send_overhead_s += topo.full_host_send_s;
+      if (s > 0) t.activation_recv_s += topo.full_host_recv_s;
+      if (s + 1 < S) t.gradient_recv_s += topo.full_host_recv_s;
+    }
     // More processes (T x K x D) than a shared host's cores: each transfer also waits for a core.
     if (topo.kind == TopologyKind::SharedHost && program.num_devices() > topo.host_cores) {
       t.send_overhead_s += topo.oversubscribed_send_s;

@@ -295,6 +295,51 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_recv_s, 500e-6, 1e-6);
 }
 
+TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
+  // Two ranks on two cores: in one run of four (of the grid's two-rank runs)
+  // every send waits 2 ms for a core, the rare stall of a transport thread
+  // that finds both cores computing. The typical send stays the robust
+  // fit's; the mean excess over it is the wait every send gets on average.
+  pm::Hardware quiet = known_hardware();
+  quiet.topology.host_cores = 2;
+  pm::Hardware stalled = quiet;
+  stalled.topology.full_host_send_s = 2e-3;
+  std::vector<pc::TraceRun> runs;
+  int i = 0, two = 0;
+  double sends = 0, waited = 0;
+  for (const auto& c : grid()) {
+    if (c.ranks > 2) continue;
+    const bool stall = c.ranks == 2 && two++ % 4 == 0;
+    const std::string f = path("full" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, stall ? stalled : quiet));
+    runs.push_back(pc::load_trace_run(f));
+    for (const auto& rank : runs.back().trace.timeline.ranks) {
+      for (const auto& a : rank) {
+        if (!ps::is_send(a.action.op)) continue;
+        ++sends;
+        waited += stall ? 1 : 0;
+      }
+    }
+  }
+  ASSERT_GT(waited, 0);
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 2;
+  const pc::FitResult fit = pc::fit(runs, base);
+  EXPECT_NEAR(fit.hardware.device.transfer_overhead_s, quiet.device.transfer_overhead_s, 2e-6);
+  EXPECT_NEAR(fit.hardware.topology.full_host_send_s, 2e-3 * waited / sends, 0.05 * 2e-3 * waited / sends);
+  EXPECT_NEAR(fit.hardware.topology.full_host_recv_s, 0, 1e-6);
+  // Without a stall, no wait; and none on a host of more cores than ranks.
+  std::vector<pc::TraceRun> even;
+  for (const auto& c : grid()) {
+    if (c.ranks != 2) continue;
+    const std::string f = path("even" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, quiet));
+    even.push_back(pc::load_trace_run(f));
+  }
+  EXPECT_NEAR(pc::fit(even, base).hardware.topology.full_host_send_s, 0, 1e-7);
+  EXPECT_EQ(pc::fit(runs, eight_core_cpu()).hardware.topology.full_host_send_s, 0);
+}
+
 TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   // Four ranks on two cores, each kept to the end of its time slice while
   // another waits (round robin), or preempted by a rank woken by a message:

@@ -126,6 +126,8 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
   h.topology.oversubscribed_compute = 0.0625;
+  h.topology.full_host_send_s = 0.11e-3;
+  h.topology.full_host_recv_s = 0.09e-3;
   h.topology.run_to_completion = true;
   h.topology.time_slice_s = 2.5e-3;
   h.topology.wake_preempt_s = 0.5e-3;
@@ -155,6 +157,8 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_compute, 0.0625);
+  EXPECT_DOUBLE_EQ(back.topology.full_host_send_s, h.topology.full_host_send_s);
+  EXPECT_DOUBLE_EQ(back.topology.full_host_recv_s, h.topology.full_host_recv_s);
   EXPECT_TRUE(back.topology.run_to_completion);
   EXPECT_DOUBLE_EQ(back.topology.time_slice_s, 2.5e-3);
   EXPECT_DOUBLE_EQ(back.topology.wake_preempt_s, 0.5e-3);
@@ -261,6 +265,19 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   crowded.topology.oversubscribed_recv_s = 2e-3;
   crowded.topology.oversubscribed_compute = 0.25;
   EXPECT_EQ(pm::stage_table(costs, crowded, p)[0].send_overhead_s, table[0].send_overhead_s);  // 2 ranks, 2 cores
+  // As many ranks as cores: each transfer waits for a core on average by the
+  // full host's waits (2 ranks on 2 cores), not by the crowded host's.
+  pm::Hardware full = h;
+  full.topology.full_host_send_s = 0.4e-3;
+  full.topology.full_host_recv_s = 0.6e-3;
+  crowded.topology.full_host_send_s = 0.4e-3;
+  ASSERT_EQ(full.topology.host_cores, 2);
+  const auto ft = pm::stage_table(costs, full, p);
+  EXPECT_DOUBLE_EQ(ft[0].send_overhead_s, table[0].send_overhead_s + 0.4e-3);
+  EXPECT_DOUBLE_EQ(ft[1].activation_recv_s, table[1].activation_recv_s + 0.6e-3);
+  EXPECT_DOUBLE_EQ(ft[0].gradient_recv_s, table[0].gradient_recv_s + 0.6e-3);
+  EXPECT_DOUBLE_EQ(ft[0].activation_recv_s, 0);
+  EXPECT_DOUBLE_EQ(ft[1].backward_s, table[1].backward_s);
   EXPECT_EQ(pm::stage_table(costs, crowded, p)[1].backward_s, table[1].backward_s);
   pm::PartitionRequest r4 = r;
   r4.program = ps::build_schedule("gpipe", {4, 4, 1, ps::RecomputePolicy::Full});

@@ -170,7 +170,9 @@ TEST(Simulator, ZeroBubbleH2FollowsThePapersBubbleWithUnequalPasses) {
         EXPECT_NEAR(t.makespan(), M * (f + i + w) + (K - 1) * std::max({f, i - f, f + i - 2 * w}), 1e-9) << at;
         const double inside = (K - 1) * std::max({0.0, i - f, f + i - 2 * w});
         EXPECT_NEAR(largest_idle_inside_a_span(t), inside, 1e-9) << at;
-        if (w <= f) EXPECT_NEAR(inside, (K - 1) * std::max(0.0, f + i - 2 * w), 1e-12) << at;
+        if (w <= f) {
+          EXPECT_NEAR(inside, (K - 1) * std::max(0.0, f + i - 2 * w), 1e-12) << at;
+        }
       }
     }
   }
@@ -212,7 +214,9 @@ TEST(Simulator, DualPipeVTakesItsClosedForm) {
           EXPECT_NEAR(t.makespan() - t.busy(last), bubble, 1e-9) << at;
           // The last rank: 2M of each F, I and W, 2M - 2K - 1 of its backwards overlapped.
           EXPECT_NEAR(t.busy(last), 2 * M * (f + i + w) - (2 * M - 2 * K - 1) * rho * std::min(f, b), 1e-9) << at;
-          if (rho == 0) EXPECT_NEAR(t.makespan(), 2 * M * (f + i + w) + (K - 1) * (f + 2 * i - w), 1e-9) << at;
+          if (rho == 0) {
+            EXPECT_NEAR(t.makespan(), 2 * M * (f + i + w) + (K - 1) * (f + 2 * i - w), 1e-9) << at;
+          }
           const auto fast = ps::evaluate(in.program, in.stages).timeline;
           EXPECT_NEAR(fast.makespan(), t.makespan(), 1e-9) << at;
           int overlaps = 0;
