@@ -184,7 +184,8 @@ void fit_full_host_waits(const Inputs& in, const std::vector<LinkGroup>& links, 
   const pm::Link link = topology.intra;
   for (const auto& g : links) {
     const TraceRun& run = *g.run;
-    if (!in.transfers_from(run) || run.ranks() < 2 || run.ranks() * threads_of(run) != topology.host_cores) continue;
+    // As the simulator counts them (T x K x D processes); a run of one rank has no sends.
+    if (!in.transfers_from(run) || run.program.num_devices() * threads_of(run) != topology.host_cores) continue;
     const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
     for (const double d : g.sends) send_excess.push_back(d - send_model);
     for (const auto& r : g.receives) {
