@@ -660,6 +660,8 @@ std::vector<Bad> catalogue() {
             "cal.yaml{line}field 'device.action_overhead_us.forward': must not be negative"),
       calhw("calhw_effective_cores_below_one", "  host_cores:", "  effective_cores: 0.5",
             "cal.yaml{line}field 'topology.effective_cores': must be at least 1"),
+      calhw("calhw_full_host_wait_negative", "  host_cores:", "  full_host_send_us: -40",
+            "cal.yaml{line}field 'topology.full_host_send_us': must not be negative"),
       calhw("calhw_residuals_not_a_mapping", "  residuals:", "  residuals: 3\n  old_residuals:",
             "cal.yaml{line}field 'calibration.residuals': expected a mapping"),
       calhw("calhw_residual_not_a_number", "    overall: {", "    overall: {count: many, rms_us: 1}",
