@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "calibration/least_squares.hpp"
 #include "models/stage_costs.hpp"
@@ -139,15 +142,16 @@ void fit_receive(const Inputs& in, std::vector<LinkGroup>& links, const pm::Link
   }
 }
 
-// With more ranks than cores, a rank that sends or takes a message also
-// waits for a core: the mean excess over the model above (means, not
-// medians: the rare long wait is the cost), from those runs' transfers.
-void fit_core_waits(const Inputs& in, const std::vector<LinkGroup>& links, const pm::Device& device, double slower,
-                    pm::Topology& topology, FitResult& result) {
+// What each send, and each receive that found its message, of the runs
+// `pick` keeps also waited for a core: the mean excess over the model above
+// (means, not medians: the rare long wait is the cost), recorded as
+// `<name>.send_s` and `<name>.recv_s` "in runs with <runs>". 0 where none.
+std::pair<double, double> mean_core_waits(const std::vector<LinkGroup>& links, const pm::Device& device,
+                                          const pm::Link& link, const std::function<bool(const TraceRun&)>& pick,
+                                          const std::string& name, const std::string& runs, FitResult& result) {
   std::vector<double> send_excess, recv_excess;
-  const pm::Link link = topology.intra;
   for (const auto& g : links) {
-    if (in.transfers_from(*g.run)) continue;
+    if (!pick(*g.run)) continue;
     const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
     for (const double d : g.sends) send_excess.push_back(d - send_model);
     for (const auto& r : g.receives) {
@@ -159,56 +163,41 @@ void fit_core_waits(const Inputs& in, const std::vector<LinkGroup>& links, const
     for (const double x : v) sum += x;
     return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
   };
-  topology.oversubscribed_compute = slower;
-  topology.oversubscribed_send_s = mean(send_excess);
-  topology.oversubscribed_recv_s = mean(recv_excess);
+  const std::pair<double, double> waits{mean(send_excess), mean(recv_excess)};
   if (!send_excess.empty()) {
-    result.coefficients.push_back({"oversubscribed.send_s", topology.oversubscribed_send_s,
-                                   "mean excess of " + std::to_string(send_excess.size()) + " sends in runs with more ranks than cores"});
+    result.coefficients.push_back({name + ".send_s", waits.first,
+                                   "mean excess of " + std::to_string(send_excess.size()) + " sends in runs with " + runs});
   }
   if (!recv_excess.empty()) {
-    result.coefficients.push_back({"oversubscribed.recv_s", topology.oversubscribed_recv_s,
+    result.coefficients.push_back({name + ".recv_s", waits.second,
                                    "mean excess of " + std::to_string(recv_excess.size()) +
-                                       " receives that found their message, in runs with more ranks than cores"});
+                                       " receives that found their message, in runs with " + runs});
   }
+  return waits;
+}
+
+// With more ranks than cores, a rank that sends or takes a message also
+// waits for a core, from those runs' transfers.
+void fit_core_waits(const Inputs& in, const std::vector<LinkGroup>& links, const pm::Device& device, double slower,
+                    pm::Topology& topology, FitResult& result) {
+  topology.oversubscribed_compute = slower;
+  std::tie(topology.oversubscribed_send_s, topology.oversubscribed_recv_s) = mean_core_waits(
+      links, device, topology.intra, [&](const TraceRun& run) { return !in.transfers_from(run); }, "oversubscribed",
+      "more ranks than cores", result);
 }
 
 // With as many ranks as cores, a send or a receive that found its message
 // now and then waits milliseconds for a core (the transport's threads find
-// every core computing): the mean excess over the model above, as for more
-// ranks than cores (means: the rare long wait is the cost), from those
-// runs' transfers. None where no run has as many ranks as cores.
+// every core computing), from those runs' transfers. None where no run has
+// as many ranks as cores.
 void fit_full_host_waits(const Inputs& in, const std::vector<LinkGroup>& links, const pm::Device& device,
                          pm::Topology& topology, FitResult& result) {
-  std::vector<double> send_excess, recv_excess;
-  const pm::Link link = topology.intra;
-  for (const auto& g : links) {
-    const TraceRun& run = *g.run;
-    // As the simulator counts them (T x K x D processes); a run of one rank has no sends.
-    if (!in.transfers_from(run) || run.program.num_devices() * threads_of(run) != topology.host_cores) continue;
-    const double send_model = device.transfer_overhead_s + (device.send_bandwidth > 0 ? g.bytes / device.send_bandwidth : 0);
-    for (const double d : g.sends) send_excess.push_back(d - send_model);
-    for (const auto& r : g.receives) {
-      if (r.start - r.uncertainty >= link.seconds(g.bytes)) recv_excess.push_back(r.end - r.start - device.recv_seconds(g.bytes));
-    }
-  }
-  const auto mean = [](const std::vector<double>& v) {
-    double sum = 0;
-    for (const double x : v) sum += x;
-    return v.empty() ? 0.0 : std::max(0.0, sum / static_cast<double>(v.size()));
+  // As the simulator counts them (T x K x D processes); a run of one rank has no sends.
+  const auto full = [&](const TraceRun& run) {
+    return in.transfers_from(run) && run.program.num_devices() * threads_of(run) == topology.host_cores;
   };
-  topology.full_host_send_s = mean(send_excess);
-  topology.full_host_recv_s = mean(recv_excess);
-  if (!send_excess.empty()) {
-    result.coefficients.push_back({"full_host.send_s", topology.full_host_send_s,
-                                   "mean excess of " + std::to_string(send_excess.size()) +
-                                       " sends in runs with as many ranks as cores"});
-  }
-  if (!recv_excess.empty()) {
-    result.coefficients.push_back({"full_host.recv_s", topology.full_host_recv_s,
-                                   "mean excess of " + std::to_string(recv_excess.size()) +
-                                       " receives that found their message, in runs with as many ranks as cores"});
-  }
+  std::tie(topology.full_host_send_s, topology.full_host_recv_s) =
+      mean_core_waits(links, device, topology.intra, full, "full_host", "as many ranks as cores", result);
 }
 
 }  // namespace

@@ -73,8 +73,7 @@ double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Pre
 }
 
 double Device::traffic_seconds(std::string_view kind, double bytes) const {
-  if (bytes <= 0 || memory_bandwidth <= 0 || kind_curves(kind) != nullptr) return 0;
-  return bytes / (memory_bandwidth * memory_efficiency);
+  return kind_curves(kind) != nullptr ? 0 : weight_seconds(bytes);
 }
 
 double Device::weight_seconds(double bytes) const {

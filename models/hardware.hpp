@@ -124,7 +124,7 @@ struct Device {
   // The least time a pass can take on its weights: `bytes` of them read (a
   // forward's or an input gradient's matrix products read every weight) or
   // read and written (a weight gradient accumulates into every one), at
-  // memory_bandwidth × memory_efficiency. A micro-batch of a few samples
+  // memory_bandwidth × memory_efficiency (traffic_seconds' rate). A micro-batch of a few samples
   // reuses each weight too little to hide that behind its FLOPs (a roofline's
   // memory side); 0 when the device gives no bandwidth. Applied to every kind,
   // calibrated or not: a curve fitted on larger micro-batches does not know it.
