@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "calibration/least_squares.hpp"
@@ -26,6 +27,7 @@ struct PassProblem {
   Problem prob;
   bool with_recompute = false;
   std::size_t action = 0, recompute_action = 0, layer0 = 0;
+  std::optional<std::size_t> stream;  // seconds per weight byte (not pooled), the last
   bool seen[2] = {false, false};  // forward rows, recompute rows
 };
 
@@ -59,14 +61,22 @@ PassProblem pass_parameters(const std::vector<std::string>& kinds, pm::Pass pass
     prob.params.push_back(non_negative(kind + "." + pname + (pooled ? ".seconds_per_operator" : ".seconds_per_layer"),
                                        "cannot be told apart from the other fixed costs with these partitions"));
   }
+  // Last, so that where a stage's weight bytes are a sum of its layers (each
+  // kind's layers of one size) the fixed costs per layer keep that time.
+  if (!pooled) {
+    out.stream = prob.params.size();
+    prob.params.push_back(non_negative("weights." + pname + ".seconds_per_byte",
+                                       "these partitions do not vary a stage's weights apart from its layers"));
+  }
   return out;
 }
 
 // A row per compute group of the pass (and of the recompute, with_recompute):
-// per kind its work and its layers, 1 for the action.
-// `pooled`: every layer's work and count under the one kind kinds[0].
+// per kind its work and its layers, 1 for the action, its weight bytes.
+// `pooled`: every layer's work and count under the one kind kinds[0], the
+// weights' time taken off the measurement at `stream`'s seconds per byte.
 void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::string>& kinds, pm::Pass pass,
-              bool pooled) {
+              bool pooled, const std::map<pm::Pass, double>* stream) {
   const auto rows_of = [&](pm::Pass p) { return p == pass || (pp.with_recompute && p == pm::Pass::Recompute); };
   Problem& prob = pp.prob;
   for (const auto& g : obs.compute) {
@@ -74,10 +84,12 @@ void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::s
     pp.seen[g.pass == pm::Pass::Recompute] = true;
     std::vector<double> x(prob.params.size(), 0);
     const auto [i, j] = g.run->program.partition.at(g.stage);
+    double bytes = 0;
     for (int l = i; l < j; ++l) {
       const auto& layer = g.run->model.layers[l];
       const double w = pass_flops(layer, pass) * g.run->microbatch_size;
       if (w <= 0) continue;
+      bytes += pm::pass_weight_bytes(g.run->model, l);
       const std::size_t k =
           pooled ? 0 : std::find(kinds.begin(), kinds.end(), std::string(pm::kind_name(layer.kind))) - kinds.begin();
       x[k] += w;
@@ -86,8 +98,11 @@ void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::s
       x[pp.layer0 + k] += pooled ? pm::operators(g.run->model, l) : 1;
     }
     x[g.pass == pm::Pass::Recompute ? pp.recompute_action : pp.action] = 1;
+    if (pp.stream) x[*pp.stream] = bytes;
+    double taken = 0;
+    if (stream != nullptr && stream->count(g.pass)) taken = stream->at(g.pass) * bytes;
     prob.x.push_back(x);
-    prob.y.push_back(g.measured);
+    prob.y.push_back(g.measured - taken);
   }
 }
 
@@ -109,8 +124,12 @@ void take_solution(ComputeFit& out, const PassProblem& pp, const Solution& sol, 
     if (with_recompute && pp.seen[1]) out.curves[pm::Pass::Recompute][kinds[k]] = curve;
     if (sol.how[k] == "fitted") out.fastest = std::max(out.fastest, 1 / sol.value[k]);
   }
-  if (pp.seen[0] || !with_recompute) out.action[pass] = sol.value[pp.action];
-  if (with_recompute && pp.seen[1]) out.action[pm::Pass::Recompute] = sol.value[pp.recompute_action];
+  const double stream = pp.stream ? sol.value[*pp.stream] : 0;
+  if (pp.seen[0] || !with_recompute) out.action[pass] = sol.value[pp.action], out.stream[pass] = stream;
+  if (with_recompute && pp.seen[1]) {
+    out.action[pm::Pass::Recompute] = sol.value[pp.recompute_action];
+    out.stream[pm::Pass::Recompute] = stream;
+  }
   record(out.coefficients, prob, sol);
 }
 
@@ -199,7 +218,8 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak)
 
 }  // namespace
 
-ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak, bool pooled) {
+ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak, bool pooled,
+                       const std::map<pm::Pass, double>* stream) {
   ComputeFit out;
   out.fastest = base_peak;
   for (const pm::Pass pass : pm::kPasses) {
@@ -209,7 +229,7 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
     // the embedding, which only stage 0 holds, takes the forward's rows too).
     if (pass == pm::Pass::Recompute) continue;
     PassProblem pp = pass_parameters(kinds, pass, base_peak, pooled);
-    add_rows(pp, obs, kinds, pass, pooled);
+    add_rows(pp, obs, kinds, pass, pooled, stream);
     if (pp.prob.y.empty()) continue;
     take_solution(out, pp, robust_solve(pp.prob), kinds, pass);
   }
@@ -219,12 +239,14 @@ ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& 
 double group_seconds(const ComputeFit& cf, const ComputeGroup& g) {
   const auto curves = cf.curves.find(g.pass);
   const auto action = cf.action.find(g.pass);
+  const auto stream = cf.stream.find(g.pass);
   double t = action != cf.action.end() ? action->second : 0;
   const auto [i, j] = g.run->program.partition.at(g.stage);
   for (int l = i; l < j; ++l) {
     const auto& layer = g.run->model.layers[l];
     const double w = pass_flops(layer, g.pass) * g.run->microbatch_size;
     if (w <= 0 || curves == cf.curves.end()) continue;
+    if (stream != cf.stream.end()) t += stream->second * pm::pass_weight_bytes(g.run->model, l);
     const auto ab = curves->second.find(std::string(pm::kind_name(layer.kind)));
     if (ab == curves->second.end()) continue;
     t += ab->second.first * w + ab->second.second;
@@ -261,7 +283,9 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
   for (const auto& coefficient : c.fit.coefficients) result.coefficients.push_back(coefficient);
   // Every kind at once, one curve per pass: what the simulator falls back on
   // for a layer of a kind these traces do not hold (another model's).
-  c.pooled = fit_compute(c.observed, {std::string(pm::kDefaultKind)}, base_peak, true);
+  // The weights' streaming is the per-kind fit's (this fit cannot tell it
+  // from the pooled fixed cost per operator).
+  c.pooled = fit_compute(c.observed, {std::string(pm::kDefaultKind)}, base_peak, true, &c.fit.stream);
   return c;
 }
 
@@ -325,6 +349,13 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
   device.action_overhead = {action[pm::Pass::Forward], action[pm::Pass::Backward], {}, {}};
   if (action.count(pm::Pass::ForwardNoGrad)) device.action_overhead.forward_nograd_s = action[pm::Pass::ForwardNoGrad];
   if (action.count(pm::Pass::Recompute)) device.action_overhead.recompute_s = action[pm::Pass::Recompute];
+  auto& stream = c.fit.stream;
+  device.weight_stream = {};
+  if (std::any_of(stream.begin(), stream.end(), [](const auto& p) { return p.second > 0; })) {
+    device.weight_stream = {stream[pm::Pass::Forward], stream[pm::Pass::Backward], {}, {}};
+    if (stream.count(pm::Pass::ForwardNoGrad)) device.weight_stream.forward_nograd_s = stream[pm::Pass::ForwardNoGrad];
+    if (stream.count(pm::Pass::Recompute)) device.weight_stream.recompute_s = stream[pm::Pass::Recompute];
+  }
 }
 
 }  // namespace pipetwin::calibration::fitting

@@ -138,6 +138,7 @@ void record(std::vector<Coefficient>& into, const Problem& prob, const Solution&
 struct ComputeFit {
   std::map<models::Pass, std::map<std::string, std::pair<double, double>>> curves;
   std::map<models::Pass, double> action;
+  std::map<models::Pass, double> stream;  // seconds per byte of a stage's weights (Device::weight_stream)
   std::vector<Coefficient> coefficients;
   double fastest = 0;
   double loss = 0;
@@ -147,11 +148,14 @@ struct ComputeFit {
 // forward's with the recompute's rows), slopes tied to the largest kind's
 // where the traces cannot tell them apart, overheads kept >= 0.
 // `pooled`: every layer counted under kinds[0] (one curve for all kinds).
+// `stream`: the weights' seconds per byte per pass, taken as given (the
+// pooled fit takes the per-kind fit's); else fitted (not pooled).
 ComputeFit fit_compute(const Observations& obs, const std::vector<std::string>& kinds, double base_peak,
-                       bool pooled = false);
+                       bool pooled = false, const std::map<models::Pass, double>* stream = nullptr);
 
 // A compute group's time as a fit's curves give it (its row of fit_compute's
-// problem: the action's overhead, and per layer with work a w + b).
+// problem: the action's overhead, and per layer with work a w + b, and its
+// weights' streaming).
 double group_seconds(const ComputeFit& cf, const ComputeGroup& g);
 
 // The model's layer kinds, by total work (largest first).

@@ -108,7 +108,10 @@ void add_residuals(const Inputs& in, const Observations& as_measured, const std:
 
 void note_not_fitted(FitResult& result) {
   for (const auto& c : result.coefficients) {
-    if (c.how != "fitted" && c.how.rfind("median", 0) != 0) result.notes.push_back(c.name + ": " + c.how);
+    // The weights' streaming is fixed at 0 wherever every layer of a kind has
+    // the same weights (a Transformer's blocks): the usual case, not noted.
+    const bool usual = c.name.rfind("weights.", 0) == 0 && c.how.rfind("fixed to 0", 0) == 0;
+    if (c.how != "fitted" && c.how.rfind("median", 0) != 0 && !usual) result.notes.push_back(c.name + ": " + c.how);
   }
 }
 

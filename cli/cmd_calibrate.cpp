@@ -252,6 +252,12 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
   std::printf("transfers    send %.1f us + %.3g GB/s; receive %.1f us + %.3g GB/s; link latency %.1f us, %.3g GB/s\n",
               d.transfer_overhead_s * 1e6, d.send_bandwidth / 1e9, d.recv_overhead_s * 1e6, d.recv_bandwidth / 1e9,
               result.hardware.topology.intra.latency_s * 1e6, result.hardware.topology.intra.bandwidth / 1e9);
+  if (d.weight_stream != models::ActionOverheads{}) {
+    const auto rate = [](double s_per_byte) { return s_per_byte > 0 ? 1 / s_per_byte / 1e9 : 0.0; };
+    std::printf("weights      each pass of a layer streams its weights beyond its curve: forward at %.3g GB/s, "
+                "backward at %.3g GB/s (0: none)\n",
+                rate(d.weight_stream.forward_s), rate(d.weight_stream.backward_s));
+  }
   std::printf("step         memory bandwidth %.3g GB/s (optimizer step)\n", d.memory_bandwidth / 1e9);
   if (d.cold_weights_bandwidth > 0) {
     std::printf("cold         each stage's first forward in a step reads its weights at %.3g GB/s\n",

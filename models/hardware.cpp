@@ -172,12 +172,13 @@ void apply_kinds(Device& d, const YamlFields& y) {
   }
 }
 
-void apply_action_overheads(ActionOverheads& a, const YamlFields& y) {
+// Per pass, each value times `unit` (microseconds, or microseconds per MB).
+void apply_action_overheads(ActionOverheads& a, const YamlFields& y, double unit = kUs) {
   y.reject_unknown({"forward", "backward", "forward_nograd", "recompute"});
-  if (y.has("forward")) a.forward_s = y.non_negative_number("forward") * kUs;
-  if (y.has("backward")) a.backward_s = y.non_negative_number("backward") * kUs;
-  if (y.has("forward_nograd")) a.forward_nograd_s = y.non_negative_number("forward_nograd") * kUs;
-  if (y.has("recompute")) a.recompute_s = y.non_negative_number("recompute") * kUs;
+  if (y.has("forward")) a.forward_s = y.non_negative_number("forward") * unit;
+  if (y.has("backward")) a.backward_s = y.non_negative_number("backward") * unit;
+  if (y.has("forward_nograd")) a.forward_nograd_s = y.non_negative_number("forward_nograd") * unit;
+  if (y.has("recompute")) a.recompute_s = y.non_negative_number("recompute") * unit;
 }
 
 void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
@@ -185,7 +186,8 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
-                                 "memory_efficiency",     "blocking_sends",      "overlap_factor"};
+                                 "memory_efficiency",     "blocking_sends",      "overlap_factor",
+                                 "weight_stream_us_per_mb"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.line("name");
@@ -204,6 +206,9 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("efficiency")) d.efficiency = efficiency_from_yaml(y.child("efficiency"), d.efficiency);
   if (y.has("kinds")) apply_kinds(d, y);
   if (y.has("action_overhead_us")) apply_action_overheads(d.action_overhead, y.child("action_overhead_us"));
+  if (y.has("weight_stream_us_per_mb")) {
+    apply_action_overheads(d.weight_stream, y.child("weight_stream_us_per_mb"), kUs / 1e6);
+  }
   if (y.has("step_overhead_us")) d.step_overhead_s = y.non_negative_number("step_overhead_us") * kUs;
   if (y.has("recv_overhead_us")) d.recv_overhead_s = y.non_negative_number("recv_overhead_us") * kUs;
   if (y.has("recv_bandwidth_gbps")) d.recv_bandwidth = y.positive_number("recv_bandwidth_gbps") * kGB;

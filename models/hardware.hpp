@@ -97,6 +97,14 @@ struct Device {
   // Calibrated refinements (absent from the presets):
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(), or kDefaultKind: per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage
+  // Per pass, seconds per byte of a layer's weights on top of its curve, for
+  // the layers of calibrated kinds (an embedding's table excepted): a
+  // layer whose weights do not stay in the caches streams them from memory
+  // in each pass, and with few samples a micro-batch that time is not hidden
+  // behind its FLOPs. Fitted where the traces' partitions put layers of one
+  // kind with different weights on different stages; 0: none.
+  ActionOverheads weight_stream;
+  double weight_stream_seconds(Pass pass, double bytes) const { return weight_stream.of(pass) * bytes; }
   std::optional<double> step_overhead_s;        // optimizer step's fixed cost; default op_overhead_s
   // Receiver's cost of taking a message out of the transport once it is there
   // (a copy), on top of the link: recv_overhead + bytes / recv_bandwidth.

@@ -45,13 +45,15 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   if (d.recv_bandwidth > 0) field("recv_bandwidth_gbps", yaml_number(d.recv_bandwidth / kGB));
   if (d.send_bandwidth > 0) field("send_bandwidth_gbps", yaml_number(d.send_bandwidth / kGB));
   if (d.cold_weights_bandwidth > 0) field("cold_weights_gbps", yaml_number(d.cold_weights_bandwidth / kGB));
-  const ActionOverheads& a = d.action_overhead;
-  if (a != ActionOverheads{}) {
-    std::string v = "{forward: " + yaml_number(a.forward_s / kUs) + ", backward: " + yaml_number(a.backward_s / kUs);
-    if (a.forward_nograd_s) v += ", forward_nograd: " + yaml_number(*a.forward_nograd_s / kUs);
-    if (a.recompute_s) v += ", recompute: " + yaml_number(*a.recompute_s / kUs);
-    field("action_overhead_us", v + "}");
-  }
+  const auto per_pass = [&](const std::string& key, const ActionOverheads& a, double unit) {
+    if (a == ActionOverheads{}) return;
+    std::string v = "{forward: " + yaml_number(a.forward_s / unit) + ", backward: " + yaml_number(a.backward_s / unit);
+    if (a.forward_nograd_s) v += ", forward_nograd: " + yaml_number(*a.forward_nograd_s / unit);
+    if (a.recompute_s) v += ", recompute: " + yaml_number(*a.recompute_s / unit);
+    field(key, v + "}");
+  };
+  per_pass("action_overhead_us", d.action_overhead, kUs);
+  per_pass("weight_stream_us_per_mb", d.weight_stream, kUs / 1e6);
   if (!d.kinds.empty()) {
     out += indent + "kinds:\n";
     for (const auto& [kind, c] : d.kinds) {

@@ -94,6 +94,12 @@ std::vector<std::int64_t> Model::cut_elems() const {
   return cut;
 }
 
+double pass_weight_bytes(const Model& model, int index) {
+  const Layer& layer = model.layers.at(index);
+  if (layer.kind == LayerKind::Embedding || layer.kind == LayerKind::LlmEmbedding) return 0;
+  return static_cast<double>(layer.cost.params) * bytes_per_element(model.precision);
+}
+
 int operators(const Model& model, int index) {
   const Layer& layer = model.layers.at(index);
   const LayerShape& s = layer.shape;

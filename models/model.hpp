@@ -148,4 +148,8 @@ struct Model {
 // or 2.
 int operators(const Model& model, int index);
 
+// The bytes of weights a pass of layer `index` reads: all of them, but for an
+// embedding, which gathers rows of its table (0 here).
+double pass_weight_bytes(const Model& model, int index);
+
 }  // namespace pipetwin::models

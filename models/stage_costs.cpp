@@ -48,12 +48,16 @@ void StageCostModel::time_layers(int k, double b) {
     // runs at the efficiency of its smaller matrices (the curve at work / T).
     const double share = b / T;
     const double f = c.forward_flops * share;
+    // Each device's weights (its share under tensor parallelism); an
+    // embedding gathers rows, not its whole table.
+    const double weights = pass_weight_bytes(m, l) / (c.tensor_split ? T : 1);
     double in = 0, w = 0;
     if (d.has_kind(kind)) {
       // A calibrated kind times the layer's whole backward on its curve,
       // shared between I and W in proportion to their work.
       const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
-      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision, ops);
+      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision, ops) +
+                       (bwd > 0 ? d.weight_stream_seconds(Pass::Backward, weights) : 0);
       in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
       w = bwd > 0 ? t - in : 0;
     } else {
@@ -62,11 +66,13 @@ void StageCostModel::time_layers(int k, double b) {
     }
     // The weights' floor: a forward and an input gradient read each weight
     // once, a weight gradient reads and writes each gradient (accumulated over
-    // the micro-batches). An embedding gathers rows, not its whole table.
-    const double weights = (m.layers[l].kind == LayerKind::Embedding || m.layers[l].kind == LayerKind::LlmEmbedding)
-                               ? 0
-                               : static_cast<double>(c.params) * bytes_per_element(m.precision) / (c.tensor_split ? T : 1);
+    // the micro-batches).
     const double read = d.weight_seconds(weights);
+    // A calibrated kind's layer streams its weights in each pass (Device::weight_stream).
+    const auto pass_seconds = [&](Pass pass) {
+      const double t = d.layer_seconds(kind, pass, f, m.precision, ops);
+      return f > 0 && d.has_kind(kind) ? t + d.weight_stream_seconds(pass, weights) : t;
+    };
     if (c.input_grad_flops > 0) in = std::max(in, read);
     if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
     const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
@@ -79,11 +85,11 @@ void StageCostModel::time_layers(int k, double b) {
     };
     const double fwd_mem = traffic(c.forward_traffic, c.forward_traffic_replicated);
     const double bwd_mem = traffic(c.backward_traffic, c.backward_traffic_replicated);
-    forward_[k][l + 1] = forward_[k][l] + floored(d.layer_seconds(kind, Pass::Forward, f, m.precision, ops)) + fwd_comm + fwd_mem;
+    forward_[k][l + 1] = forward_[k][l] + floored(pass_seconds(Pass::Forward)) + fwd_comm + fwd_mem;
     forward_nograd_[k][l + 1] =
-        forward_nograd_[k][l] + floored(d.layer_seconds(kind, Pass::ForwardNoGrad, f, m.precision, ops)) + fwd_comm + fwd_mem;
+        forward_nograd_[k][l] + floored(pass_seconds(Pass::ForwardNoGrad)) + fwd_comm + fwd_mem;
     recompute_[k][l + 1] =
-        recompute_[k][l] + floored(d.layer_seconds(kind, Pass::Recompute, f, m.precision, ops)) + fwd_comm + fwd_mem;
+        recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
   }

@@ -48,7 +48,7 @@ inline models::Hardware known_hardware() {
   return h;
 }
 
-// The timed evaluator's timeline of one configuration of kModel on `hw`
+// The timed evaluator's timeline of one configuration of `model_spec` (kModel) on `hw`
 // (SimGrid's with `simgrid`), as a trace that stands alone.
 // With `tensor_parallel` T > 1 (SimGrid's): tensor groups of T processes.
 // With `data_parallel` D > 1 (SimGrid's, always): D replicas of the pipeline,
@@ -58,8 +58,10 @@ inline models::Hardware known_hardware() {
 inline schedule::Trace synthetic_trace(const std::string& schedule_name, int microbatches, int batch,
                                        const std::string& recompute, const std::vector<schedule::LayerRange>& partition,
                                        const models::Hardware& hw, bool simgrid = false, int data_parallel = 1,
-                                       bool zero1 = false, int tensor_parallel = 1) {
-  const models::Model model = models::model_from_yaml(models::YamlFields(models::parse_yaml(kModel, "model"), "model"));
+                                       bool zero1 = false, int tensor_parallel = 1,
+                                       const std::string& model_spec = kModel) {
+  const models::Model model =
+      models::model_from_yaml(models::YamlFields(models::parse_yaml(model_spec, "model"), "model"));
   const int ranks = static_cast<int>(partition.size());
   schedule::Program p =
       schedule::build_schedule(schedule_name, {ranks, microbatches, 1, schedule::parse_recompute(recompute)});
@@ -80,7 +82,7 @@ inline schedule::Trace synthetic_trace(const std::string& schedule_name, int mic
       simgrid ? sim::simulate({p, table, hw.topology}).timeline : schedule::evaluate(p, table).timeline;
   nlohmann::json ranges = nlohmann::json::array();
   for (const auto& range : partition) ranges.push_back({range.begin, range.end});
-  nlohmann::json meta{{"producer", "test"},          {"model", model.name},  {"model_spec", kModel},
+  nlohmann::json meta{{"producer", "test"},          {"model", model.name},  {"model_spec", model_spec},
                       {"schedule", schedule_name},   {"ranks", ranks},       {"stages_per_rank", 1},
                       {"microbatches", microbatches}, {"microbatch_size", r.microbatch_size},
                       {"batch", batch},              {"recompute", recompute}, {"partition", ranges}};

@@ -153,6 +153,52 @@ TEST(FitCompute, TheCurvesOfEveryKindAndPassAreRecovered) {
   }
 }
 
+TEST(FitCompute, WeightsStreamedInEachPassAreToldApartWhereAKindsLayersDifferInSize) {
+  // A ResNet's blocks grow from 74 K to 4.7 M weights over the same FLOPs:
+  // partitions that put early and late blocks on different stages tell the
+  // time per weight byte from the time per layer.
+  const std::string resnet =
+      "family: resnet\nname: resnet-small\nimage: 32\nin_channels: 3\nstem_channels: 64\nstages: [2, 2, 2, 2]\n"
+      "classes: 10\nprecision: fp32\n";
+  pm::Hardware truth = known_hardware();
+  truth.device.kinds.clear();
+  truth.device.kinds["conv"] = {{0.15, 2e6, {}}, {0.4, 3e6, {}}, std::nullopt, std::nullopt};
+  truth.device.kinds["residual_block"] = {{0.8, 4e7, {}}, {0.7, 9e7, {}}, std::nullopt, std::nullopt};
+  truth.device.kinds["classifier_head"] = {{0.03, 1e6, {}}, {0.09, 2e6, {}}, std::nullopt, std::nullopt};
+  truth.device.weight_stream = {1 / 9e9, 1 / 4e9, {}, {}};
+  std::vector<pc::TraceRun> runs;
+  for (const std::vector<ps::LayerRange>& p : std::vector<std::vector<ps::LayerRange>>{
+           {{0, 10}}, {{0, 5}, {5, 10}}, {{0, 3}, {3, 10}}, {{0, 7}, {7, 10}}, {{0, 1}, {1, 9}, {9, 10}}}) {
+    for (const int mb : {1, 2, 4}) {
+      runs.push_back(pc::trace_run_from(pipetwin::test::synthetic_trace("gpipe", 2, 2 * mb, "none", p, truth, false, 1,
+                                                                        false, 1, resnet),
+                                        "resnet" + std::to_string(runs.size()) + ".json"));
+    }
+  }
+  const pm::Model& model = runs.front().model;
+  const double peak = truth.device.peak_flops(model.precision);
+  const pf::ComputeFit cf = pf::fit_compute(pf::compute_observations(runs, true), pf::kinds_by_work(model), peak);
+  expect_rel(cf.stream.at(pm::Pass::Forward), 1 / 9e9, "forward's seconds per weight byte");
+  expect_rel(cf.stream.at(pm::Pass::Backward), 1 / 4e9, "backward's seconds per weight byte");
+  const pm::Efficiency& e = truth.device.kinds.at("residual_block").backward;
+  expect_rel(cf.curves.at(pm::Pass::Backward).at("residual_block").first, 1 / (e.max * peak), "residual_block backward slope");
+  for (const auto& g : pf::compute_observations(runs, true).compute) {
+    if (g.cold_bytes == 0) expect_rel(pf::group_seconds(cf, g), g.measured, "group");
+  }
+
+  // transformer-small's blocks are all of one size: a stage's weight bytes
+  // are its layers' counts times theirs, and the fixed costs per layer keep
+  // that time; the streaming is fixed at 0 and said so.
+  const auto plain = runs_of(grid(), known_hardware());
+  const pf::ComputeFit same = pf::fit_compute(pf::compute_observations(plain, true),
+                                              pf::kinds_by_work(plain.front().model), peak);
+  EXPECT_EQ(same.stream.at(pm::Pass::Forward), 0);
+  EXPECT_EQ(same.stream.at(pm::Pass::Backward), 0);
+  const pc::Coefficient* fixed = coefficient(same.coefficients, "weights.backward.seconds_per_byte");
+  ASSERT_NE(fixed, nullptr);
+  EXPECT_NE(fixed->how.find("fixed to 0"), std::string::npos) << fixed->how;
+}
+
 TEST(FitCompute, AloneActionsGiveTheCurvesAndRunsBeyondTheCoresTheirSlowdown) {
   // Two cores, replayed by SimGrid: ranks computing at once share them, and
   // with three or four ranks every compute action takes 8% longer. The

@@ -671,7 +671,7 @@ std::vector<Bad> catalogue() {
       calhw("calhw_fitted_on_not_a_list", "  fitted_on:", "  fitted_on: 2\n  was:",
             "cal.yaml{line}field 'calibration.fitted_on': expected a list of the traces"),
       calhw("calhw_coefficient_value_not_a_number", "    - {name: step.overhead_s", "    - {name: step.overhead_s, value: fast}",
-            "cal.yaml{line}field 'calibration.coefficients[7].value': expected a number"),
+            "cal.yaml{line}field 'calibration.coefficients[9].value': expected a number"),
       {"calhw_calibration_a_list", {}, calhw_args, "cal.yaml{line}field 'calibration': expected a mapping", 1,
        {{"cal.yaml", [] {
           const auto t = fixture("cal.yaml");

@@ -119,6 +119,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.device.memory_efficiency = 0.8765432109876;
   h.device.blocking_sends = true;
   h.device.action_overhead.forward_nograd_s = 0.1e-6;
+  h.device.weight_stream = {1 / 8.765e9, 1 / 3.21e9, {}, 1 / 7.5e9};
   h.device.kinds["lm_head"].recompute = pm::Efficiency{0.123456789012345, 98765.4321, {}};
   h.device.kinds["embedding"].forward.points = {{1234.5, 0.01}, {9876.54321, 0.0123456789}};
   h.topology.intra = {12.3456789e-6, 1.987654321e9};
@@ -139,6 +140,10 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_EQ(back.source, h.source);
   EXPECT_EQ(back.device.kinds, h.device.kinds);
   EXPECT_EQ(back.device.action_overhead, h.device.action_overhead);
+  EXPECT_DOUBLE_EQ(back.device.weight_stream.of(pm::Pass::Forward), h.device.weight_stream.forward_s);
+  EXPECT_DOUBLE_EQ(back.device.weight_stream.of(pm::Pass::Backward), h.device.weight_stream.backward_s);
+  EXPECT_DOUBLE_EQ(back.device.weight_stream.of(pm::Pass::Recompute), *h.device.weight_stream.recompute_s);
+  EXPECT_DOUBLE_EQ(back.device.weight_stream.of(pm::Pass::ForwardNoGrad), h.device.weight_stream.forward_s);
   EXPECT_EQ(back.device.step_overhead_s, h.device.step_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.recv_overhead_s, h.device.recv_overhead_s);
   EXPECT_DOUBLE_EQ(back.device.recv_bandwidth, h.device.recv_bandwidth);
@@ -189,6 +194,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
       {"preset: cpu\ndevice:\n  kinds: [lm_head]\n", ":3: field 'device.kinds': expected a mapping"},
       {"preset: cpu\ndevice:\n  action_overhead_us: {forward: -1}\n",
        ":3: field 'device.action_overhead_us.forward': must not be negative, got -1"},
+      {"preset: cpu\ndevice:\n  weight_stream_us_per_mb: {forward: -5}\n",
+       ":3: field 'device.weight_stream_us_per_mb.forward': must not be negative, got -5"},
       {"preset: cpu\ndevice:\n  action_overhead_us: {step: 1}\n",
        ":3: field 'device.action_overhead_us.step': unknown (valid: forward, backward, forward_nograd, recompute)"},
       {"preset: cpu\ndevice:\n  step_overhead_us: fast\n", ":3: field 'device.step_overhead_us': expected a number, got 'fast'"},
@@ -449,6 +456,31 @@ TEST_F(Kinds, AMicroBatchTooSmallToReuseItsWeightsTakesTheTimeToReadThem) {
   ASSERT_EQ(t.layers[0].kind, pm::LayerKind::Embedding);
   EXPECT_LT(pm::StageCostModel(t, slow, rt).forward_s(0, 1, 0), 1.0);
   EXPECT_GT(pm::StageCostModel(t, slow, rt).forward_s(1, 2, 0), 1.0);
+}
+
+TEST_F(Kinds, ACalibratedKindsLayersStreamTheirWeightsInEachPass) {
+  // weight_stream_us_per_mb: 100 us a MB forward (10 GB/s), 250 backward.
+  const auto h = pm::load_hardware(write("hw.yaml", std::string(kCalibrated) + ""));
+  pm::Hardware streamed = pm::load_hardware(write(
+      "streamed.yaml", std::string("preset: cpu\ndevice:\n  weight_stream_us_per_mb: {forward: 100, backward: 250}\n") +
+                           std::string(kCalibrated).substr(std::string(kCalibrated).find("  op_overhead_us"))));
+  ASSERT_DOUBLE_EQ(streamed.device.weight_stream.of(pm::Pass::Forward), 100e-12);
+  const pm::Model m = small_transformer();
+  pm::PartitionRequest r;
+  r.program = ps::build_schedule("gpipe", {2, 4, 1, ps::RecomputePolicy::Full});
+  r.microbatch_size = 3;
+  const pm::StageCostModel plain(m, h, r), with(m, streamed, r);
+  const double block = static_cast<double>(m.layers[1].cost.params) * 4, head = static_cast<double>(m.layers[5].cost.params) * 4;
+  EXPECT_EQ(pm::pass_weight_bytes(m, 1), block);
+  EXPECT_NEAR(with.forward_s(1, 3, 0) - plain.forward_s(1, 3, 0), 2 * block * 100e-12, 1e-15);
+  EXPECT_NEAR(with.recompute_s(1, 3, 0) - plain.recompute_s(1, 3, 0), 2 * block * 100e-12, 1e-15);
+  EXPECT_NEAR(with.backward_s(1, 6, 0) - plain.backward_s(1, 6, 0), (4 * block + head) * 250e-12, 1e-15);
+  // An embedding gathers rows of its table: it streams none.
+  EXPECT_EQ(pm::pass_weight_bytes(m, 0), 0);
+  EXPECT_DOUBLE_EQ(with.forward_s(0, 1, 0), plain.forward_s(0, 1, 0));
+  // A kind the file has no curve of keeps the device's curve and the weights' floor alone.
+  const pm::Model mlp = pm::load_model(std::string(PIPETWIN_EXAMPLES_DIR) + "/mlp-small.yaml");
+  EXPECT_DOUBLE_EQ(pm::StageCostModel(mlp, streamed, r).forward_s(0, 2, 0), pm::StageCostModel(mlp, h, r).forward_s(0, 2, 0));
 }
 
 TEST_F(Kinds, PresetsWithoutKindsCostAsBefore) {
