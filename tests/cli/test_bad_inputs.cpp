@@ -662,6 +662,8 @@ std::vector<Bad> catalogue() {
             "cal.yaml{line}field 'topology.effective_cores': must be at least 1"),
       calhw("calhw_full_host_wait_negative", "  host_cores:", "  full_host_send_us: -40",
             "cal.yaml{line}field 'topology.full_host_send_us': must not be negative"),
+      calhw("calhw_weight_stream_negative", "  overlap_factor:", "  weight_stream_us_per_mb: {forward: -1, backward: 0}",
+            "cal.yaml{line}field 'device.weight_stream_us_per_mb.forward': must not be negative"),
       calhw("calhw_residuals_not_a_mapping", "  residuals:", "  residuals: 3\n  old_residuals:",
             "cal.yaml{line}field 'calibration.residuals': expected a mapping"),
       calhw("calhw_residual_not_a_number", "    overall: {", "    overall: {count: many, rms_us: 1}",
