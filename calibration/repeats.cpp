@@ -65,7 +65,11 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
   const auto first = recorded_bubble(measured.metadata, c.measured_file);
   std::vector<double> bubbles = first ? first->counted : std::vector<double>{};
   std::vector<double> run_bubbles;  // each run's median over its counted steps
-  if (first) run_bubbles.push_back(first->median);
+  std::vector<double> within;       // each counted step's distance to its run's median
+  const auto add_within = [&](const auto& recorded) {
+    for (const double b : recorded.counted) within.push_back(b - recorded.median);
+  };
+  if (first) run_bubbles.push_back(first->median), add_within(*first);
   bool every_bubble = first.has_value();
   std::vector<double> steps{measured.timeline.makespan()};
   int busy = 0;
@@ -92,6 +96,7 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     if (recorded) {
       bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
       run_bubbles.push_back(recorded->median);
+      add_within(*recorded);
     }
   }
   c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
@@ -106,8 +111,15 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     // the steps' (Student's t, n - 1 degrees of freedom), in points.
     const double centre = median(run_bubbles);
     const std::size_t n = run_bubbles.size();
-    c.bubble_uncertainty =
-        centre * schedule::median_half_width_rel(t975(static_cast<int>(n) - 1), schedule::mad(run_bubbles, centre), centre, n);
+    const double t = t975(static_cast<int>(n) - 1);
+    const double across = centre * schedule::median_half_width_rel(t, schedule::mad(run_bubbles, centre), centre, n);
+    // Its floor: each run's median is itself a median of a few steps, known
+    // no better than their spread within the run says (their MAD about the
+    // run's median, pooled), whatever the runs' medians happen to agree to.
+    // The median of n run medians of m steps each: 1.2533^2 sigma / sqrt(n m).
+    const double sigma = 1.4826 * schedule::mad(within, 0);
+    const double floor = within.empty() ? 0 : t * 1.2533 * 1.2533 * sigma / std::sqrt(static_cast<double>(within.size()));
+    c.bubble_uncertainty = std::max(across, floor);
     c.bubble_run_medians = std::move(run_bubbles);
     c.bubble_judgement = judge_bubble(c.bubble_over_steps.error(), c.noise, c.bubble_uncertainty, runs);
   }

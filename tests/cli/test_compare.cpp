@@ -330,6 +330,18 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   EXPECT_EQ(pipetwin::calibration::judge_bubble(0.0, c.noise, 0.0, 2).verdict, Verdict::Unknown);
   EXPECT_EQ(c.to_json()["verdict"]["bubble"], pipetwin::calibration::verdict_name(c.bubble_judgement.verdict));
   EXPECT_TRUE(has(c.to_text(), "the bubble: ")) << c.to_text();
+  {
+    // Runs whose medians agree (0.5 each) still know each median only to
+    // their steps' spread within the run (0.4 and 0.6: MAD 0.1 about 0.5):
+    // t(2) x 1.2533^2 x 1.4826 x 0.1 / sqrt(6 steps), not 0.
+    auto a = m, b = r1, d = r1;
+    a.metadata["measured"]["bubble_fractions"] = {0.9, 0.4, 0.6};
+    b.metadata["measured"]["bubble_fractions"] = {0.1, 0.4, 0.6};
+    d.metadata["measured"]["bubble_fractions"] = {0.1, 0.6, 0.4};
+    auto same = compare(predicted(), "p.json", a, "m.json");
+    pipetwin::calibration::add_repeats(same, a, {b, d}, {"r1.json", "r2.json"});
+    EXPECT_NEAR(same.bubble_uncertainty, 4.303 * 1.2533 * 1.2533 * 1.4826 * 0.1 / std::sqrt(6.0), 1e-9);
+  }
   // One repeat without them: the measured run's steps alone.
   r2.metadata["measured"].erase("bubble_fractions");
   c = compare(predicted(), "p.json", m, "m.json");
