@@ -1,7 +1,7 @@
 // `pipetwin calibrate` as a user runs it: simulated traces of a known
 // hardware in, a hardware file out that simulate reads and that reproduces
 // them; bad traces refused with exit code 1 and the file named; one short
-// real run calibrated.
+// real run calibrated; a model calibrated from its own microbenchmarks alone.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/wait.h>
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "calibration/traces.hpp"
@@ -177,5 +178,35 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
   EXPECT_EQ(from_events.bubble_steps, 0);
   EXPECT_NEAR(from_events.bubble, recorded.bubble, 1e-6);
   const auto sim = run("simulate --model " + tiny + " -s 1f1b -k 2 -m 2 --hardware " + path("real.yaml"));
+  EXPECT_EQ(sim.code, 0) << sim.out;
+}
+
+TEST_F(CalibrateCli, AModelsOwnMicrobenchmarksAloneCalibrateIt) {
+  // No trace given: calibrate runs the model's short runs itself (one and two
+  // ranks; on a host of few cores, also twice as many ranks as cores), keeps
+  // each trace under --microbench-dir, fits them, and names them in the file.
+  const std::string tiny = std::string(PIPETWIN_TEST_MODELS) + "/tiny-transformer.yaml";
+  const auto cal = run("calibrate --microbench --model " + tiny + " --threads 1 --steps 2 --hardware cpu --microbench-dir " +
+                       path("mb") + " --out " + path("mb.yaml"));
+  ASSERT_EQ(cal.code, 0) << cal.out;
+  std::vector<std::string> names;
+  std::istringstream lines(cal.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("microbench ", 0) == 0) names.push_back(line.substr(line.rfind(' ') + 1));
+  }
+  ASSERT_GE(names.size(), 10u) << cal.out;  // five on one rank, five on two
+  EXPECT_EQ(names.front(), "k1_mb1");
+  const std::string written = pipetwin::schedule::read_file(path("mb.yaml"));
+  for (const auto& name : names) {
+    const std::string trace = path("mb") + "/" + name + ".json";
+    const auto recorded = pc::load_trace_run(trace);
+    EXPECT_EQ(recorded.model.name, "tiny-transformer") << name;
+    EXPECT_TRUE(has(written, trace)) << name;
+  }
+  const auto h = pm::load_hardware(path("mb.yaml"));
+  EXPECT_TRUE(h.device.kinds.count("transformer_block"));
+  EXPECT_TRUE(h.device.kinds.count("lm_head"));
+  EXPECT_GT(h.device.memory_bandwidth, 0);
+  const auto sim = run("simulate --model " + tiny + " -s 1f1b -k 2 -m 2 --hardware " + path("mb.yaml"));
   EXPECT_EQ(sim.code, 0) << sim.out;
 }
