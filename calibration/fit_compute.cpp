@@ -289,6 +289,19 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
   return c;
 }
 
+namespace {
+
+// A fit's values per pass as the device's fields: forward and backward (0
+// where not fitted), forward_nograd and recompute where fitted (else they
+// default to the forward's).
+pm::ActionOverheads per_pass(const std::map<pm::Pass, double>& fitted) {
+  const auto at = [&](pm::Pass p) { return fitted.count(p) ? std::optional<double>(fitted.at(p)) : std::nullopt; };
+  return {at(pm::Pass::Forward).value_or(0), at(pm::Pass::Backward).value_or(0), at(pm::Pass::ForwardNoGrad),
+          at(pm::Pass::Recompute)};
+}
+
+}  // namespace
+
 void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm::Device& device,
                        std::vector<std::string>& notes) {
   auto& curves = c.fit.curves;
@@ -346,16 +359,10 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
     device.kinds[d] = k;
   }
   device.op_overhead_s = 0;  // the fixed cost per layer is in each kind's curve
-  device.action_overhead = {action[pm::Pass::Forward], action[pm::Pass::Backward], {}, {}};
-  if (action.count(pm::Pass::ForwardNoGrad)) device.action_overhead.forward_nograd_s = action[pm::Pass::ForwardNoGrad];
-  if (action.count(pm::Pass::Recompute)) device.action_overhead.recompute_s = action[pm::Pass::Recompute];
-  auto& stream = c.fit.stream;
-  device.weight_stream = {};
-  if (std::any_of(stream.begin(), stream.end(), [](const auto& p) { return p.second > 0; })) {
-    device.weight_stream = {stream[pm::Pass::Forward], stream[pm::Pass::Backward], {}, {}};
-    if (stream.count(pm::Pass::ForwardNoGrad)) device.weight_stream.forward_nograd_s = stream[pm::Pass::ForwardNoGrad];
-    if (stream.count(pm::Pass::Recompute)) device.weight_stream.recompute_s = stream[pm::Pass::Recompute];
-  }
+  device.action_overhead = per_pass(action);
+  const auto& stream = c.fit.stream;
+  const bool streams = std::any_of(stream.begin(), stream.end(), [](const auto& p) { return p.second > 0; });
+  device.weight_stream = streams ? per_pass(stream) : pm::ActionOverheads{};
 }
 
 }  // namespace pipetwin::calibration::fitting
