@@ -310,8 +310,10 @@ void set_device_curves(Curves& c, double base_peak, pm::Precision precision, pm:
   if (!curves.count(pm::Pass::Forward) && curves.count(pm::Pass::Recompute)) {
     curves[pm::Pass::Forward] = curves[pm::Pass::Recompute];
     action[pm::Pass::Forward] = action[pm::Pass::Recompute];
+    c.fit.stream[pm::Pass::Forward] = c.fit.stream[pm::Pass::Recompute];
     curves.erase(pm::Pass::Recompute);
     action.erase(pm::Pass::Recompute);
+    c.fit.stream.erase(pm::Pass::Recompute);
     notes.push_back("no forward with autograd outside recompute: the recompute's fit is used for both");
   }
   if (!curves.count(pm::Pass::Forward) || !curves.count(pm::Pass::Backward)) {

@@ -186,6 +186,28 @@ TEST(FitCompute, WeightsStreamedInEachPassAreToldApartWhereAKindsLayersDifferInS
     if (g.cold_bytes == 0) expect_rel(pf::group_seconds(cf, g), g.measured, "group");
   }
 
+  // Every run recomputing: the forward takes the recompute's fit, its
+  // weights' streaming with it.
+  std::vector<pc::TraceRun> recomputing;
+  for (const std::vector<ps::LayerRange>& p : std::vector<std::vector<ps::LayerRange>>{
+           {{0, 10}}, {{0, 5}, {5, 10}}, {{0, 3}, {3, 10}}, {{0, 7}, {7, 10}}}) {
+    for (const int mb : {1, 2, 4}) {
+      recomputing.push_back(pc::trace_run_from(
+          pipetwin::test::synthetic_trace("gpipe", 2, 2 * mb, "full", p, truth, false, 1, false, 1, resnet),
+          "recompute" + std::to_string(recomputing.size()) + ".json"));
+    }
+  }
+  pf::Curves curves;
+  curves.kinds = pf::kinds_by_work(model);
+  curves.fit = pf::fit_compute(pf::compute_observations(recomputing, true), curves.kinds, peak);
+  ASSERT_EQ(curves.fit.stream.count(pm::Pass::Forward), 0u);  // no forward with autograd outside recompute
+  pm::Device fitted = truth.device;
+  std::vector<std::string> notes;
+  pf::set_device_curves(curves, peak, model.precision, fitted, notes);
+  expect_rel(fitted.weight_stream.of(pm::Pass::Forward), 1 / 9e9, "forward's streaming, from the recomputes");
+  expect_rel(fitted.weight_stream.of(pm::Pass::Recompute), 1 / 9e9, "recompute's streaming");
+  expect_rel(fitted.weight_stream.of(pm::Pass::Backward), 1 / 4e9, "backward's streaming, with recompute");
+
   // transformer-small's blocks are all of one size: a stage's weight bytes
   // are its layers' counts times theirs, and the fixed costs per layer keep
   // that time; the streaming is fixed at 0 and said so.
