@@ -34,7 +34,7 @@ struct Options {
   std::vector<std::string> traces;
   std::string hardware = "cpu", out, model, microbench_dir, engine = "auto";
   bool microbench = false, json = false;
-  int threads = 0, steps = 6;
+  int threads = 0, steps = 6, microbench_repeats = 1;
 };
 
 // Runs `pipetwin run ...` (this executable) and waits; its output goes to `log`.
@@ -109,10 +109,17 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
     configs.push_back({"k" + k + "_shared_gpipe", "gpipe", shared, 2 * shared, 2 * shared, "none", ""});
     configs.push_back({"k" + k + "_shared_1f1b", "1f1b", shared, 2 * shared, 2 * shared, "none", ""});
   }
+  // Repeat by repeat, every configuration once in each: a slow spell of the
+  // host lands on one repeat of several configurations, which the fit's
+  // robust (per-group median) rows outvote, not on every run of one.
+  const int repeats = o.microbench_repeats;
   std::vector<std::string> traces;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
+  for (std::size_t n = 0; n < configs.size() * repeats; ++n) {
+    const std::size_t i = n % configs.size();
+    const int repeat = static_cast<int>(n / configs.size()) + 1;
     const auto& c = configs[i];
-    const std::string trace = dir + "/" + c.name + ".json";
+    const std::string name = repeats > 1 ? c.name + "_r" + std::to_string(repeat) : c.name;
+    const std::string trace = dir + "/" + name + ".json";
     std::vector<std::string> args{"run", "--model", model_path, "-s", c.schedule, "-k", std::to_string(c.ranks),
                                   "-m", std::to_string(c.microbatches), "--batch", std::to_string(c.batch),
                                   "--recompute", c.recompute, "--steps", std::to_string(o.steps), "--threads",
@@ -122,9 +129,9 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
       schedule::write_file_atomic(file, c.partition + "\n");
       args.insert(args.end(), {"--partition", file});
     }
-    if (!o.json) std::printf("microbench %zu/%zu  %s\n", i + 1, configs.size(), c.name.c_str());
+    if (!o.json) std::printf("microbench %zu/%zu  %s\n", n + 1, configs.size() * repeats, name.c_str());
     std::fflush(stdout);
-    run_child(args, dir + "/" + c.name + ".log");
+    run_child(args, dir + "/" + name + ".log");
     traces.push_back(trace);
   }
   return traces;
@@ -326,7 +333,7 @@ Run add_calibrate_command(CLI::App& app) {
   cmd->add_option("traces", o->traces, "Measured traces (pipetwin run --trace)");
   cmd->add_option("--hardware", o->hardware, "Base hardware (preset or YAML) the fit starts from")->capture_default_str();
   cmd->add_option("--out", o->out, "The calibrated hardware file to write (atomically)")->required();
-  cmd->add_flag("--microbench", o->microbench,
+  auto* microbench = cmd->add_flag("--microbench", o->microbench,
                 "Also run short configurations through pipetwin run (one and two ranks, several micro-batch sizes, "
                 "recompute) and fit their traces too");
   cmd->add_option("--model", o->model, "Model spec for --microbench (default: the traces' model)");
@@ -334,6 +341,12 @@ Run add_calibrate_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Intra-op threads per rank in --microbench (default: the traces')")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--steps", o->steps, "Steps per --microbench run")->check(CLI::Range(2, 1000))->capture_default_str();
+  cmd->add_option("--microbench-repeats", o->microbench_repeats,
+                  "Runs of each --microbench configuration, interleaved (all of them once, then again); the fit reads "
+                  "them all")
+      ->check(CLI::Range(1, 100))
+      ->needs(microbench)
+      ->capture_default_str();
   cmd->add_option("--engine", o->engine, "Engine of the replay of each traced configuration")
       ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
       ->capture_default_str();

@@ -8,7 +8,9 @@
 #   A  pipetwin calibrate on transformer-small's own pipeline runs
 #      (K in {1,2,4} x M in {1,4,16} x {gpipe,1f1b}, recompute none);
 #   B  pipetwin calibrate --microbench --model TARGET alone: the target
-#      model's short one- and two-rank runs, no pipeline run of it at all.
+#      model's short one- and two-rank runs, no pipeline run of it at all;
+#      one pass of them in each repeat, beside the held-out runs (an hour's
+#      drift of the machine then lands on both), fitted all together.
 #
 # Held out: examples/mlp-small.yaml, examples/resnet-small.yaml and
 # examples/transformer-wide.yaml, each run for real over K in {1,2,4} x
@@ -18,7 +20,7 @@
 # measurement's noise (compare's verdict under A), then per model and overall
 # the median and worst errors (aim: median <= 7%, worst <= 15%).
 #
-#   bash scripts/bench_cross_model.sh       (about 25 minutes on 2 idle cores)
+#   bash scripts/bench_cross_model.sh       (about 45 minutes on 2 idle cores)
 #
 # Environment: PIPETWIN_BUILD_DIR (default build), CROSS_OUT (default
 # out/cross-model; runs already there are reused, so a second call only
@@ -70,10 +72,26 @@ run_one() {  # model S K M repeat index total
     exit 1
   }
 }
-# Repeat by repeat, every configuration once in each: a slow spell of the
-# machine lands on one repeat of several configurations, not on all of one's.
+# B's microbenchmarks of one model, one pass of them (reused where already there).
+microbench_pass() {  # model repeat
+  local dir="$OUT/microbench-$1/r$2"
+  [ -s "$dir.yaml" ] && return
+  echo "B: calibrate --microbench --model examples/$1.yaml (repeat $2)"
+  prio "$PIPETWIN" calibrate --microbench --model "examples/$1.yaml" --threads 1 --hardware cpu \
+    --microbench-dir "$dir" --out "$dir.yaml" >"$dir.txt"
+}
+# Repeat by repeat, every configuration once in each, and one pass of each
+# target's microbenchmarks with them: a slow spell of the machine lands on one
+# repeat of several configurations, not on all of one's, and an hour's drift
+# on calibration B's runs and on the runs it predicts alike.
 n=0
 for rep in $(seq 1 "$REPEATS"); do
+  if [ "${CROSS_MICROBENCH:-1}" != 0 ]; then
+    for model in $MODELS; do
+      mkdir -p "$OUT/microbench-$model"
+      microbench_pass "$model" "$rep"
+    done
+  fi
   for c in "${configs[@]}"; do
     n=$((n + 1))
     # shellcheck disable=SC2086
@@ -92,14 +110,11 @@ for c in "${configs[@]}"; do
 done
 echo "A: calibrate on ${#calibration_runs[@]} runs of transformer-small"
 "$PIPETWIN" calibrate "${calibration_runs[@]}" --hardware cpu --out "$OUT/A.yaml" >"$OUT/A.txt"
-# B: each target's microbenchmarks alone (reused where already there).
+# B: each target's microbenchmarks alone, every pass of them.
 if [ "${CROSS_MICROBENCH:-1}" != 0 ]; then
   for model in $MODELS; do
-    if [ ! -s "$OUT/B-$model.yaml" ]; then
-      echo "B: calibrate --microbench --model examples/$model.yaml"
-      prio "$PIPETWIN" calibrate --microbench --model "examples/$model.yaml" --threads 1 --hardware cpu \
-        --microbench-dir "$OUT/microbench-$model" --out "$OUT/B-$model.yaml" >"$OUT/B-$model.txt"
-    fi
+    echo "B: calibrate on $REPEATS pass(es) of the microbenchmarks of $model"
+    "$PIPETWIN" calibrate "$OUT/microbench-$model"/r*/*.json --hardware cpu --out "$OUT/B-$model.yaml" >"$OUT/B-$model.txt"
   done
 fi
 

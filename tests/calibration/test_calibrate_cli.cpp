@@ -183,19 +183,31 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
 
 TEST_F(CalibrateCli, AModelsOwnMicrobenchmarksAloneCalibrateIt) {
   // No trace given: calibrate runs the model's short runs itself (one and two
-  // ranks; on a host of few cores, also twice as many ranks as cores), keeps
-  // each trace under --microbench-dir, fits them, and names them in the file.
+  // ranks; on a host of few cores, also twice as many ranks as cores), each
+  // twice, interleaved (all of them, then all again), keeps each trace under
+  // --microbench-dir, fits them all, and names them in the file.
   const std::string tiny = std::string(PIPETWIN_TEST_MODELS) + "/tiny-transformer.yaml";
-  const auto cal = run("calibrate --microbench --model " + tiny + " --threads 1 --steps 2 --hardware cpu --microbench-dir " +
-                       path("mb") + " --out " + path("mb.yaml"));
+  const auto cal = run("calibrate --microbench --microbench-repeats 2 --model " + tiny +
+                       " --threads 1 --steps 2 --hardware cpu --microbench-dir " + path("mb") + " --out " + path("mb.yaml"));
   ASSERT_EQ(cal.code, 0) << cal.out;
   std::vector<std::string> names;
   std::istringstream lines(cal.out);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("microbench ", 0) == 0) names.push_back(line.substr(line.rfind(' ') + 1));
   }
-  ASSERT_GE(names.size(), 10u) << cal.out;  // five on one rank, five on two
-  EXPECT_EQ(names.front(), "k1_mb1");
+  ASSERT_GE(names.size(), 20u) << cal.out;  // five on one rank, five on two; twice
+  ASSERT_EQ(names.size() % 2, 0u) << cal.out;
+  const std::size_t configs = names.size() / 2;
+  EXPECT_EQ(names.front(), "k1_mb1_r1");
+  for (std::size_t i = 0; i < configs; ++i) {
+    const std::string base = names[i].substr(0, names[i].size() - 3);
+    EXPECT_EQ(names[i], base + "_r1");
+    EXPECT_EQ(names[configs + i], base + "_r2");  // the second pass, in the same order
+  }
+  // The fit reads both runs of each: the noise floor of configurations measured twice.
+  EXPECT_TRUE(has(cal.out, std::to_string(names.size()) + " runs of " + std::to_string(configs) +
+                               " configuration(s) measured twice or more"))
+      << cal.out;
   const std::string written = pipetwin::schedule::read_file(path("mb.yaml"));
   for (const auto& name : names) {
     const std::string trace = path("mb") + "/" + name + ".json";

@@ -338,6 +338,10 @@ std::vector<Bad> catalogue() {
       {"cli_standard_output_full", {}, "schedule -s 1f1b -k 2 -m 4 >/dev/full", "cannot write to standard output"},
       {"model_is_a_folder", {}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --model {}", "{}: is a folder, not a file"},
       {"cli_virtual_for_gpipe", {}, "schedule -s gpipe -k 2 -m 4 -v 2", "--virtual 2 needs interleaved-1f1b"},
+      {"cli_microbench_repeats_without_microbench", {}, "calibrate {fix}/p.json --microbench-repeats 3 --out {}/o.yaml",
+       "--microbench-repeats requires --microbench", 2},
+      {"cli_microbench_repeats_zero", {}, "calibrate --microbench --microbench-repeats 0 --model " + kMlpSmall + " --out {}/o.yaml",
+       "--microbench-repeats", 2},
       {"cli_virtual_3_for_zb_v", {}, "schedule -s zb-v -k 2 -m 4 -v 3",
        "schedule zb-v: places exactly 2 stages per rank; --virtual 3 is not possible (leave --virtual out, or give 2)"},
       // A schedule file in place of a generator: what it fixes cannot be said otherwise.
