@@ -101,7 +101,7 @@ using Replay = std::function<schedule::Timeline(const TraceRun& run, const model
 // The sharing of a shared host's cores, from step times and bubbles:
 // effective_cores (from the runs with more than one rank, but no more ranks x
 // threads than the host's cores), then, from the runs with more, whether a
-// rank keeps a core until it waits for a message (run_to_completion), or
+// rank keeps a core until it receives a message (run_to_completion), or
 // until then or the end of a time slice while others wait (time_slice_s:
 // round robin), or shares it evenly, and the scale of the transfers' waits for a core: the values whose
 // replays match the measured steps and bubbles best (Huber at 5% on the

@@ -255,6 +255,12 @@ void note_not_fitted(FitResult& result);
 // ends too (the optimum may be the boundary: no sharing to fit).
 double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance);
 
+// The same where f may have several local minima (a replay's step times move
+// in steps as the cores change hands): f at `points` evenly spaced points of
+// [lo, hi], ends included, then the golden-section search between the best
+// one's neighbours; the best of all it evaluated.
+double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points);
+
 // ---------------------------------------------------------------------------
 // The overlap of an OVERLAP_F_B (fit_overlap.cpp).
 

@@ -2,6 +2,7 @@
 // replayed step times and bubbles of the runs (golden-section searches).
 #include "calibration/fit_parts.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -31,6 +32,18 @@ double golden_min(const std::function<double(double)>& f, double lo, double hi, 
   if (fhi <= fm && fhi <= flo) return hi;
   if (flo <= fm) return lo;
   return mid;
+}
+
+double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points) {
+  points = std::max(points, 2);
+  const double step = (hi - lo) / (points - 1);
+  double best_x = lo, best = f(lo);
+  for (int i = 1; i < points; ++i) {
+    const double x = i + 1 == points ? hi : lo + i * step, v = f(x);
+    if (v < best) best = v, best_x = x;
+  }
+  const double x = golden_min(f, std::max(lo, best_x - step), std::min(hi, best_x + step), tolerance);
+  return f(x) < best ? x : best_x;
 }
 
 }  // namespace fitting
@@ -102,12 +115,12 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
     t.run_to_completion = way.keep;
     t.time_slice_s = way.slice_s;
     t.wake_preempt_s = way.wake_s;
-    const double s = fitting::golden_min(
+    const double s = fitting::scan_min(
         [&](double x) {
           set(x);
           return loss();
         },
-        0.0, 3.0, 1e-3);
+        0.0, 3.0, 1e-3, 13);
     set(s);
     const double l = loss();
     if (&way == &ways[0] || l < best_loss) best = s, best_loss = l, best_way = way;

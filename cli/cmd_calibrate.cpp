@@ -140,7 +140,7 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
 // How ranks beyond the cores share them, as fitted.
 std::string sharing_way(const models::Topology& t) {
   if (!t.run_to_completion) return "ranks share the cores evenly";
-  std::string way = "a rank keeps a core until it waits for a message";
+  std::string way = "a rank keeps a core until it receives a message";
   if (t.time_slice_s > 0) {
     way += " or its " + std::to_string(static_cast<int>(t.time_slice_s * 1e6)) + " us time slice ends while another waits";
   }

@@ -225,10 +225,12 @@ struct Topology {
   // on its cores. Not the optimizer step (models/stage_table.cpp).
   double oversubscribed_compute = 0;
   // SharedHost, calibrated: with more ranks than cores, a rank takes a core
-  // when it has work and keeps it until it waits for a message (a thread
-  // holds its core until it blocks); a rank with work and no core waits,
-  // idle (in the measurement, inside the receive that woke it). Otherwise
-  // (false) the computing ranks share the cores evenly.
+  // when it has work and keeps it until it receives a message (a thread
+  // holds its core until it blocks, and a receive blocks even where the
+  // message was sent before it: the transport's thread, which needs a core
+  // too, hands it over); a rank with work and no core waits, idle (in the
+  // measurement, inside the receive that woke it). Otherwise (false) the
+  // computing ranks share the cores evenly.
   bool run_to_completion = false;
   // SharedHost, calibrated, with run_to_completion: a rank that has computed
   // this long while another waits for a core gives its core up to that one

@@ -1,6 +1,7 @@
 // Cores: a shared host's cores when its ranks run to completion (more ranks
 // than cores). A rank takes a core when it has work and keeps it until it
-// waits for a message, its time slice ends while another waits, or, with
+// receives a message (a receive gives it up even where the message is there:
+// the transport's thread hands it over), its time slice ends while another waits, or, with
 // wake preemption, a rank woken by a message waits for one.
 #pragma once
 

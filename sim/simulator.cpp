@@ -88,7 +88,7 @@ class SimBackend final : public ps::Backend {
       return;
     }
     // Run to completion: a rank takes a core when it has work and keeps it
-    // until it waits for a message; with a time slice, it gives the core up
+    // until it receives a message (recv()); with a time slice, it gives the core up
     // to the first waiting rank (the semaphore wakes its waiters in order)
     // each slice, inside its action: round robin. Waiting for a core before
     // the action is idle, as a woken rank's wait for a core inside its
@@ -246,7 +246,10 @@ class SimBackend final : public ps::Backend {
 
   bool recv(ps::RankId, const ps::Action& a, ps::RankId) override {
     const double start = sg4::Engine::get_clock();
-    if (cores_ && !boxes_.of(a)->ready()) give_core();  // it waits: its core goes to a rank that has work
+    // It waits, even for a message already sent: a receive blocks until the
+    // transport's thread (which needs a core too) hands the message over, so
+    // its core goes to a rank that has work, and it queues for one again.
+    if (cores_) give_core();
     boxes_.of(a)->get<int>();
     const ps::StageCosts& t = in_.stages.at(a.stage.value);
     const double take = a.op == ps::Op::RECV_F ? t.activation_recv_s : t.gradient_recv_s;

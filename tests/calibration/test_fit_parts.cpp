@@ -361,6 +361,13 @@ TEST(FitSharing, TheGoldenSectionSearchFindsTheMinimumOrAnEnd) {
   EXPECT_NEAR(pf::golden_min([](double x) { return (x - 0.3) * (x - 0.3); }, 0, 1, 1e-6), 0.3, 1e-5);
   EXPECT_EQ(pf::golden_min([](double x) { return -x; }, 1, 4, 1e-3), 4);  // the boundary: falling all the way
   EXPECT_EQ(pf::golden_min([](double x) { return x; }, 1, 4, 1e-3), 1);
+  // Two valleys, the deeper one away from the middle, where the golden-section
+  // search alone goes: the scan finds it.
+  const auto valleys = [](double x) { return std::min((x - 0.5) * (x - 0.5) + 0.1, 4 * (x - 2.6) * (x - 2.6)); };
+  EXPECT_GT(std::abs(pf::golden_min(valleys, 0, 3, 1e-6) - 2.6), 0.5);
+  EXPECT_NEAR(pf::scan_min(valleys, 0, 3, 1e-6, 13), 2.6, 1e-5);
+  EXPECT_EQ(pf::scan_min([](double x) { return -x; }, 1, 4, 1e-3, 13), 4);
+  EXPECT_EQ(pf::scan_min([](double x) { return x; }, 1, 4, 1e-3, 13), 1);
   // fit_sharing does nothing but on a shared host.
   pc::FitResult fit;
   fit.hardware = pm::preset("a100");
