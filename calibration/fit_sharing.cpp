@@ -99,7 +99,7 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
     t.oversubscribed_recv_s = measured ? x * recv : x * 1e-3;
   };
   // Each way of sharing, with its best scale: the cores shared evenly, or
-  // each kept by a rank until it waits for a message, or until then or the
+  // each kept by a rank until it receives a message, or until then or the
   // end of a time slice while others wait (round robin) of 16 ms down to
   // 1 ms; the best of them.
   struct Way {
@@ -131,7 +131,7 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, FitResult& fit
   set(best);
   fit.coefficients.push_back({"oversubscribed.run_to_completion", best_way.keep ? 1.0 : 0.0,
                               "fitted on the steps and bubbles of " + std::to_string(beyond.size()) +
-                                  " run(s) with more ranks than cores (replayed): 1 a rank keeps a core until it waits for a "
+                                  " run(s) with more ranks than cores (replayed): 1 a rank keeps a core until it receives a "
                                   "message (or its time slice ends), 0 shares it"});
   fit.coefficients.push_back({"oversubscribed.time_slice_s", best_way.slice_s,
                               "the best of none, 16, 8, 4, 2 and 1 ms on the same (0: none)"});
