@@ -12,22 +12,23 @@
 #      one pass of them in each repeat, beside the held-out runs (an hour's
 #      drift of the machine then lands on both), fitted all together.
 #
-# Held out: examples/mlp-small.yaml, examples/resnet-small.yaml and
-# examples/transformer-wide.yaml, each run for real over K in {1,2,4} x
+# Held out: examples/mlp-small.yaml, examples/resnet-small.yaml,
+# examples/transformer-wide.yaml and examples/llama-small.yaml (family: llm,
+# layer kinds transformer-small has none of), each run for real over K in {1,2,4} x
 # M in {2,8} x {gpipe,1f1b} (batch 16, one thread per rank), predicted by
 # `simulate --hardware CALIBRATED.yaml` on the partition each run used. Prints
 # per configuration the measured and predicted step times under A and B, the
 # measurement's noise (compare's verdict under A), then per model and overall
 # the median and worst errors (aim: median <= 7%, worst <= 15%).
 #
-#   bash scripts/bench_cross_model.sh       (about 45 minutes on 2 idle cores)
+#   bash scripts/bench_cross_model.sh       (about an hour on 2 idle cores)
 #
 # Environment: PIPETWIN_BUILD_DIR (default build), CROSS_OUT (default
 # out/cross-model; runs already there are reused, so a second call only
 # recalibrates and predicts), CROSS_REPEATS (runs per configuration,
 # interleaved; the median repeat by step time is used; default 3),
 # CROSS_STEPS (default 12), CROSS_MODELS (default "mlp-small resnet-small
-# transformer-wide"), CROSS_MICROBENCH=0 to leave calibration B out,
+# transformer-wide llama-small"), CROSS_MICROBENCH=0 to leave calibration B out,
 # PIPETWIN_SKIP_BUILD=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,7 @@ PIPETWIN="${PIPETWIN_BUILD_DIR:-build}/cli/pipetwin"
 OUT="${CROSS_OUT:-out/cross-model}"
 REPEATS="${CROSS_REPEATS:-3}"
 STEPS="${CROSS_STEPS:-12}"
-MODELS="${CROSS_MODELS:-mlp-small resnet-small transformer-wide}"
+MODELS="${CROSS_MODELS:-mlp-small resnet-small transformer-wide llama-small}"
 BATCH=16
 mkdir -p "$OUT/runs" "$OUT/predicted"
 # shellcheck disable=SC2034  # read by scripts/bench_lib.sh
