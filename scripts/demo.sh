@@ -23,6 +23,12 @@ STEPS="${PIPETWIN_DEMO_STEPS:-9}"  # 7 counted (2 warm-up): an odd count, so the
 # machine's pace drifts from run to run by more than one run's steps show)
 # bounds what a comparison can tell.
 REPEATS="${PIPETWIN_DEMO_REPEATS:-5}"
+# Then the held-out configurations whose median step is not known to within
+# PRECISION (95%, relative; from their runs' spread) run again, one more
+# round at a time, up to MAX_REPEATS runs each: a comparison against a median
+# known to +-30% tells little either way.
+PRECISION="${PIPETWIN_DEMO_PRECISION:-0.10}"
+MAX_REPEATS="${PIPETWIN_DEMO_MAX_REPEATS:-9}"
 rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report" "$OUT"/sweep_cpu.csv* "$OUT"/sweep_calibrated.csv*
 mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 
@@ -54,34 +60,59 @@ say "predict K in {1,2,4} x M in {1,2,4,8,16}, gpipe and 1f1b, with the uncalibr
 "$PIPETWIN" sweep --model "$MODEL" --hardware cpu --ranks 1,2,4 --microbatches 1,2,4,8,16 --schedules gpipe,1f1b \
   --batch "$BATCH" --out "$OUT/sweep_cpu.csv" | tail -n 1
 
-say "run ${#CALIBRATE[@]} + ${#HELD_OUT[@]} configurations for real, $REPEATS times each ($STEPS steps, 1 thread per rank)"
+say "run ${#CALIBRATE[@]} + ${#HELD_OUT[@]} configurations for real, $REPEATS times each ($STEPS steps, 1 thread per rank), held-out ones up to $MAX_REPEATS"
 # In rounds (every configuration once, then again), so that the machine's
 # drift spreads over all of them; each configuration's median run is kept.
 all=("${CALIBRATE[@]}" "${HELD_OUT[@]}")
+run_config() {  # configuration, repeat, label
+  local n
+  n=$(name_of "$1")
+  # shellcheck disable=SC2046
+  "$PIPETWIN" run $(args_of "$1") --steps "$STEPS" --threads 1 --trace "$OUT/runs/${n}_r$2.json" \
+    --summary "$OUT/runs/${n}_r$2.summary.json" >"$OUT/runs/${n}_r$2.txt"
+  printf '  run %-9s %-22s %s%s\n' "$3" "$n" "$(grep '^step time' "$OUT/runs/${n}_r$2.txt")" \
+    "$(grep -q 'the machine was busy' "$OUT/runs/${n}_r$2.txt" && echo '   (busy machine)')"
+}
 i=0
 for rep in $(seq 1 "$REPEATS"); do
   for c in "${all[@]}"; do
     i=$((i + 1))
-    n=$(name_of "$c")
-    # shellcheck disable=SC2046
-    "$PIPETWIN" run $(args_of "$c") --steps "$STEPS" --threads 1 --trace "$OUT/runs/${n}_r$rep.json" \
-      --summary "$OUT/runs/${n}_r$rep.summary.json" >"$OUT/runs/${n}_r$rep.txt"
-    printf '  run %2d/%d %-22s %s%s\n' "$i" $((${#all[@]} * REPEATS)) "$n" "$(grep '^step time' "$OUT/runs/${n}_r$rep.txt")" \
-      "$(grep -q 'the machine was busy' "$OUT/runs/${n}_r$rep.txt" && echo '   (busy machine)')"
+    run_config "$c" "$rep" "$i/$((${#all[@]} * REPEATS))"
+  done
+done
+held_names=()
+for c in "${HELD_OUT[@]}"; do held_names+=("$(name_of "$c")"); done
+# Two more rounds at a time: an odd count of runs has a median run (the
+# comparison's trace).
+rep=$REPEATS
+while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
+  mapfile -t wide < <(python3 scripts/wide_repeats.py "$OUT/runs" "$PRECISION" "$MAX_REPEATS" "${held_names[@]}")
+  [ "${#wide[@]}" -gt 0 ] || break
+  echo "  held out, their median not yet known to +-$(awk -v p="$PRECISION" 'BEGIN { printf "%g", 100 * p }')%: ${wide[*]}"
+  for _ in 1 2; do
+    rep=$((rep + 1))
+    for c in "${HELD_OUT[@]}"; do
+      for w in "${wide[@]}"; do
+        if [ "$(name_of "$c")" = "$w" ]; then run_config "$c" "$rep" "repeat $rep"; fi
+      done
+    done
   done
 done
 names=()
 for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
-python3 - "$OUT/runs" "$REPEATS" "${names[@]}" <<'EOF_PY'
+python3 - "$OUT/runs" "${names[@]}" <<'EOF_PY'
 import json, shutil, sys
 sys.path.insert(0, "scripts")
 from trace_step import step_of
-runs, repeats, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+from wide_repeats import runs_of
+runs, names = sys.argv[1], sys.argv[2:]
 def busy(path):  # what `pipetwin run` judged of the machine while it ran
     with open(path, encoding="utf-8") as f:
         return json.load(f)["otherData"]["measured"]["noise"]["busy"]
+def number(path):  # NAME_rN.json -> N
+    return int(path.rsplit("_r", 1)[1][:-len(".json")])
 for name in names:
-    steps = [(step_of(f"{runs}/{name}_r{r}.json"), r) for r in range(1, repeats + 1)]
+    steps = [(step_of(f), number(f)) for f in runs_of(runs, name)]
     # The median of the repeats measured on a quiet machine, if any was.
     quiet = [s for s in steps if not busy(f"{runs}/{name}_r{s[1]}.json")]
     if not quiet:

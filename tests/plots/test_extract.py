@@ -23,6 +23,7 @@ import memory  # noqa: E402
 import report  # noqa: E402
 import speedup  # noqa: E402
 import trace_step  # noqa: E402
+import wide_repeats  # noqa: E402
 
 HEADER = ",".join(common.SWEEP_COLUMNS)
 
@@ -114,6 +115,37 @@ class TraceScripts(Files):
         r = self.run_script("demo_rescore.py", old)
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stderr, f"^{old}: not a demo's output to score again [^\n]*: no {old}/runs/\\*\\.quiet list[^\n]*\n$")
+
+    def test_wide_repeats_names_the_configurations_whose_median_is_not_known(self):
+        def run(name, r, step_ms, busy=False):
+            meta = {"measured": {"noise": {"busy": busy}}}
+            self.write(f"{name}_r{r}.json", trace_doc([("0F0", 0, 0, 1000 * step_ms)], meta))
+        # a: five quiet runs within 2% (median 100, MAD 1): half-width
+        # 2.776 x 1.2533 x 1.4826 x 1 / sqrt(5) / 100 = 2.3%.
+        for r, ms in enumerate((100, 99, 101, 102, 98), 1):
+            run("a", r, ms)
+        # b: 100 to 140 ms; c: as a, but for a busy run of 200 ms (left out).
+        for r, ms in enumerate((100, 140, 120, 105, 135), 1):
+            run("b", r, ms)
+        for r, ms in enumerate((100, 99, 101, 102), 1):
+            run("c", r, ms)
+        run("c", 10, 200, busy=True)  # the tenth: runs are ordered by their number, not their name
+        steps = [100, 99, 101, 102, 98]
+        self.assertAlmostEqual(wide_repeats.half_width([s / 1e3 for s in steps]),
+                               2.776 * 1.2533 * 1.4826 / 5 ** 0.5 / 100)
+        self.assertEqual(wide_repeats.half_width([1, 2]), float("inf"))
+        self.assertEqual([os.path.basename(f) for f in wide_repeats.runs_of(self.dir.name, "c")],
+                         ["c_r1.json", "c_r2.json", "c_r3.json", "c_r4.json", "c_r10.json"])
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "a", "b", "c")
+        self.assertEqual((r.returncode, r.stdout), (0, "b\n"), r.stderr)
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.01", "9", "a", "b", "c")
+        self.assertEqual(r.stdout, "a\nb\nc\n")
+        # At MAX runs, no more.
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.01", "5", "a", "b", "c")
+        self.assertEqual((r.returncode, r.stdout), (0, ""))
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "d")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no runs of d in", r.stderr)
 
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})

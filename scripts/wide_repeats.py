@@ -1,0 +1,70 @@
+"""Which configurations' measured step is not yet known well enough: for
+each NAME, its runs RUNS/NAME_r1.json, NAME_r2.json, ... (those `pipetwin run`
+judged quiet, or all where none was), the 95% half-width of their median step
+(Student's t over the runs, as `pipetwin compare --repeats` gives it), and
+the NAMEs whose half-width exceeds PRECISION (relative) are printed, one a
+line, while they have fewer than MAX runs.
+
+    python3 scripts/wide_repeats.py RUNS PRECISION MAX NAME...
+
+scripts/demo.sh runs those once more, round after round, so that each
+held-out configuration's comparison is against a median known to PRECISION
+where MAX runs allow it.
+"""
+import glob
+import json
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_step import step_of  # noqa: E402
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+
+
+def runs_of(runs, name):
+    """NAME's repeats in RUNS, in their order (r1, r2, ...)."""
+    found = glob.glob(os.path.join(runs, f"{glob.escape(name)}_r*.json"))
+    numbered = []
+    for path in found:
+        tail = os.path.basename(path)[len(name) + 2:-len(".json")]
+        if tail.isdigit():
+            numbered.append((int(tail), path))
+    return [path for _, path in sorted(numbered)]
+
+
+def busy(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["otherData"]["measured"]["noise"]["busy"]
+
+
+def half_width(steps):
+    """95% half-width of the median of `steps`, relative to it; inf below 3
+    runs (compare's: t(n-1) x 1.2533 x 1.4826 x MAD / sqrt(n) / median)."""
+    n = len(steps)
+    if n < 3:
+        return math.inf
+    median = statistics.median(steps)
+    mad = statistics.median(abs(s - median) for s in steps)
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.96 + 2.4 / (n - 1)
+    return t * 1.2533 * 1.4826 * mad / math.sqrt(n) / median
+
+
+def main(argv):
+    if len(argv) < 4:
+        sys.exit(__doc__)
+    runs, precision, most, names = argv[0], float(argv[1]), int(argv[2]), argv[3:]
+    for name in names:
+        files = runs_of(runs, name)
+        if not files:
+            sys.exit(f"wide_repeats.py: no runs of {name} in {runs}")
+        quiet = [f for f in files if not busy(f)] or files
+        if len(files) < most and half_width([step_of(f) for f in quiet]) > precision:
+            print(name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
