@@ -21,7 +21,7 @@
 # measurement's noise (compare's verdict under A), then per model and overall
 # the median and worst errors (aim: median <= 7%, worst <= 15%).
 #
-#   bash scripts/bench_cross_model.sh       (about an hour on 2 idle cores)
+#   bash scripts/bench_cross_model.sh       (about 25 minutes on 2 idle cores)
 #
 # Environment: PIPETWIN_BUILD_DIR (default build), CROSS_OUT (default
 # out/cross-model; runs already there are reused, so a second call only
