@@ -101,33 +101,28 @@ done
 names=()
 for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
 python3 - "$OUT/runs" "${names[@]}" <<'EOF_PY'
-import json, shutil, sys
+import shutil, sys
 sys.path.insert(0, "scripts")
 from trace_step import step_of
-from wide_repeats import runs_of
+from wide_repeats import busy, runs_of  # busy: what `pipetwin run` judged of the machine
 runs, names = sys.argv[1], sys.argv[2:]
-def busy(path):  # what `pipetwin run` judged of the machine while it ran
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)["otherData"]["measured"]["noise"]["busy"]
-def number(path):  # NAME_rN.json -> N
-    return int(path.rsplit("_r", 1)[1][:-len(".json")])
 for name in names:
-    steps = [(step_of(f), number(f)) for f in runs_of(runs, name)]
+    steps = [(step_of(f), f) for f in runs_of(runs, name)]  # in the runs' order
     # The median of the repeats measured on a quiet machine, if any was.
-    quiet = [s for s in steps if not busy(f"{runs}/{name}_r{s[1]}.json")]
+    quiet = [s for s in steps if not busy(s[1])]
     if not quiet:
         print(f"  {name}: every repeat ran on a busy machine: its comparison will say so; measure again on a quiet one")
         quiet = steps
     elif len(quiet) < len(steps):
         print(f"  {name}: {len(steps) - len(quiet)} of {len(steps)} repeats ran on a busy machine, left out")
-    r = sorted(quiet)[(len(quiet) - 1) // 2][1]
+    median = sorted(quiet, key=lambda s: s[0])[(len(quiet) - 1) // 2][1]
     for ext in (".json", ".summary.json", ".txt"):
-        shutil.copyfile(f"{runs}/{name}_r{r}{ext}", f"{runs}/{name}{ext}")
+        shutil.copyfile(median[:-len(".json")] + ext, f"{runs}/{name}{ext}")
     # Every quiet repeat (the calibration's), and the others than the median (compare --repeats).
     with open(f"{runs}/{name}.quiet", "w", encoding="utf-8") as f:
-        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in quiet)
+        f.writelines(f"{q}\n" for _, q in quiet)
     with open(f"{runs}/{name}.repeats", "w", encoding="utf-8") as f:
-        f.writelines(f"{runs}/{name}_r{q}.json\n" for _, q in quiet if q != r)
+        f.writelines(f"{q}\n" for _, q in quiet if q != median)
 EOF_PY
 
 traces=()

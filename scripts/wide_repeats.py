@@ -37,6 +37,7 @@ def runs_of(runs, name):
 
 
 def busy(path):
+    """What `pipetwin run` judged of the machine while the run at PATH ran."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)["otherData"]["measured"]["noise"]["busy"]
 
