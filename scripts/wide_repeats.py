@@ -37,9 +37,16 @@ def runs_of(runs, name):
 
 
 def busy(path):
-    """What `pipetwin run` judged of the machine while the run at PATH ran."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)["otherData"]["measured"]["noise"]["busy"]
+    """What `pipetwin run` judged of the machine while the run at PATH ran.
+    Raises ValueError naming PATH when it is not such a run's trace."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            judged = json.load(f)["otherData"]["measured"]["noise"]["busy"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: no otherData.measured.noise.busy of a `pipetwin run` trace ({e!r})") from None
+    if not isinstance(judged, bool):
+        raise ValueError(f"{path}: otherData.measured.noise.busy is {judged!r}, not true or false")
+    return judged
 
 
 def half_width(steps):
@@ -62,8 +69,12 @@ def main(argv):
         files = runs_of(runs, name)
         if not files:
             sys.exit(f"wide_repeats.py: no runs of {name} in {runs}")
-        quiet = [f for f in files if not busy(f)] or files
-        if len(files) < most and half_width([step_of(f) for f in quiet]) > precision:
+        try:
+            quiet = [f for f in files if not busy(f)] or files
+            wide = len(files) < most and half_width([step_of(f) for f in quiet]) > precision
+        except ValueError as e:
+            sys.exit(f"wide_repeats.py: {e}")
+        if wide:
             print(name)
 
 

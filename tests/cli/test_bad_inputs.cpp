@@ -331,6 +331,7 @@ std::vector<Bad> catalogue() {
       {"simulate_more_stages_than_layers_at_once", {}, "simulate --hardware cpu -s 1f1b -k 1000000 -m 4 --model " + kMlpSmall,
        "cannot cut mlp-small (7 layers) into 1000000 stages"},
       {"cli_unknown_flag", {}, "schedule -s gpipe -k 2 -m 4 --colour red", "--colour", 2},
+      {"cli_arguments_not_expected", {}, "info --model " + kMlpSmall, "were not expected: ", 2},
       {"cli_no_subcommand", {}, "", "A subcommand is required", 2},
       {"cli_unknown_command", {}, "frobnicate --help", "unknown command 'frobnicate' (valid: schedule, validate,", 2},
       {"cli_run_learning_rate_not_finite", {}, "run -s 1f1b -k 1 -m 2 --steps 1 --lr inf --model " + kMlpSmall,

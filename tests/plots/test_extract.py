@@ -146,6 +146,15 @@ class TraceScripts(Files):
         r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "d")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("no runs of d in", r.stderr)
+        # A run that is not a `pipetwin run` trace: one line naming it.
+        bad = self.write("e_r1.json", trace_doc([("0F0", 0, 0, 1000)]))
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "e")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, f"^wide_repeats.py: {bad}: no otherData.measured.noise.busy [^\n]*\n$")
+        run("f", 1, 100, busy="yes")
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "f")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("otherData.measured.noise.busy is 'yes', not true or false", r.stderr)
 
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})
