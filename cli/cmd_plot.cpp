@@ -31,8 +31,8 @@ constexpr Kind kKinds[] = {
     {"speedup", "SWEEP.csv [--schedule S]: GPipe Table 2 style throughput speed-up (K=2,4,8 x M=1,4,32), also PREFIX.md"},
     {"memory", "TRACE.json|SUMMARY.json: peak memory per stage against capacity"},
     {"heatmap", "SWEEP.csv [--metric throughput|step_time|bubble|memory] [--schedule S]: a metric over K x M"},
-    {"report", "--compare C.json... [--image CAPTION=PNG...] [--calibrated-on TEXT]: Markdown report PREFIX.md of "
-               "predicted against measured (compare --json outputs)"},
+    {"report", "--compare C.json... [--image CAPTION=PNG...] [--calibrated-on TEXT] [--probe P.json...]: Markdown "
+               "report PREFIX.md of predicted against measured (compare --json outputs)"},
 };
 
 struct Options {

@@ -23,6 +23,7 @@ Run add_run_command(CLI::App& app);
 Run add_calibrate_command(CLI::App& app);
 Run add_compare_command(CLI::App& app);
 Run add_plot_command(CLI::App& app);
+Run add_probe_command(CLI::App& app);
 
 // CLI::PositiveNumber's refusal reads "Value 0 not in range 0.000000 to 1797...
 // (309 digits)"; this one says "must be positive, got 0".

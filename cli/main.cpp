@@ -20,6 +20,6 @@ int main(int argc, char** argv) {
                      {pc::add_schedule_command, pc::add_validate_command, pc::add_partition_command,
                       pc::add_simulate_command, pc::add_sweep_command, pc::add_plan_command, pc::add_merge_command,
                       pc::add_calibrate_command, pc::add_info_command,
-                      pc::add_compare_command, pc::add_plot_command},
+                      pc::add_compare_command, pc::add_plot_command, pc::add_probe_command},
                      {{"run", "Train one configuration for real: LibTorch, one process per rank, c10d (pipetwin-exec)"}});
 }

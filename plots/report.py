@@ -7,7 +7,10 @@ worst errors, said so), and the pictures, from files the CLI wrote
 (`pipetwin compare --json` outputs, plots made by `pipetwin plot`).
 
   python plots/report.py --compare C1.json C2.json ... --image "Gantt=gantt.png" ... \
-      [--calibrated-on "text"] [--title T] --out PREFIX        -> PREFIX.md
+      [--calibrated-on "text"] [--probe P1.json ...] [--title T] --out PREFIX        -> PREFIX.md
+
+--probe: `pipetwin probe --json` outputs (the host's cores, probed around
+the runs): a paragraph says what they found.
 """
 
 from __future__ import annotations
@@ -70,8 +73,35 @@ def row(path: str) -> dict:
     }
 
 
+def probe_line(paths: list[str]) -> list[str]:
+    """What `pipetwin probe` found around the runs, in one paragraph."""
+    if not paths:
+        return []
+    docs = []
+    for path in paths:
+        doc = load_json(path)
+        for field in ("threads", "rounds", "short_rounds", "cores_delivered_median", "alone_spread", "steal_share"):
+            if field not in doc:
+                raise PlotError(f"{path}: not a 'pipetwin probe --json' output (no '{field}')")
+        docs.append(doc)
+    rounds = sum(len(d["rounds"]) for d in docs)
+    short = sum(d["short_rounds"] for d in docs)
+    threads = docs[0]["threads"]
+    delivered = [r["cores_delivered"] for d in docs for r in d["rounds"]]
+    spread = max(d["alone_spread"] for d in docs)
+    steal = max(d["steal_share"] for d in docs)
+    text = (f"The host's cores, probed around the runs (`pipetwin probe`, {rounds} rounds): {threads} threads together "
+            f"had {statistics.median(delivered):.2f} cores' worth of pace in the median round, under "
+            f"{0.9 * threads:.2f} in {short} of {rounds} (the least {min(delivered):.2f}); a core's pace alone spread "
+            f"{spread:.2f}x from round to round; /proc/stat showed {100 * steal:.1f}% steal.")
+    if (short or spread > 1.2) and steal < 0.01:
+        text += (" The host ran other work beside this machine's CPUs that it does not report: runs of several "
+                 "ranks (which wait for the slowest) vary with it the most, and their comparisons with them.")
+    return [text, ""]
+
+
 def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str | None, title: str,
-             out_dir: str) -> str:
+             out_dir: str, probes: list[str] | None = None) -> str:
     lines = [f"# {title}", ""]
     if calibrated_on:
         lines += [f"Calibrated on: {calibrated_on}. The configurations below were held out of the fit.", ""]
@@ -113,6 +143,7 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                       + (f" ({bubbles_within} of {judged} within how far the bubble moves from run to run)."
                          if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
+    lines += probe_line(probes or [])
     for caption, path in images:
         rel = os.path.relpath(path, out_dir)
         lines += [f"## {caption}", "", f"![{caption}]({rel})", ""]
@@ -124,6 +155,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--compare", nargs="+", required=True, help="pipetwin compare --json reports")
     p.add_argument("--image", action="append", default=[], help="CAPTION=PATH of a picture to include")
     p.add_argument("--calibrated-on", help="what the calibration was fitted on, in words")
+    p.add_argument("--probe", nargs="+", default=[], help="pipetwin probe --json outputs (the host's cores)")
     a = p.parse_args(argv)
     rows = [row(path) for path in a.compare]
     images = []
@@ -136,7 +168,7 @@ def main(argv: list[str]) -> None:
         images.append((caption, path))
     out = a.out + ".md"
     text = markdown(rows, images, a.calibrated_on, a.title or "pipetwin: predicted against measured",
-                    os.path.dirname(os.path.abspath(out)))
+                    os.path.dirname(os.path.abspath(out)), a.probe)
     write_text(out, text + "\n")
     print(out)
 

@@ -73,6 +73,10 @@ run_config() {  # configuration, repeat, label
   printf '  run %-9s %-22s %s%s\n' "$3" "$n" "$(grep '^step time' "$OUT/runs/${n}_r$2.txt")" \
     "$(grep -q 'the machine was busy' "$OUT/runs/${n}_r$2.txt" && echo '   (busy machine)')"
 }
+# The host's cores, probed before and after the runs: whether it gives two
+# processes two cores' pace (it may not, and /proc/stat need not show it).
+probe() { "$PIPETWIN" probe --rounds 10 --quiet --json "$OUT/runs/probe_$1.json" | sed -n "s/^/  probe $1: /p"; }
+probe before
 i=0
 for rep in $(seq 1 "$REPEATS"); do
   for c in "${all[@]}"; do
@@ -98,6 +102,7 @@ while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
     done
   done
 done
+probe after
 names=()
 for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
 python3 - "$OUT/runs" "${names[@]}" <<'EOF_PY'
@@ -165,6 +170,7 @@ done
 "$PIPETWIN" plot heatmap "$OUT/sweep_calibrated.csv" --schedule 1f1b --batch "$BATCH" --metric throughput --out "$R/heatmap" >/dev/null
 "$PIPETWIN" plot memory "$OUT/runs/$gantt.json" --out "$R/memory" >/dev/null
 "$PIPETWIN" plot report --compare "${compares[@]}" --calibrated-on "$(printf '%s ' "${CALIBRATE[@]}")" \
+  --probe "$OUT/runs/probe_before.json" "$OUT/runs/probe_after.json" \
   --image "Predicted (calibrated) above measured: $gantt=$R/gantt.png" \
   --image "Bubble against M, calibrated prediction, measurements and (K-1)/(M+K-1)=$R/bubble.png" \
   --image "Throughput over K x M, calibrated prediction (1f1b)=$R/heatmap.png" \

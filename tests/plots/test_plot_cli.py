@@ -3,6 +3,8 @@ simulations, two sweeps and one short `pipetwin run`), checked to be valid,
 non-trivial PNG and SVG files; and the one-line errors, exit codes and the
 absence of half-written files when inputs are missing or do not match.
 
+The report (`pipetwin plot report`) from a real comparison and a real `pipetwin probe`.
+
 Needs PIPETWIN_BINARY (the built pipetwin) and PIPETWIN_EXAMPLES (examples/)."""
 
 import json
@@ -131,6 +133,34 @@ class PlotCli(unittest.TestCase):
         self.assert_valid_png_and_svg(self.path("memory"))
         check_ok(self, self.plots["memory-p"])
         self.assert_valid_png_and_svg(self.path("memory-p"))
+
+    def test_report_with_the_hosts_cores_probed(self):
+        d = self.dir
+        compared = pipetwin("compare", f"{d}/p.json", f"{d}/m.json", "--json")
+        check_ok(self, compared)
+        with open(f"{d}/c.json", "w") as f:
+            f.write(compared.stdout)
+        probe = pipetwin("probe", "--threads", "2", "--rounds", "2", "--seconds", "0.02", "--quiet",
+                         "--json", f"{d}/probe.json")
+        check_ok(self, probe)
+        self.assertIn("cores delivered: median", probe.stdout)
+        with open(f"{d}/probe.json") as f:
+            doc = json.load(f)
+        self.assertEqual(len(doc["rounds"]), 2)
+        self.assertEqual(doc["threads"], 2)
+        report = pipetwin("plot", "report", "--compare", f"{d}/c.json", "--probe", f"{d}/probe.json",
+                          "--out", f"{d}/report")
+        check_ok(self, report)
+        with open(f"{d}/report.md") as f:
+            md = f.read()
+        self.assertIn("The host's cores, probed around the runs (`pipetwin probe`, 2 rounds): 2 threads together", md)
+        self.assertIn("| 1f1b K=2 M=4 batch=8 recompute=none |", md)
+        # A file that is not a probe's: one line naming it, and no report.
+        os.remove(f"{d}/report.md")
+        bad = pipetwin("plot", "report", "--compare", f"{d}/c.json", "--probe", f"{d}/c.json", "--out", f"{d}/report")
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn(f"{d}/c.json: not a 'pipetwin probe --json' output", bad.stderr)
+        self.assertFalse(os.path.exists(f"{d}/report.md"))
 
     def test_heatmap(self):
         check_ok(self, self.plots["heatmap"])

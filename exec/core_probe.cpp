@@ -1,0 +1,253 @@
+// The host's cores, probed: one thread alone, then every thread at once.
+#include "exec/core_probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <latch>
+#include <numeric>
+#include <thread>
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "exec/host_load.hpp"
+#include "schedule/error.hpp"
+#include "schedule/stats.hpp"
+
+namespace pipetwin::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using schedule::median;
+
+// A small single-precision matrix product, its three operands in a core's
+// own caches (3 x 96 x 96 floats, 108 KiB): compute-bound, as the ranks'
+// layers are, and with nothing shared between threads.
+class Kernel {
+ public:
+  Kernel() : a_(kN * kN), b_(kN * kN), c_(kN * kN) {
+    for (int i = 0; i < kN * kN; ++i) {
+      a_[i] = static_cast<float>((i * 7) % 13) / 13.0f;
+      b_[i] = static_cast<float>((i * 5) % 11) / 11.0f;
+    }
+  }
+
+  // Iterations per second over `seconds`.
+  double pace(double seconds) {
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration<double>(seconds);
+    long n = 0;
+    auto now = start;
+    do {
+      product();
+      ++n;
+      now = Clock::now();
+    } while (now < until);
+    sink_ = sink_ + c_[static_cast<std::size_t>(n % (kN * kN))];
+    return static_cast<double>(n) / std::chrono::duration<double>(now - start).count();
+  }
+
+ private:
+  static constexpr int kN = 96;
+  void product() {
+    std::fill(c_.begin(), c_.end(), 0.0f);
+    for (int i = 0; i < kN; ++i) {
+      for (int k = 0; k < kN; ++k) {
+        const float x = a_[i * kN + k];
+        for (int j = 0; j < kN; ++j) c_[i * kN + j] += x * b_[k * kN + j];
+      }
+    }
+  }
+  std::vector<float> a_, b_, c_;
+  volatile float sink_ = 0;
+};
+
+// Not counted: a thread's first moments on its CPU (a move there, the
+// clock's ramp).
+double settle(double seconds) { return std::min(0.01, seconds / 10); }
+
+// Thread t on CPU t (of the host's `cpus`), where the host lets it; else
+// wherever the kernel puts it.
+void pin(int t, int cpus) {
+  if (cpus < 1) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(t % cpus, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// Every thread's pace at once (they start together), and /proc/stat's
+// shares over that phase.
+void together(std::vector<Kernel>& kernels, double seconds, int cpus, ProbeRound& round) {
+  const int n = static_cast<int>(kernels.size());
+  round.together_per_s.assign(n, 0);
+  std::latch ready(n + 1);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      pin(t, cpus);
+      kernels[t].pace(settle(seconds));
+      ready.arrive_and_wait();
+      round.together_per_s[t] = kernels[t].pace(seconds);
+    });
+  }
+  const HostSample before = sample_host(false);
+  ready.arrive_and_wait();
+  for (auto& th : threads) th.join();
+  const HostSample after = sample_host(false);
+  const double total = after.total_s - before.total_s;
+  if (before.cpus > 0 && after.cpus == before.cpus && total > 0) {
+    round.steal_share = std::max(0.0, after.steal_s - before.steal_s) / total;
+    const double own = after.own_cpu_s - before.own_cpu_s;
+    round.other_share = std::max(0.0, (after.busy_s - before.busy_s) - own) / total;
+  }
+}
+
+double fixed(double v, int digits) {
+  const double p = std::pow(10.0, digits);
+  return std::round(v * p) / p;
+}
+
+std::string format(const char* fmt, double a, double b = 0, double c = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, fmt, a, b, c);
+  return buf;
+}
+
+}  // namespace
+
+double ProbeRound::alone_mean() const {
+  return alone_per_s.empty() ? 0 : std::accumulate(alone_per_s.begin(), alone_per_s.end(), 0.0) / alone_per_s.size();
+}
+
+double ProbeRound::cores_delivered() const {
+  const double alone = alone_mean();
+  if (!(alone > 0)) return 0;
+  return std::accumulate(together_per_s.begin(), together_per_s.end(), 0.0) / alone;
+}
+
+double CoreProbe::median_delivered() const {
+  std::vector<double> d;
+  for (const auto& r : rounds) d.push_back(r.cores_delivered());
+  return d.empty() ? 0 : median(d);
+}
+
+double CoreProbe::least_delivered() const {
+  double least = rounds.empty() ? 0 : rounds.front().cores_delivered();
+  for (const auto& r : rounds) least = std::min(least, r.cores_delivered());
+  return least;
+}
+
+int CoreProbe::short_rounds(double fraction) const {
+  return static_cast<int>(std::count_if(rounds.begin(), rounds.end(),
+                                        [&](const ProbeRound& r) { return r.cores_delivered() < fraction * threads; }));
+}
+
+double CoreProbe::alone_median() const {
+  std::vector<double> a;
+  for (const auto& r : rounds) a.insert(a.end(), r.alone_per_s.begin(), r.alone_per_s.end());
+  return a.empty() ? 0 : median(a);
+}
+
+double CoreProbe::alone_spread() const {
+  double lo = 0, hi = 0;
+  for (const auto& r : rounds) {
+    for (const double a : r.alone_per_s) {
+      lo = lo == 0 ? a : std::min(lo, a);
+      hi = std::max(hi, a);
+    }
+  }
+  return lo > 0 ? hi / lo : 0;
+}
+
+int CoreProbe::slow_alone(double fraction) const {
+  const double m = alone_median();
+  int n = 0;
+  for (const auto& r : rounds) n += static_cast<int>(std::count_if(r.alone_per_s.begin(), r.alone_per_s.end(), [&](double a) { return a < fraction * m; }));
+  return n;
+}
+
+double CoreProbe::steal_share() const {
+  std::vector<double> s;
+  for (const auto& r : rounds) s.push_back(r.steal_share);
+  return s.empty() ? 0 : median(s);
+}
+
+double CoreProbe::other_share() const {
+  std::vector<double> s;
+  for (const auto& r : rounds) s.push_back(r.other_share);
+  return s.empty() ? 0 : median(s);
+}
+
+nlohmann::json CoreProbe::to_json() const {
+  nlohmann::json rs = nlohmann::json::array();
+  for (const auto& r : rounds) {
+    rs.push_back({{"alone_per_s", r.alone_per_s},
+                  {"together_per_s", r.together_per_s},
+                  {"cores_delivered", r.cores_delivered()},
+                  {"steal_share", r.steal_share},
+                  {"other_share", r.other_share}});
+  }
+  return {{"producer", "pipetwin probe"},
+          {"threads", threads},
+          {"cpus", cpus},
+          {"seconds", seconds},
+          {"short_fraction", kShort},
+          {"alone_median_per_s", fixed(alone_median(), 1)},
+          {"alone_spread", fixed(alone_spread(), 3)},
+          {"slow_alone", slow_alone()},
+          {"alone_measurements", static_cast<int>(rounds.size()) * threads},
+          {"cores_delivered_median", fixed(median_delivered(), 3)},
+          {"cores_delivered_least", fixed(least_delivered(), 3)},
+          {"short_rounds", short_rounds()},
+          {"steal_share", steal_share()},
+          {"other_share", other_share()},
+          {"rounds", rs}};
+}
+
+std::string CoreProbe::summary() const {
+  const int n = static_cast<int>(rounds.size());
+  std::string s = format("alone: a thread's pace on its CPU spread %.2fx (max/min), ", alone_spread()) +
+                  std::to_string(slow_alone()) + " of " + std::to_string(n * threads) +
+                  format(" under %.0f%% of their median; together: ", 100 * kShort) +
+                  format("cores delivered: median %.2f of %.0f", median_delivered(), threads) + "; " +
+                  std::to_string(short_rounds()) + " of " + std::to_string(n) + " rounds under " +
+                  format("%.2f (%.0f%%), the least %.2f", kShort * threads, 100 * kShort, least_delivered()) +
+                  format("; /proc/stat meanwhile: steal %.1f%%, other processes %.1f%% of the host's CPU", 100 * steal_share(),
+                         100 * other_share());
+  return s;
+}
+
+CoreProbe probe_cores(int threads, int rounds, double seconds) {
+  if (threads < 1) throw Error("probe: --threads must be at least 1, got " + std::to_string(threads));
+  if (rounds < 1) throw Error("probe: --rounds must be at least 1, got " + std::to_string(rounds));
+  if (!(seconds > 0 && seconds <= 10)) throw Error("probe: --seconds must be in (0, 10], got " + format("%g", seconds));
+  CoreProbe p;
+  p.threads = threads;
+  p.cpus = host_cpus();
+  p.seconds = seconds;
+  std::vector<Kernel> kernels(static_cast<std::size_t>(threads));
+  for (auto& k : kernels) std::thread([&] { k.pace(std::min(seconds, 0.05)); }).join();  // first pages, the clock's ramp
+  for (int r = 0; r < rounds; ++r) {
+    ProbeRound round;
+    // Each thread alone on its CPU, then all of them at once.
+    round.alone_per_s.assign(kernels.size(), 0);
+    for (std::size_t t = 0; t < kernels.size(); ++t) {
+      std::thread([&, t] {
+        pin(static_cast<int>(t), p.cpus);
+        kernels[t].pace(settle(seconds));
+        round.alone_per_s[t] = kernels[t].pace(seconds);
+      }).join();
+    }
+    together(kernels, seconds, p.cpus, round);
+    p.rounds.push_back(std::move(round));
+  }
+  return p;
+}
+
+int host_cpus() { return sample_host(false).cpus; }
+
+}  // namespace pipetwin::exec
