@@ -27,7 +27,7 @@ struct ProbeOptions {
 Run add_probe_command(CLI::App& app) {
   auto o = std::make_shared<ProbeOptions>();
   auto* cmd = app.add_subcommand(
-      "probe", "Probe whether this host gives its processes the cores it shows: one thread alone, then all at once");
+      "probe", "Probe whether this host gives its processes the cores it shows: each CPU alone, then all at once");
   cmd->add_option("--threads", o->threads, "Threads at once (default: the host's CPUs, as /proc/stat counts them)");
   cmd->add_option("--rounds", o->rounds, "Rounds of alone-then-together (default 20)");
   cmd->add_option("--seconds", o->seconds, "Seconds of each phase of a round, in (0, 10] (default 0.2)");

@@ -74,5 +74,7 @@ TEST(CoreProbe, ProbesThisHost) {
     EXPECT_GE(r.steal_share, 0);
     EXPECT_GE(r.other_share, 0);
   }
-  if (pe::host_cpus() > 0) EXPECT_EQ(p.cpus, pe::host_cpus());
+  if (pe::host_cpus() > 0) {
+    EXPECT_EQ(p.cpus, pe::host_cpus());
+  }
 }
