@@ -98,11 +98,10 @@ void together(std::vector<Kernel>& kernels, double seconds, int cpus, ProbeRound
   ready.arrive_and_wait();
   for (auto& th : threads) th.join();
   const HostSample after = sample_host(false);
-  const double total = after.total_s - before.total_s;
-  if (before.cpus > 0 && after.cpus == before.cpus && total > 0) {
-    round.steal_share = std::max(0.0, after.steal_s - before.steal_s) / total;
-    const double own = after.own_cpu_s - before.own_cpu_s;
-    round.other_share = std::max(0.0, (after.busy_s - before.busy_s) - own) / total;
+  if (before.cpus > 0 && after.cpus == before.cpus) {
+    const HostWindow w = HostWindow::between(before, after);
+    round.steal_share = std::max(0.0, w.steal());
+    round.other_share = w.other();
   }
 }
 
@@ -129,10 +128,20 @@ double ProbeRound::cores_delivered() const {
   return std::accumulate(together_per_s.begin(), together_per_s.end(), 0.0) / alone;
 }
 
+namespace {
+
+// The median over the rounds of what `of` reads of each; 0 without rounds.
+template <typename Of>
+double median_over(const std::vector<ProbeRound>& rounds, Of of) {
+  std::vector<double> v;
+  for (const auto& r : rounds) v.push_back(of(r));
+  return v.empty() ? 0 : median(v);
+}
+
+}  // namespace
+
 double CoreProbe::median_delivered() const {
-  std::vector<double> d;
-  for (const auto& r : rounds) d.push_back(r.cores_delivered());
-  return d.empty() ? 0 : median(d);
+  return median_over(rounds, [](const ProbeRound& r) { return r.cores_delivered(); });
 }
 
 double CoreProbe::least_delivered() const {
@@ -171,15 +180,11 @@ int CoreProbe::slow_alone(double fraction) const {
 }
 
 double CoreProbe::steal_share() const {
-  std::vector<double> s;
-  for (const auto& r : rounds) s.push_back(r.steal_share);
-  return s.empty() ? 0 : median(s);
+  return median_over(rounds, [](const ProbeRound& r) { return r.steal_share; });
 }
 
 double CoreProbe::other_share() const {
-  std::vector<double> s;
-  for (const auto& r : rounds) s.push_back(r.other_share);
-  return s.empty() ? 0 : median(s);
+  return median_over(rounds, [](const ProbeRound& r) { return r.other_share; });
 }
 
 nlohmann::json CoreProbe::to_json() const {

@@ -35,15 +35,15 @@ double cpu_seconds(const rusage& u) {
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
-// Shares of one host's capacity between two readings of its first rank, the
-// ranks' own CPU time between their own two readings.
-struct Window {
-  double capacity_s = 0, busy_s = 0, steal_s = 0, own_s = 0;
-  double other() const { return capacity_s > 0 ? std::max(0.0, busy_s - own_s) / capacity_s : 0; }
-  double steal() const { return capacity_s > 0 ? steal_s / capacity_s : 0; }
-};
-
 }  // namespace
+
+HostWindow HostWindow::between(const HostSample& from, const HostSample& to) {
+  return {to.total_s - from.total_s, to.busy_s - from.busy_s, to.steal_s - from.steal_s, to.own_cpu_s - from.own_cpu_s};
+}
+
+double HostWindow::other() const { return capacity_s > 0 ? std::max(0.0, busy_s - own_s) / capacity_s : 0; }
+
+double HostWindow::steal() const { return capacity_s > 0 ? steal_s / capacity_s : 0; }
 
 nlohmann::json HostSample::to_json() const {
   return {{"cpus", cpus}, {"busy_s", busy_s}, {"steal_s", steal_s}, {"total_s", total_s},
@@ -176,10 +176,10 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
   }
   const auto window = [&](const std::vector<int>& ranks, int from, int to) {
     const auto& first = samples[ranks.front()];
-    Window w;
-    w.capacity_s = first[to].total_s - first[from].total_s;
-    w.busy_s = first[to].busy_s - first[from].busy_s;
-    w.steal_s = first[to].steal_s - first[from].steal_s;
+    // Shares of the host's capacity between two readings of its first rank,
+    // the ranks' own CPU time between their own two readings.
+    HostWindow w = HostWindow::between(first[from], first[to]);
+    w.own_s = 0;
     for (const int r : ranks) w.own_s += samples[r][to].own_cpu_s - samples[r][from].own_cpu_s;
     return w;
   };
@@ -189,7 +189,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     h.ranks = static_cast<int>(ranks.size());
     const auto& first = samples[ranks.front()];
     h.cpus = first.front().cpus;
-    const Window run = window(ranks, out.first_counted_step, steps);
+    const HostWindow run = window(ranks, out.first_counted_step, steps);
     h.capacity_s = run.capacity_s;
     h.ranks_share = run.capacity_s > 0 ? run.own_s / run.capacity_s : 0;
     h.other_share = run.other();
@@ -207,7 +207,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
       h.mhz_max = std::max(h.mhz_max, s.mhz);
     }
     for (int s = 0; s < steps; ++s) {
-      const Window w = window(ranks, s, s + 1);
+      const HostWindow w = window(ranks, s, s + 1);
       h.step_other_share.push_back(w.other());
       h.step_steal_share.push_back(w.steal());
     }

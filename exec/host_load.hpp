@@ -30,6 +30,17 @@ struct HostSample {
   static HostSample from_json(const nlohmann::json& j);
 };
 
+// One host's CPU time between two readings: its capacity (wall time x
+// CPUs), busy and steal time, and own_s the CPU time of the processes whose
+// readings these are; other() is the busy share that is not theirs.
+struct HostWindow {
+  double capacity_s = 0, busy_s = 0, steal_s = 0, own_s = 0;
+  // From one process's two readings (own_s its own CPU time between them).
+  static HostWindow between(const HostSample& from, const HostSample& to);
+  double other() const;
+  double steal() const;
+};
+
 // Parses the three files' texts (/proc/stat, /proc/loadavg, /proc/cpuinfo;
 // the last two may be empty) with `ticks_per_s` (sysconf(_SC_CLK_TCK)).
 // Throws pipetwin::Error naming what is malformed.

@@ -80,7 +80,8 @@ def probe_line(paths: list[str]) -> list[str]:
     docs = []
     for path in paths:
         doc = load_json(path)
-        for field in ("threads", "rounds", "short_rounds", "cores_delivered_median", "alone_spread", "steal_share"):
+        for field in ("threads", "rounds", "short_rounds", "short_fraction", "cores_delivered_median", "alone_spread",
+                      "steal_share"):
             if field not in doc:
                 raise PlotError(f"{path}: not a 'pipetwin probe --json' output (no '{field}')")
         docs.append(doc)
@@ -92,7 +93,7 @@ def probe_line(paths: list[str]) -> list[str]:
     steal = max(d["steal_share"] for d in docs)
     text = (f"The host's cores, probed around the runs (`pipetwin probe`, {rounds} rounds): {threads} threads together "
             f"had {statistics.median(delivered):.2f} cores' worth of pace in the median round, under "
-            f"{0.9 * threads:.2f} in {short} of {rounds} (the least {min(delivered):.2f}); a core's pace alone spread "
+            f"{docs[0]['short_fraction'] * threads:.2f} in {short} of {rounds} (the least {min(delivered):.2f}); a core's pace alone spread "
             f"{spread:.2f}x from round to round; /proc/stat showed {100 * steal:.1f}% steal.")
     if (short or spread > 1.2) and steal < 0.01:
         text += (" The host ran other work beside this machine's CPUs that it does not report: runs of several "
