@@ -123,9 +123,19 @@ double ProbeRound::alone_mean() const {
 }
 
 double ProbeRound::cores_delivered() const {
-  const double alone = alone_mean();
-  if (!(alone > 0)) return 0;
-  return std::accumulate(together_per_s.begin(), together_per_s.end(), 0.0) / alone;
+  double cores = 0;
+  for (std::size_t t = 0; t < together_per_s.size() && t < alone_per_s.size(); ++t) {
+    const double reference = std::max(alone_per_s[t], together_per_s[t]);
+    if (reference > 0) cores += together_per_s[t] / reference;
+  }
+  return cores;
+}
+
+bool ProbeRound::alone_disturbed() const {
+  for (std::size_t t = 0; t < together_per_s.size() && t < alone_per_s.size(); ++t) {
+    if (alone_per_s[t] < CoreProbe::kShort * together_per_s[t]) return true;
+  }
+  return false;
 }
 
 namespace {
@@ -153,6 +163,10 @@ double CoreProbe::least_delivered() const {
 int CoreProbe::short_rounds(double fraction) const {
   return static_cast<int>(std::count_if(rounds.begin(), rounds.end(),
                                         [&](const ProbeRound& r) { return r.cores_delivered() < fraction * threads; }));
+}
+
+int CoreProbe::disturbed_rounds() const {
+  return static_cast<int>(std::count_if(rounds.begin(), rounds.end(), [](const ProbeRound& r) { return r.alone_disturbed(); }));
 }
 
 double CoreProbe::alone_median() const {
@@ -193,6 +207,7 @@ nlohmann::json CoreProbe::to_json() const {
     rs.push_back({{"alone_per_s", r.alone_per_s},
                   {"together_per_s", r.together_per_s},
                   {"cores_delivered", r.cores_delivered()},
+                  {"alone_disturbed", r.alone_disturbed()},
                   {"steal_share", r.steal_share},
                   {"other_share", r.other_share}});
   }
@@ -208,6 +223,7 @@ nlohmann::json CoreProbe::to_json() const {
           {"cores_delivered_median", fixed(median_delivered(), 3)},
           {"cores_delivered_least", fixed(least_delivered(), 3)},
           {"short_rounds", short_rounds()},
+          {"disturbed_rounds", disturbed_rounds()},
           {"steal_share", steal_share()},
           {"other_share", other_share()},
           {"rounds", rs}};
@@ -221,6 +237,11 @@ std::string CoreProbe::summary() const {
                   format("cores delivered: median %.2f of %.0f", median_delivered(), threads) + "; " +
                   std::to_string(short_rounds()) + " of " + std::to_string(n) + " rounds under " +
                   format("%.2f (%.0f%%), the least %.2f", kShort * threads, 100 * kShort, least_delivered()) +
+                  (disturbed_rounds() > 0
+                       ? "; in " + std::to_string(disturbed_rounds()) + " of " + std::to_string(n) +
+                             " a thread ran faster together than alone (its alone phase disturbed: there its pace "
+                             "together is the reference)"
+                       : std::string()) +
                   format("; /proc/stat meanwhile: steal %.1f%%, other processes %.1f%% of the host's CPU", 100 * steal_share(),
                          100 * other_share());
   return s;

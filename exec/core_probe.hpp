@@ -27,8 +27,15 @@ struct ProbeRound {
   double steal_share = 0;              // of the host's CPU time over the together phase
   double other_share = 0;              // busy time that is not this process's
   double alone_mean() const;
-  // The threads' summed pace over their mean pace alone: how many cores they had.
+  // How many cores the threads had: each thread's pace together over its
+  // reference, summed. The reference is its pace alone, or its pace
+  // together where that was faster: a thread that ran faster beside the
+  // others than alone had its alone phase disturbed (one fresh clone of this
+  // project read 3.40 "cores" of 2 in every round of a probe before that
+  // reference), and a core cannot give more than its own pace.
   double cores_delivered() const;
+  // Whether some thread ran under kShort of its pace together while alone.
+  bool alone_disturbed() const;
 };
 
 struct CoreProbe {
@@ -51,6 +58,8 @@ struct CoreProbe {
   // 1.83-2.21 cores (the pace alone and together are each timed to a few
   // percent); under 1.80 the host took a share of a core.
   int short_rounds(double fraction = kShort) const;
+  // Rounds whose alone phase was disturbed (ProbeRound::alone_disturbed).
+  int disturbed_rounds() const;
   double steal_share() const;  // the median round's
   double other_share() const;
   nlohmann::json to_json() const;

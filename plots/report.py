@@ -91,10 +91,14 @@ def probe_line(paths: list[str]) -> list[str]:
     delivered = [r["cores_delivered"] for d in docs for r in d["rounds"]]
     spread = max(d["alone_spread"] for d in docs)
     steal = max(d["steal_share"] for d in docs)
+    disturbed = sum(d.get("disturbed_rounds", 0) for d in docs)
     text = (f"The host's cores, probed around the runs (`pipetwin probe`, {rounds} rounds): {threads} threads together "
             f"had {statistics.median(delivered):.2f} cores' worth of pace in the median round, under "
             f"{docs[0]['short_fraction'] * threads:.2f} in {short} of {rounds} (the least {min(delivered):.2f}); a core's pace alone spread "
             f"{spread:.2f}x from round to round; /proc/stat showed {100 * steal:.1f}% steal.")
+    if disturbed:
+        text += (f" In {disturbed} of {rounds} rounds a thread ran faster beside the others than alone: the host "
+                 "slowed it while it ran alone, and its pace together stood in for its pace alone there.")
     if (short or spread > 1.2) and steal < 0.01:
         text += (" The host ran other work beside this machine's CPUs that it does not report: runs of several "
                  "ranks (which wait for the slowest) vary with it the most, and their comparisons with them.")

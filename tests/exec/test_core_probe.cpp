@@ -20,30 +20,48 @@ pe::ProbeRound round_of(std::vector<double> alone, std::vector<double> together)
 
 }  // namespace
 
-TEST(CoreProbe, CoresDeliveredAreTheThreadsPaceTogetherOverTheirPaceAlone) {
+TEST(CoreProbe, CoresDeliveredAreEachThreadsPaceTogetherOverItsPaceAlone) {
   pe::CoreProbe p;
   p.threads = 2;
   // Two cores of their own; one core's worth shared (hyper-thread siblings);
-  // a round whose CPUs ran slower alone too.
+  // a slower CPU, each thread against its own pace alone; both alone phases
+  // disturbed (slower alone than together: the pace together is the
+  // reference, not 3.4 "cores" of 2); one thread's alone phase disturbed and
+  // the other slowed by a quarter together.
   p.rounds = {round_of({3400, 3400}, {3400, 3400}), round_of({3400, 3400}, {1870, 1870}),
+              round_of({3400, 1700}, {3400, 1700}), round_of({1000, 1000}, {1700, 1700}),
               round_of({3400, 1700}, {2550, 2550})};
   EXPECT_DOUBLE_EQ(p.rounds[0].cores_delivered(), 2.0);
   EXPECT_DOUBLE_EQ(p.rounds[1].cores_delivered(), 1.1);
-  EXPECT_DOUBLE_EQ(p.rounds[2].cores_delivered(), 2.0);  // against the round's own pace alone
+  EXPECT_DOUBLE_EQ(p.rounds[2].cores_delivered(), 2.0);
+  EXPECT_DOUBLE_EQ(p.rounds[3].cores_delivered(), 2.0);
+  EXPECT_DOUBLE_EQ(p.rounds[4].cores_delivered(), 1.75);
+  EXPECT_FALSE(p.rounds[0].alone_disturbed());
+  EXPECT_FALSE(p.rounds[1].alone_disturbed());
+  EXPECT_FALSE(p.rounds[2].alone_disturbed());
+  EXPECT_TRUE(p.rounds[3].alone_disturbed());
+  EXPECT_TRUE(p.rounds[4].alone_disturbed());
+  EXPECT_EQ(p.disturbed_rounds(), 2);
   EXPECT_DOUBLE_EQ(p.median_delivered(), 2.0);
   EXPECT_DOUBLE_EQ(p.least_delivered(), 1.1);
-  EXPECT_EQ(p.short_rounds(), 1);
+  EXPECT_EQ(p.short_rounds(), 2);
   EXPECT_DOUBLE_EQ(p.alone_median(), 3400);
-  EXPECT_DOUBLE_EQ(p.alone_spread(), 2.0);
-  EXPECT_EQ(p.slow_alone(), 1);
+  EXPECT_DOUBLE_EQ(p.alone_spread(), 3.4);
+  EXPECT_EQ(p.slow_alone(), 4);
   const auto j = p.to_json();
-  EXPECT_EQ(j.at("short_rounds").get<int>(), 1);
-  EXPECT_EQ(j.at("rounds").size(), 3u);
+  EXPECT_EQ(j.at("short_rounds").get<int>(), 2);
+  EXPECT_EQ(j.at("disturbed_rounds").get<int>(), 2);
+  EXPECT_EQ(j.at("rounds").size(), 5u);
+  EXPECT_TRUE(j.at("rounds").at(3).at("alone_disturbed").get<bool>());
   EXPECT_DOUBLE_EQ(j.at("cores_delivered_least").get<double>(), 1.1);
   const std::string s = p.summary();
   EXPECT_NE(s.find("median 2.00 of 2"), std::string::npos) << s;
-  EXPECT_NE(s.find("1 of 3 rounds under 1.80"), std::string::npos) << s;
-  EXPECT_NE(s.find("spread 2.00x"), std::string::npos) << s;
+  EXPECT_NE(s.find("2 of 5 rounds under 1.80"), std::string::npos) << s;
+  EXPECT_NE(s.find("spread 3.40x"), std::string::npos) << s;
+  EXPECT_NE(s.find("in 2 of 5 a thread ran faster together than alone"), std::string::npos) << s;
+  // Without a disturbed round the summary does not mention it.
+  p.rounds.resize(3);
+  EXPECT_EQ(p.summary().find("faster together"), std::string::npos) << p.summary();
 }
 
 TEST(CoreProbe, RefusesNoThreadsNoRoundsAndPhasesOutOfRange) {
@@ -68,9 +86,10 @@ TEST(CoreProbe, ProbesThisHost) {
     ASSERT_EQ(r.together_per_s.size(), 2u);
     for (const double a : r.alone_per_s) EXPECT_GT(a, 0);
     for (const double t : r.together_per_s) EXPECT_GT(t, 0);
-    // Not bounded above: a core's pace alone may drop between the phases
-    // (the host's other work), which is what the probe is for.
+    // Each thread gives at most its own core: the reference is the faster
+    // of its pace alone and together.
     EXPECT_GT(r.cores_delivered(), 0);
+    EXPECT_LE(r.cores_delivered(), 2.0 + 1e-12);
     EXPECT_GE(r.steal_share, 0);
     EXPECT_GE(r.other_share, 0);
   }
