@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <latch>
-#include <numeric>
 #include <thread>
 
 #include <pthread.h>
@@ -118,10 +117,6 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0) {
 
 }  // namespace
 
-double ProbeRound::alone_mean() const {
-  return alone_per_s.empty() ? 0 : std::accumulate(alone_per_s.begin(), alone_per_s.end(), 0.0) / alone_per_s.size();
-}
-
 double ProbeRound::cores_delivered() const {
   double cores = 0;
   for (std::size_t t = 0; t < together_per_s.size() && t < alone_per_s.size(); ++t) {
@@ -231,14 +226,15 @@ nlohmann::json CoreProbe::to_json() const {
 
 std::string CoreProbe::summary() const {
   const int n = static_cast<int>(rounds.size());
+  const int disturbed = disturbed_rounds();
   std::string s = format("alone: a thread's pace on its CPU spread %.2fx (max/min), ", alone_spread()) +
                   std::to_string(slow_alone()) + " of " + std::to_string(n * threads) +
                   format(" under %.0f%% of their median; together: ", 100 * kShort) +
                   format("cores delivered: median %.2f of %.0f", median_delivered(), threads) + "; " +
                   std::to_string(short_rounds()) + " of " + std::to_string(n) + " rounds under " +
                   format("%.2f (%.0f%%), the least %.2f", kShort * threads, 100 * kShort, least_delivered()) +
-                  (disturbed_rounds() > 0
-                       ? "; in " + std::to_string(disturbed_rounds()) + " of " + std::to_string(n) +
+                  (disturbed > 0
+                       ? "; in " + std::to_string(disturbed) + " of " + std::to_string(n) +
                              " a thread ran faster together than alone (its alone phase disturbed: there its pace "
                              "together is the reference)"
                        : std::string()) +

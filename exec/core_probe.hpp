@@ -26,7 +26,6 @@ struct ProbeRound {
   std::vector<double> together_per_s;  // one per thread, all at once
   double steal_share = 0;              // of the host's CPU time over the together phase
   double other_share = 0;              // busy time that is not this process's
-  double alone_mean() const;
   // How many cores the threads had: each thread's pace together over its
   // reference, summed. The reference is its pace alone, or its pace
   // together where that was faster: a thread that ran faster beside the
