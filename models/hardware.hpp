@@ -211,7 +211,9 @@ struct Topology {
   double effective_cores = 0;
   // SharedHost, calibrated: with more ranks than cores, what each send and
   // each receive also waits for a core (the ranks and the transport's threads
-  // take turns), on top of the device's transfer costs.
+  // take turns), on top of the device's transfer costs; in a configuration
+  // whose compute bursts are short, no longer than the first of the cores'
+  // bursts takes to end (models/stage_table.cpp: mean burst / (cores + 1)).
   double oversubscribed_send_s = 0, oversubscribed_recv_s = 0;
   // SharedHost, calibrated: with as many ranks as cores (two ranks on two),
   // what each send and each receive also waits for a core on average: the

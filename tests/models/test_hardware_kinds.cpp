@@ -300,6 +300,19 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(t4[0].recompute_s, 1.25 * costs4.recompute_s(0, 2, 0));
   EXPECT_DOUBLE_EQ(t4[3].step_s, costs4.step_s(4, 6, 3));
   EXPECT_DOUBLE_EQ(t4[2].step_s, costs4.step_s(3, 4, 2));
+  // A transfer's wait for a core is no longer than the first of the cores'
+  // compute bursts takes to end, b / (C + 1), b the stages' mean of (F + B) / 2.
+  double burst = 0;
+  for (const auto& t : t4) burst += (t.forward_s + t.backward_s) / 2;
+  const double bound = burst / 4 / 3;
+  ASSERT_GT(bound, 2e-3);  // the waits above are under it: kept as fitted
+  pm::Hardware long_waits = crowded;
+  long_waits.topology.oversubscribed_send_s = 2 * bound;
+  long_waits.topology.oversubscribed_recv_s = 0.5 * bound;
+  const auto lw = pm::stage_table(costs4, long_waits, p4);
+  EXPECT_NEAR(lw[1].send_overhead_s, d.transfer_overhead_s + bound, 1e-12);
+  EXPECT_NEAR(lw[1].activation_recv_s, d.recv_seconds(costs4.cut_bytes(2)) + 0.5 * bound, 1e-12);
+  EXPECT_NEAR(lw[2].recv_wake_s, 0.5 * bound, 1e-12);
   // A stage's first forward in a step reads its weights at the device's
   // cold_weights_bandwidth: micro-batch 0's F only, on top of the others'.
   EXPECT_DOUBLE_EQ(table[0].first_forward_extra_s, 0);  // the file has none
