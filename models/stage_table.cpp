@@ -10,25 +10,33 @@ namespace pipetwin::models {
 
 namespace {
 
-// More processes than a shared host's cores: each transfer also waits for a
-// core (the fitted mean), but no longer than the first of the cores' compute
-// bursts takes to end: from a random moment each burst's rest is uniform on
-// [0, b] for bursts of one length b, and the first of C ends after b / (C + 1)
-// on average. A model of short actions (mlp-small's 0.4 ms) waits that much
-// less than the one calibrated on long ones.
+// Each transfer's wait for a core on a shared host. As many processes as
+// cores: now and then the transport's threads find every core computing (the
+// full host's fitted means). More: each waits for a core (the fitted mean),
+// but no longer than the first of the cores' compute bursts takes to end:
+// from a random moment each burst's rest is uniform on [0, b] for bursts of
+// one length b, and the first of C ends after b / (C + 1) on average. A model
+// of short actions (mlp-small's 0.4 ms) waits that much less than the one
+// calibrated on long ones; a rank woken by its message waits for a core too.
 void add_core_waits(const Topology& topo, const schedule::Program& program, std::vector<schedule::StageCosts>& table) {
   const int S = static_cast<int>(table.size());
-  if (topo.kind != TopologyKind::SharedHost || program.num_devices() <= topo.host_cores || S == 0) return;
-  double burst = 0;
-  for (const auto& t : table) burst += (t.forward_s + t.backward_s) / 2;
-  const double bound = burst / S / (topo.host_cores + 1);
-  const double send = std::min(topo.oversubscribed_send_s, bound), recv = std::min(topo.oversubscribed_recv_s, bound);
+  if (topo.kind != TopologyKind::SharedHost || S == 0) return;
+  const int processes = program.num_devices();
+  double send = 0, recv = 0;
+  if (processes == topo.host_cores && topo.host_cores > 1) {
+    send = topo.full_host_send_s, recv = topo.full_host_recv_s;
+  } else if (processes > topo.host_cores) {
+    double burst = 0;
+    for (const auto& t : table) burst += (t.forward_s + t.backward_s) / 2;
+    const double bound = burst / S / (topo.host_cores + 1);
+    send = std::min(topo.oversubscribed_send_s, bound), recv = std::min(topo.oversubscribed_recv_s, bound);
+    for (auto& t : table) t.recv_wake_s = recv;
+  }
   for (int s = 0; s < S; ++s) {
     auto& t = table[static_cast<std::size_t>(s)];
     t.send_overhead_s += send;
     if (s > 0) t.activation_recv_s += recv;
     if (s + 1 < S) t.gradient_recv_s += recv;
-    t.recv_wake_s = recv;  // a rank woken by its message waits for a core too
   }
 }
 
@@ -79,14 +87,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       }
       t.first_forward_extra_s *= c;
     }
-    // As many processes as a shared host's cores: each transfer waits for a
-    // core now and then (its mean wait); more: each waits for one, below.
-    if (topo.kind == TopologyKind::SharedHost && program.num_devices() == topo.host_cores && topo.host_cores > 1) {
-      t.send_overhead_s += topo.full_host_send_s;
-      if (s > 0) t.activation_recv_s += topo.full_host_recv_s;
-      if (s + 1 < S) t.gradient_recv_s += topo.full_host_recv_s;
-    }
-    // More processes (T x K x D) than a shared host's cores: compute is slower (and each transfer waits for a core, after the loop).
+    // More processes (T x K x D) than a shared host's cores: compute is
+    // slower (each transfer's wait for a core: add_core_waits, after the loop).
     if (topo.kind == TopologyKind::SharedHost && program.num_devices() > topo.host_cores) {
       const double slower = 1 + topo.oversubscribed_compute;
       // Not the optimizer step: ranks reach it one by one as the pipeline
