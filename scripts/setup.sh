@@ -9,6 +9,7 @@ PIPETWIN_VENV="${PIPETWIN_VENV:-$HOME/.cache/pipetwin/venv}"
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
+  ccache  # both builds compile through it (CMakeLists.txt): a fresh clone reuses earlier compiles
   libsimgrid-dev libboost-graph-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev
   libspdlog-dev libfmt-dev libgloo-dev

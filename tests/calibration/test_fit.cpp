@@ -340,7 +340,13 @@ TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
   EXPECT_EQ(pc::fit(runs, eight_core_cpu()).hardware.topology.full_host_send_s, 0);
 }
 
-TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
+// One way of sharing the cores a test: (time slice, wake preemption). Each
+// replays its runs 13 x 20 times in SimGrid, the longest tests of the
+// sanitizer pass, so CTest runs the three as tests of their own, side by side
+// (tests/calibration/CMakeLists.txt).
+class TimeSlice : public Calibration, public ::testing::WithParamInterface<std::pair<double, double>> {};
+
+TEST_P(TimeSlice, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   // Four ranks on two cores, each kept to the end of its time slice while
   // another waits (round robin), or preempted by a rank woken by a message:
   // the replayed step times and bubbles of runs with more ranks than cores
@@ -351,36 +357,38 @@ TEST_F(Calibration, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   truth.topology.run_to_completion = true;
   truth.topology.oversubscribed_send_s = 300e-6;
   truth.topology.oversubscribed_recv_s = 500e-6;
-  // slice, wake preemption: the last a rank woken by a message that takes a
-  // core from a running one within 2 ms.
-  for (const auto& [slice, wake] : std::vector<std::pair<double, double>>{{0.0, 0.0}, {1e-3, 0.0}, {0.0, 2e-3}}) {
-    truth.topology.time_slice_s = slice;
-    truth.topology.wake_preempt_s = wake;
-    std::vector<pc::TraceRun> runs;
-    std::map<std::string, Config> configs;
-    int i = 0;
-    for (const auto& c : grid()) {
-      if (c.ranks != 4 || c.recompute != "none") continue;  // three runs: the fit replays each 13 x 20 times
-      const std::string f = path("slice" + std::to_string(i++) + ".json");
-      ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
-      runs.push_back(pc::load_trace_run(f));
-      configs[f] = c;
-    }
-    ASSERT_GE(runs.size(), 2u);
-    pc::FitResult fit;
-    fit.hardware = truth;  // the sharing alone, on the true device and transfer waits
-    fit.hardware.topology.run_to_completion = false;
-    fit.hardware.topology.time_slice_s = 0;
-    fit.hardware.topology.wake_preempt_s = 0;
-    pc::fit_sharing(runs, fit, [&](const pc::TraceRun& r, const pm::Hardware& hw) {
-      return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
-    });
-    EXPECT_TRUE(fit.hardware.topology.run_to_completion) << "slice " << slice;
-    EXPECT_EQ(fit.hardware.topology.time_slice_s, slice);
-    EXPECT_EQ(fit.hardware.topology.wake_preempt_s, wake) << "slice " << slice;
-    EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6) << "slice " << slice;
+  const auto [slice, wake] = GetParam();
+  truth.topology.time_slice_s = slice;
+  truth.topology.wake_preempt_s = wake;
+  std::vector<pc::TraceRun> runs;
+  std::map<std::string, Config> configs;
+  int i = 0;
+  for (const auto& c : grid()) {
+    if (c.ranks != 4 || c.recompute != "none") continue;  // three runs: the fit replays each 13 x 20 times
+    const std::string f = path("slice" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
+    runs.push_back(pc::load_trace_run(f));
+    configs[f] = c;
   }
+  ASSERT_GE(runs.size(), 2u);
+  pc::FitResult fit;
+  fit.hardware = truth;  // the sharing alone, on the true device and transfer waits
+  fit.hardware.topology.run_to_completion = false;
+  fit.hardware.topology.time_slice_s = 0;
+  fit.hardware.topology.wake_preempt_s = 0;
+  pc::fit_sharing(runs, fit, [&](const pc::TraceRun& r, const pm::Hardware& hw) {
+    return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
+  });
+  EXPECT_TRUE(fit.hardware.topology.run_to_completion) << "slice " << slice;
+  EXPECT_EQ(fit.hardware.topology.time_slice_s, slice);
+  EXPECT_EQ(fit.hardware.topology.wake_preempt_s, wake) << "slice " << slice;
+  EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6) << "slice " << slice;
 }
+
+// slice, wake preemption: the last a rank woken by a message that takes a
+// core from a running one within 2 ms.
+INSTANTIATE_TEST_SUITE_P(Ways, TimeSlice,
+                         ::testing::Values(std::pair{0.0, 0.0}, std::pair{1e-3, 0.0}, std::pair{0.0, 2e-3}));
 
 TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
   // One rank only: every stage holds every layer, so the kinds' slopes and
