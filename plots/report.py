@@ -3,7 +3,8 @@ the configurations compared (held out from the calibration), their
 predicted and measured step times, bubbles and peak stashes with the errors,
 the noise each run recorded and what it makes of each error (within noise,
 model error, or not meaningful on a busy machine: left out of the median and
-worst errors, said so), and the pictures, from files the CLI wrote
+worst errors, said so), what that noise alone would make of a model without
+error (noise_alone), and the pictures, from files the CLI wrote
 (`pipetwin compare --json` outputs, plots made by `pipetwin plot`).
 
   python plots/report.py --compare C1.json C2.json ... --image "Gantt=gantt.png" ... \
@@ -15,7 +16,9 @@ the runs): a paragraph says what they found.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import statistics
 
 from common import PlotError, load_json, parser, run_main, write_text
@@ -71,6 +74,61 @@ def row(path: str) -> dict:
         "bubble_verdict": verdicts.get("bubble", "unknown"),
         "stash_worst": max(stash_errors) if stash_errors else None,
     }
+
+
+# The demo's aims for its held-out configurations (docs/calibration.md).
+STEP_AIMS = (0.05, 0.10)  # median and worst |error|, relative
+BUBBLE_AIM = 3.0  # worst |error|, points
+DRAWS = 10000
+
+
+def noise_alone(rows: list[dict], draws: int = DRAWS, seed: int = 1,
+                step_aims: tuple[float, float] = STEP_AIMS) -> dict | None:
+    """What the measurements' noise alone makes of the summary's figures: a
+    model without error, its every configuration's measured median drawn from
+    a normal of that configuration's 95% interval (known / 1.96, relative;
+    rows without a finite one left out), step and bubble apart. Returns the
+    medians over `draws` of the median and worst |error|, and the share of
+    draws that meet the aims (step_aims: median and worst); None where no row
+    carries an interval. Seeded: the same rows give the same figures.
+    (scripts/bench_cross_model.sh reads it too, with its own aims.)"""
+    steps = [r["known"] / 1.96 for r in rows if r["known"] and math.isfinite(r["known"])]
+    bubbles = [r["bubble_known"] / 1.96 for r in rows if r["bubble_known"]]
+    if not steps:
+        return None
+    rng = random.Random(seed)
+    medians, worsts, met, bubble_met = [], [], 0, 0
+    for _ in range(draws):
+        e = [abs(rng.gauss(0, sd)) for sd in steps]
+        medians.append(statistics.median(e))
+        worsts.append(max(e))
+        met += medians[-1] <= step_aims[0] and worsts[-1] <= step_aims[1]
+        if bubbles:
+            bubble_met += max(abs(rng.gauss(0, sd)) for sd in bubbles) <= BUBBLE_AIM
+    return {"configurations": len(steps), "median": statistics.median(medians), "worst": statistics.median(worsts),
+            "step_aims_met": met / draws, "bubble_configurations": len(bubbles),
+            "bubble_aim_met": bubble_met / draws if bubbles else None}
+
+
+def noise_alone_line(rows: list[dict]) -> list[str]:
+    """The paragraph that says how far the figures above can speak for the
+    model: what a model without error would show with this noise."""
+    n = noise_alone(rows)
+    if n is None:
+        return []
+    text = (f"What the noise alone would show: a model without error, measured as these {n['configurations']} were "
+            f"(each median drawn from its 95% interval), would read median |error| {100 * n['median']:.1f}% and "
+            f"worst {100 * n['worst']:.1f}% (medians of {DRAWS} draws), and meet the step aims (median "
+            f"<= {100 * STEP_AIMS[0]:.0f}%, worst <= {100 * STEP_AIMS[1]:.0f}%) in {100 * n['step_aims_met']:.0f}% "
+            "of such runs")
+    if n["bubble_aim_met"] is not None:
+        text += (f", the bubble's (within {BUBBLE_AIM:.0f} points, over the {n['bubble_configurations']} with an "
+                 f"interval) in {100 * n['bubble_aim_met']:.0f}%")
+    text += "."
+    if n["step_aims_met"] < 0.5:
+        text += (" On a machine this noisy, figures beyond the aims say little about the model: measure again "
+                 "when it is quieter (`pipetwin probe`), or with more repeats.")
+    return [text, ""]
 
 
 def probe_line(paths: list[str]) -> list[str]:
@@ -148,6 +206,7 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                       + (f" ({bubbles_within} of {judged} within how far the bubble moves from run to run)."
                          if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
+        lines += noise_alone_line(kept)
     lines += probe_line(probes or [])
     for caption, path in images:
         rel = os.path.relpath(path, out_dir)

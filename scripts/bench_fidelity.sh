@@ -168,7 +168,10 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT" "${held[@]}" <<'EOF'
 import glob, json, os, statistics, sys
 sys.path.insert(0, "scripts")
+sys.path.insert(0, "plots")
 from trace_step import counted, step_of  # one step as the simulator replays one
+from wide_repeats import half_width  # a median's 95% interval over its repeats
+from report import noise_alone  # what a model without error would read with that noise
 out, names = sys.argv[1], sys.argv[2:]
 rows = []
 
@@ -301,6 +304,14 @@ if spreads:
     print(f"                   bubble: repeats' spread median {statistics.median(bspread):.2f} points, worst "
           f"{max(bspread):.2f}; against the nearest repeat: median {statistics.median(bnear):.2f} points, worst "
           f"{max(bnear):.2f}, within 3 points {sum(b <= 3 for b in bnear)}/{len(rows)}")
+    # What a model without error would read, its every median drawn from its
+    # repeats' 95% interval (plots/report.py's noise_alone), against the aims.
+    n = noise_alone([{"known": half_width(repeats_of(r[0])), "bubble_known": None} for r in rows],
+                    step_aims=(0.03, 0.08))
+    if n:
+        print(f"                   noise alone: a model without error, measured as these {n['configurations']} were, "
+              f"would read median {100 * n['median']:.2f}%, worst {100 * n['worst']:.2f}%, and meet median <= 3% and "
+              f"worst <= 8% in {100 * n['step_aims_met']:.0f}% of such runs")
 # The compute pace: where no rank waits for a core, a run whose compute
 # actions ran x% slower than the calibrated model (the machine's state during
 # that run) makes the step about x% longer than any model of the calibration

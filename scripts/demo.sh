@@ -176,4 +176,6 @@ done
   --image "Throughput over K x M, calibrated prediction (1f1b)=$R/heatmap.png" \
   --image "Memory per stage, $gantt=$R/memory.png" \
   --title "pipetwin on this machine: transformer-small, predicted against measured" --out "$R/report" >/dev/null
+# Its figures, and what the runs' noise alone would make of them.
+sed -n '/^Step time: /p;/^What the noise alone would show/p;/comparisons are not meaningful/p;/^No comparison is meaningful/p' "$R/report.md"
 printf '\nreport: %s (with %s)\n' "$R/report.md" "$(cd "$R" && printf '%s ' ./*.png)"

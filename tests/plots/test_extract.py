@@ -456,6 +456,37 @@ class Report(Files):
         text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
         self.assertIn("| 105.0 ms | 104.0 ms ±1.2% (5 runs) | +1.0% |", text)
 
+    def test_what_the_noise_alone_would_show(self):
+        # One configuration measured to +-9.8% (sd 5%): a model without error
+        # reads |N(0, 5%)|, whose median is 0.6745 sd, and meets the step aims
+        # (median <= 5%, worst <= 10%) where |z| <= 1: 68.3% of draws.
+        r = {"known": 0.098, "bubble_known": 3.92}  # bubble sd 2 points: within 3 where |z| <= 1.5, 86.6%
+        n = report.noise_alone([r])
+        self.assertAlmostEqual(n["median"], 0.6745 * 0.05, delta=0.002)
+        self.assertAlmostEqual(n["worst"], n["median"])
+        self.assertAlmostEqual(n["step_aims_met"], 0.6827, delta=0.015)
+        self.assertAlmostEqual(n["bubble_aim_met"], 0.8664, delta=0.012)
+        self.assertEqual(report.noise_alone([r]), n)  # seeded
+        # Five tight ones meet the aims; five of +-20% rarely; none known: no line.
+        tight = report.noise_alone([{"known": 0.02, "bubble_known": None}] * 5)
+        self.assertGreater(tight["step_aims_met"], 0.999)
+        self.assertIsNone(tight["bubble_aim_met"])
+        wide = report.noise_alone([{"known": 0.20, "bubble_known": 5.0}] * 5)
+        self.assertLess(wide["step_aims_met"], 0.2)
+        self.assertGreater(wide["worst"], 0.10)
+        self.assertIsNone(report.noise_alone([{"known": 0, "bubble_known": None}]))
+        # In the report, under the figures; a noisy one says what follows.
+        doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        doc["noise"] = {"other_share": 0.0, "steal_share": 0.0, "median_uncertainty_rel": 0.25}
+        doc["verdict"] = {"step_time": "within noise", "why": "..."}
+        text = report.markdown([report.row(self.write("n.json", doc))], [], None, "T", self.dir.name)
+        self.assertIn("What the noise alone would show: a model without error, measured as these 1 were", text)
+        self.assertIn("figures beyond the aims say little about the model", text)
+        doc["noise"]["median_uncertainty_rel"] = 0.01
+        text = report.markdown([report.row(self.write("n.json", doc))], [], None, "T", self.dir.name)
+        self.assertIn("meet the step aims (median <= 5%, worst <= 10%) in 100% of such runs.", text)
+        self.assertNotIn("say little", text)
+
 
 if __name__ == "__main__":
     unittest.main()
