@@ -256,7 +256,7 @@ for name in names:
     bubbles = [100 * bubble_of(path) for path in repeat_files(name)]
     rows.append((name, err, 100 * (pb - mb), stash, spread, min(against, key=abs), min(against), max(against), pace,
                  m["ranks"] * m["measured"]["ranks"][0]["threads"] <= host_cores(m), max(bubbles) - min(bubbles),
-                 [100 * pb - b for b in bubbles], 100 * (pb - mb_median_repeat)))
+                 [100 * pb - b for b in bubbles], 100 * (pb - mb_median_repeat), half_width(reps)))
     print(f"{name:<22} {ms:9.4f} {ps:9.4f} {err:+6.2f}%  {100*mb:5.1f}/{100*pb:5.1f}% {100*(pb-mb):+5.1f}  "
           f"{spread:5.1f}% {min(against):+8.2f}..{max(against):+6.2f}% {pace:+5.1f}%  "
           f"{' '.join(f'{s:+.1f}%' for s in stash):<28} {p['summary']['engine'].split()[0]}")
@@ -306,8 +306,7 @@ if spreads:
           f"{max(bnear):.2f}, within 3 points {sum(b <= 3 for b in bnear)}/{len(rows)}")
     # What a model without error would read, its every median drawn from its
     # repeats' 95% interval (plots/report.py's noise_alone), against the aims.
-    n = noise_alone([{"known": half_width(repeats_of(r[0])), "bubble_known": None} for r in rows],
-                    step_aims=(0.03, 0.08))
+    n = noise_alone([{"known": r[13], "bubble_known": None} for r in rows], step_aims=(0.03, 0.08))
     if n:
         print(f"                   noise alone: a model without error, measured as these {n['configurations']} were, "
               f"would read median {100 * n['median']:.2f}%, worst {100 * n['worst']:.2f}%, and meet median <= 3% and "
