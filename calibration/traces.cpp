@@ -211,6 +211,12 @@ void read_measured_ranks(const json& meta, const std::string& path, int K, Trace
     const int cores = has_cores ? e["host_cores"].get<int>() : 0;
     if (cores < 0) throw Error(where + ".host_cores must not be negative, got " + std::to_string(cores));
     run.host_cores.push_back(cores);
+    const bool has_slice = e.contains("sched_slice_s") && e["sched_slice_s"].is_number();
+    const double slice = has_slice ? e["sched_slice_s"].get<double>() : 0.0;
+    if (!std::isfinite(slice) || slice < 0 || slice > 1) {
+      throw Error(where + ".sched_slice_s must be between 0 and 1 second, got " + std::to_string(slice));
+    }
+    run.sched_slice_s.push_back(slice);
     run.hosts.push_back(e.contains("host") && e["host"].is_string() ? e["host"].get<std::string>() : "");
     const bool has_unc = e.contains("clock_uncertainty_s") && e["clock_uncertainty_s"].is_number();
     run.clock_uncertainty_s.push_back(has_unc ? e["clock_uncertainty_s"].get<double>() : 0.0);
@@ -348,6 +354,18 @@ int recorded_host_cores(const std::vector<TraceRun>& runs) {
     }
   }
   return cores;
+}
+
+double recorded_sched_slice_s(const std::vector<TraceRun>& runs) {
+  double slice = 0;
+  for (const auto& run : runs) {
+    for (const double s : run.sched_slice_s) {
+      if (s <= 0) continue;
+      if (slice > 0 && s != slice) return 0;
+      slice = s;
+    }
+  }
+  return slice;
 }
 
 void check_together(const std::vector<TraceRun>& runs) {

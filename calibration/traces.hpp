@@ -35,6 +35,7 @@ struct TraceRun {
   std::string producer;            // "pipetwin run", "pipetwin simulate", ...
   std::vector<int> threads;        // per rank (measured.ranks[].threads), empty when not recorded
   std::vector<int> host_cores;     // per rank (measured.ranks[].host_cores), 0 when not recorded
+  std::vector<double> sched_slice_s;  // per rank (measured.ranks[].sched_slice_s), 0 when not recorded
   std::vector<std::string> hosts;  // per rank (measured.ranks[].host), "" when not recorded
   std::vector<double> clock_uncertainty_s;  // per rank, 0 when not recorded
   std::optional<Noise> noise;               // otherData.measured.noise, when recorded
@@ -96,6 +97,11 @@ void check_together(const std::vector<TraceRun>& runs);
 // Throws pipetwin::Error naming two files when they differ (fit() asks only
 // when the base hardware is one shared host, whose cores matter).
 int recorded_host_cores(const std::vector<TraceRun>& runs);
+
+// The scheduler slice of the host the runs were measured on
+// (otherData.measured.ranks[].sched_slice_s, exec::scheduler_slice_s): the
+// one every rank that records one records; 0 when none does or two differ.
+double recorded_sched_slice_s(const std::vector<TraceRun>& runs);
 
 // The median (the mean of the middle two for an even count); 0 when empty.
 using schedule::median;

@@ -5,11 +5,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <latch>
 #include <thread>
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
 
 #include "exec/host_load.hpp"
 #include "schedule/error.hpp"
@@ -271,5 +275,37 @@ CoreProbe probe_cores(int threads, int rounds, double seconds) {
 }
 
 int host_cpus() { return sample_host(false).cpus; }
+
+double scheduler_slice_s(std::string_view kernel_release, int online_cpus, std::string_view base_slice_ns) {
+  if (online_cpus < 1) throw Error("scheduler_slice_s: online CPUs must be at least 1, got " + std::to_string(online_cpus));
+  // The value the kernel uses, where debugfs shows it (already scaled for the CPUs).
+  const std::string ns(base_slice_ns);
+  char* end = nullptr;
+  const double given = ns.empty() ? 0 : std::strtod(ns.c_str(), &end);
+  if (!ns.empty() && end != ns.c_str() && std::isfinite(given) && given > 0) return given * 1e-9;
+  // "6.18.44-fc": EEVDF replaced CFS in 6.6.
+  int major = 0, minor = 0;
+  if (std::sscanf(std::string(kernel_release).c_str(), "%d.%d", &major, &minor) != 2) return 0;
+  if (major < 6 || (major == 6 && minor < 6)) return 0;
+  // kernel/sched/fair.c: sysctl_sched_base_slice = 0.75 ms, scaled by
+  // 1 + ilog2(min(online CPUs, 8)) (SCHED_TUNABLESCALING_LOG, the default).
+  const int cpus = std::min(online_cpus, 8);
+  int log2 = 0;
+  while ((2 << log2) <= cpus) ++log2;
+  return 0.75e-3 * (1 + log2);
+}
+
+double host_scheduler_slice_s() {
+  struct utsname u {};
+  if (::uname(&u) != 0) return 0;
+  std::string base;
+  if (std::FILE* f = std::fopen("/sys/kernel/debug/sched/base_slice_ns", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof(line), f) != nullptr) base = line;
+    std::fclose(f);
+  }
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return scheduler_slice_s(u.release, online > 0 ? static_cast<int>(online) : 1, base);
+}
 
 }  // namespace pipetwin::exec

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pipetwin::exec {
@@ -75,5 +76,16 @@ CoreProbe probe_cores(int threads, int rounds, double seconds);
 
 // The CPUs /proc/stat counts on this host (0 where it cannot be read).
 int host_cpus();
+
+// How long Linux's scheduler lets a CPU-bound task run before another
+// runnable one on its CPU gets it, in seconds: `base_slice_ns`, the text of
+// /sys/kernel/debug/sched/base_slice_ns, where it could be read; else, on a
+// kernel of EEVDF (release 6.6 and later), its default, 0.75 ms x (1 +
+// log2 of the online CPUs, at most 8): 1.5 ms on two CPUs; else 0 (unknown:
+// the older scheduler's slice depends on how many tasks share the CPU).
+// Throws pipetwin::Error for online_cpus < 1.
+double scheduler_slice_s(std::string_view kernel_release, int online_cpus, std::string_view base_slice_ns = "");
+// This host's (uname, sysconf, debugfs where readable).
+double host_scheduler_slice_s();
 
 }  // namespace pipetwin::exec

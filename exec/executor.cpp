@@ -26,6 +26,7 @@
 #include <malloc.h>
 #endif
 
+#include "exec/core_probe.hpp"
 #include "exec/report.hpp"
 #include "exec/run.hpp"
 #include "exec/torch_backend.hpp"
@@ -396,7 +397,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.host = comm.host();
   report.threads = threads;
   report.heap = device.is_cuda() ? "cuda-caching" : kept ? "keep" : "system";
-  report.host_cores = cores;
+  report.host_cores = cores, report.sched_slice_s = host_scheduler_slice_s();
   report.clock_offset_s = comm.clock_offset();
   report.clock_uncertainty_s = comm.clock_uncertainty();
   comm.barrier("start");

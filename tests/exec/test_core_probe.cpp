@@ -97,3 +97,26 @@ TEST(CoreProbe, ProbesThisHost) {
     EXPECT_EQ(p.cpus, pe::host_cpus());
   }
 }
+
+TEST(SchedulerSlice, EevdfDefaultScalesWithTheLogOfTheOnlineCpusUpToEight) {
+  // kernel/sched/fair.c since 6.6: 0.75 ms x (1 + ilog2(min(CPUs, 8))).
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.18.44-fc-v657", 2), 1.5e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.6.0", 1), 0.75e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.8.0-45-generic", 3), 1.5e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.8.0", 4), 2.25e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.8.0", 7), 2.25e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("7.0.1", 8), 3e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.12.1", 192), 3e-3);
+  // CFS (before 6.6): its slice depends on how many tasks share the CPU; unknown.
+  EXPECT_EQ(pe::scheduler_slice_s("6.5.13", 2), 0);
+  EXPECT_EQ(pe::scheduler_slice_s("5.15.0-105-generic", 16), 0);
+  EXPECT_EQ(pe::scheduler_slice_s("not a release", 2), 0);
+  // debugfs's value, where it could be read, over the default (already scaled there).
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.18.0", 2, "3000000\n"), 3e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("5.10.0", 2, "750000"), 0.75e-3);
+  EXPECT_DOUBLE_EQ(pe::scheduler_slice_s("6.18.0", 2, "garbage"), 1.5e-3);
+  EXPECT_THROW(pe::scheduler_slice_s("6.18.0", 0), pipetwin::Error);
+  // This host's: a slice of a millisecond or a few, or unknown.
+  const double here = pe::host_scheduler_slice_s();
+  EXPECT_TRUE(here == 0 || (here >= 0.1e-3 && here <= 50e-3)) << here;
+}

@@ -96,6 +96,7 @@ TEST(Report, ReportsRoundTripThroughJson) {
   r.losses = {2.5, 2.25};
   r.peak_rss_bytes = 123456789;
   r.heap = "keep";
+  r.sched_slice_s = 1.5e-3;
   pe::HostSample sample;
   sample.cpus = 2;
   sample.minor_faults = 4321;
@@ -103,6 +104,7 @@ TEST(Report, ReportsRoundTripThroughJson) {
   const auto back = pe::RankReport::from_json(r.to_json());
   EXPECT_EQ(back.to_json(), r.to_json());
   EXPECT_EQ(back.heap, "keep");
+  EXPECT_EQ(back.sched_slice_s, 1.5e-3);
   EXPECT_EQ(back.host_samples.at(1).minor_faults, 4321);
   EXPECT_EQ(back.steps[0].ranks[1][1].action, ps::parse_action("1F0"));
 }
