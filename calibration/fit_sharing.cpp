@@ -114,11 +114,14 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
   // favour moved from one calibration to the next on the same host, where the
   // recorded 1.5 ms predicted the held-out ones better (docs/calibration.md,
   // "The scheduler's own slice").
+  // Each way that keeps cores, again with a queue per core (affinity: Linux
+  // queues a task on the CPU it last ran on, sim/cores.hpp).
   struct Way {
     bool keep;
     double slice_s, wake_s = 0;
+    bool affine = false;
   };
-  const std::vector<Way> ways =
+  std::vector<Way> ways =
       host_slice > 0
           ? std::vector<Way>{{false, 0}, {true, 0}, {true, host_slice}, {true, 0, 0.5e-3}, {true, 0, 2e-3},
                              {true, host_slice, 0.5e-3}, {true, host_slice, 2e-3}}
@@ -126,12 +129,16 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
                              {true, 4e-3},        {true, 2e-3},        {true, 1e-3},        {true, 0, 0.5e-3},
                              {true, 0, 2e-3},     {true, 16e-3, 0.5e-3}, {true, 4e-3, 0.5e-3}, {true, 16e-3, 2e-3},
                              {true, 4e-3, 2e-3}};
+  for (std::size_t i = 0, n = ways.size(); i < n; ++i) {
+    if (ways[i].keep) ways.push_back({true, ways[i].slice_s, ways[i].wake_s, true});
+  }
   double best = 0, best_loss = 0;
   Way best_way = ways[0];
   for (const Way& way : ways) {
     t.run_to_completion = way.keep;
     t.time_slice_s = way.slice_s;
     t.wake_preempt_s = way.wake_s;
+    t.core_affinity = way.affine;
     const double s = fitting::scan_min(
         [&](double x) {
           set(x);
@@ -145,6 +152,7 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
   t.run_to_completion = best_way.keep;
   t.time_slice_s = best_way.slice_s;
   t.wake_preempt_s = best_way.wake_s;
+  t.core_affinity = best_way.affine;
   set(best);
   fit.coefficients.push_back({"oversubscribed.run_to_completion", best_way.keep ? 1.0 : 0.0,
                               "fitted on the steps and bubbles of " + std::to_string(beyond.size()) +
@@ -160,6 +168,8 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
       {"oversubscribed.wake_preempt_s", best_way.wake_s,
        host_slice > 0 ? "the best of none, 0.5 and 2 ms on the same, with no time slice or the host's (0: none)"
                       : "the best of none, 0.5 and 2 ms on the same, with no time slice or one of 16 or 4 ms (0: none)"});
+  fit.coefficients.push_back({"oversubscribed.core_affinity", best_way.affine ? 1.0 : 0.0,
+                              "each of those ways with a queue per core, or one for all, the better on the same (1: per core)"});
   fit.coefficients.push_back({"oversubscribed.scale", best, "of the transfers' waits for a core, fitted on the same"});
 }
 

@@ -147,6 +147,7 @@ std::string sharing_way(const models::Topology& t) {
   if (t.wake_preempt_s > 0) {
     way += ", or, within " + std::to_string(static_cast<int>(t.wake_preempt_s * 1e6)) + " us, a rank woken by a message waits";
   }
+  if (t.core_affinity) way += "; each core queues the ranks that last ran on it";
   return way;
 }
 

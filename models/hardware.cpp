@@ -219,7 +219,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "wake_preempt_us", "intra", "bridge", "inter", "collective",
+       "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "wake_preempt_us", "core_affinity", "intra", "bridge", "inter", "collective",
        "tensor_collective", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
@@ -270,6 +270,11 @@ void apply_topology(Topology& t, const YamlFields& y) {
     const std::string v = y.text("run_to_completion");
     if (v != "true" && v != "false") y.fail("run_to_completion", "expected true or false, got '" + v + "'");
     t.run_to_completion = v == "true";
+  }
+  if (y.has("core_affinity")) {
+    const std::string v = y.text("core_affinity");
+    if (v != "true" && v != "false") y.fail("core_affinity", "expected true or false, got '" + v + "'");
+    t.core_affinity = v == "true";
   }
   if (y.has("time_slice_us")) t.time_slice_s = y.non_negative_number("time_slice_us") * kUs;
   if (y.has("wake_preempt_us")) t.wake_preempt_s = y.non_negative_number("wake_preempt_us") * kUs;

@@ -244,6 +244,12 @@ struct Topology {
   // this long (the scheduler favours a task that slept); the preempted one
   // queues again behind the woken ones, the wait part of its action. 0: never.
   double wake_preempt_s = 0;
+  // SharedHost, calibrated, with run_to_completion: each core has its own
+  // queue (Linux's run queue per CPU): a rank waits on the core it last ran on
+  // unless another is free, a slice ends only for a rank queued on the same
+  // core, and a core whose rank blocks pulls one waiting on another (sim/cores.hpp).
+  // false: one queue for all the cores.
+  bool core_affinity = false;
   // SharedHost, calibrated from data-parallel runs: one round of a ring
   // collective (Gloo's) between processes of the host takes latency_s plus
   // chunk bytes / bandwidth of one core's work (copying through the

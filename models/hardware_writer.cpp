@@ -108,6 +108,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.run_to_completion) out += "  run_to_completion: true\n";
   if (t.time_slice_s > 0) out += "  time_slice_us: " + yaml_number(t.time_slice_s / kUs) + "\n";
   if (t.wake_preempt_s > 0) out += "  wake_preempt_us: " + yaml_number(t.wake_preempt_s / kUs) + "\n";
+  if (t.core_affinity) out += "  core_affinity: true\n";
   out += "  intra: " + link(t.intra) + "\n";
   if (t.bridge.bandwidth > 0) out += "  bridge: " + link(t.bridge) + "\n";
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";

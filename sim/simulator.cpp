@@ -68,8 +68,8 @@ class Mailboxes {
 class SimBackend final : public ps::Backend {
  public:
   SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, std::shared_ptr<Cores> cores,
-             sg4::MutexPtr taking, int replica)
-      : in_(in), boxes_(boxes), out_(out), replica_(replica),
+             sg4::MutexPtr taking, int replica, int who)
+      : in_(in), boxes_(boxes), out_(out), replica_(replica), who_(who),
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
         cores_(std::move(cores)), taking_(std::move(taking)) {}
 
@@ -104,8 +104,8 @@ class SimBackend final : public ps::Backend {
     const double waits = collective_wait(a, d);
     for (double left = d - waits; left > 1e-12 * d;) {
       const bool sliced = slice > 0 && used_ >= slice * (1 - 1e-12);
-      if (sliced || (look > 0 && used_ > 0 && cores_->woken_waiting())) {
-        give_core();
+      if (sliced || (look > 0 && used_ > 0 && cores_->woken_waiting(held_.front()))) {
+        give_core(false);
         take_core(false);
       }
       double chunk = slice > 0 ? std::min(left, slice - used_) : left;
@@ -199,15 +199,18 @@ class SimBackend final : public ps::Backend {
   void take_core(bool woken) {
     if (!holding_) {
       if (width() > 1) taking_->lock();
-      for (int i = 0; i < width(); ++i) cores_->take(woken && in_.topology.wake_preempt_s > 0);
+      for (int i = 0; i < width(); ++i) held_.push_back(cores_->take(who_, woken && in_.topology.wake_preempt_s > 0));
       if (width() > 1) taking_->unlock();
       holding_ = true;
       used_ = 0;
     }
   }
-  void give_core() {
+  // `blocking`: it waits for something (a message, its peers); else it was
+  // preempted (with affinity, its core goes only to a rank queued on it).
+  void give_core(bool blocking = true) {
     if (holding_) {
-      for (int i = 0; i < width(); ++i) cores_->give();
+      for (const int core : held_) cores_->give(core, blocking);
+      held_.clear();
       holding_ = false;
     }
   }
@@ -266,6 +269,8 @@ class SimBackend final : public ps::Backend {
   const Mailboxes& boxes_;
   std::vector<ps::TimedAction>& out_;
   int replica_ = 0;
+  int who_ = 0;  // of the host's ranks (Cores::take)
+  std::vector<int> held_;  // the cores it holds
   std::map<int, sg4::ActorPtr> pending_;  // stage -> its reduction in flight
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
   std::shared_ptr<Cores> cores_;  // run to completion: the host's cores; null otherwise
@@ -341,7 +346,7 @@ ps::Timeline simulate_here(const SimInput& in) {
   std::vector<ps::Timeline> replicas(D);
   const auto& topo = in.topology;
   const auto cores = topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_devices() > topo.host_cores
-                         ? std::make_shared<Cores>(topo.host_cores)
+                         ? std::make_shared<Cores>(topo.host_cores, topo.core_affinity && p.tensor_parallel == 1)
                          : nullptr;
   const sg4::MutexPtr taking = sg4::Mutex::create();
   std::vector<std::unique_ptr<Mailboxes>> boxes;
@@ -352,13 +357,13 @@ ps::Timeline simulate_here(const SimInput& in) {
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < K; ++r) {
       const std::string name = D == 1 ? "rank" + std::to_string(r) : "rank" + std::to_string(r) + "/d" + std::to_string(d);
-      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, cores, taking] {
+      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, K, cores, taking] {
         const Mailboxes& mine = *boxes[d];
         // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
         for (const auto& a : in.program.ranks[r]) {
           if (ps::is_recv(a.op)) mine.of(a)->set_receiver(sg4::Actor::self());
         }
-        SimBackend backend(in, mine, replicas[d].ranks[r], cores, taking, d);
+        SimBackend backend(in, mine, replicas[d].ranks[r], cores, taking, d, d * K + r);
         ps::RankInterpreter interpreter(in.program, ps::RankId{r});
         while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
         }

@@ -346,7 +346,7 @@ TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
 // or 13 x 20 times in SimGrid, the longest tests of the sanitizer pass, so
 // CTest runs the four as tests of their own, side by side
 // (tests/calibration/CMakeLists.txt).
-class TimeSlice : public Calibration, public ::testing::WithParamInterface<std::tuple<double, double, double>> {};
+class TimeSlice : public Calibration, public ::testing::WithParamInterface<std::tuple<double, double, double, bool>> {};
 
 TEST_P(TimeSlice, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   // Four ranks on two cores, each kept to the end of its time slice while
@@ -354,20 +354,22 @@ TEST_P(TimeSlice, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   // the replayed step times and bubbles of runs with more ranks than cores
   // recover that way of sharing, its slice among none (the end of the
   // action) and the host's recorded one, or where none is recorded among
-  // none, 16, 8, 4, 2 and 1 ms, and its wake preemption.
+  // none, 16, 8, 4, 2 and 1 ms, its wake preemption, and whether each core
+  // queues its own ranks (affinity).
   pm::Hardware truth = known_hardware();
   truth.topology.host_cores = 2;
   truth.topology.run_to_completion = true;
   truth.topology.oversubscribed_send_s = 300e-6;
   truth.topology.oversubscribed_recv_s = 500e-6;
-  const auto [slice, wake, recorded] = GetParam();
+  const auto [slice, wake, recorded, affine] = GetParam();
   truth.topology.time_slice_s = slice;
   truth.topology.wake_preempt_s = wake;
+  truth.topology.core_affinity = affine;
   std::vector<pc::TraceRun> runs;
   std::map<std::string, Config> configs;
   int i = 0;
   for (const auto& c : grid()) {
-    if (c.ranks != 4 || c.recompute != "none") continue;  // three runs: the fit replays each 13 x 20 times
+    if (c.ranks != 4 || c.recompute != "none") continue;  // three runs: the fit replays each 25 x 20 times
     const std::string f = path("slice" + std::to_string(i++) + ".json");
     ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
     runs.push_back(pc::load_trace_run(f));
@@ -387,16 +389,18 @@ TEST_P(TimeSlice, StepTimesTellTheTimeSliceOfMoreRanksThanCores) {
   EXPECT_TRUE(fit.hardware.topology.run_to_completion) << "slice " << slice;
   EXPECT_EQ(fit.hardware.topology.time_slice_s, slice);
   EXPECT_EQ(fit.hardware.topology.wake_preempt_s, wake) << "slice " << slice;
+  EXPECT_EQ(fit.hardware.topology.core_affinity, affine) << "slice " << slice;
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_send_s, 300e-6, 1e-6) << "slice " << slice;
 }
 
-// slice, wake preemption, recorded slice: the third a rank woken by a
-// message that takes a core from a running one within 2 ms; the last two
-// Linux's slice on two CPUs (EEVDF's 1.5 ms) recorded by the runs, which no
-// octave of the fit without it holds.
+// slice, wake preemption, recorded slice, affinity: the third a rank woken
+// by a message that takes a core from a running one within 2 ms; the last
+// three Linux's slice on two CPUs (EEVDF's 1.5 ms) recorded by the runs,
+// which no octave of the fit without it holds; the last with a queue per core.
 INSTANTIATE_TEST_SUITE_P(Ways, TimeSlice,
-                         ::testing::Values(std::tuple{0.0, 0.0, 0.0}, std::tuple{1e-3, 0.0, 0.0}, std::tuple{0.0, 2e-3, 1.5e-3},
-                                           std::tuple{1.5e-3, 0.0, 1.5e-3}));
+                         ::testing::Values(std::tuple{0.0, 0.0, 0.0, false}, std::tuple{1e-3, 0.0, 0.0, false},
+                                           std::tuple{0.0, 2e-3, 1.5e-3, false}, std::tuple{1.5e-3, 0.0, 1.5e-3, false},
+                                           std::tuple{1.5e-3, 0.0, 1.5e-3, true}));
 
 TEST_F(Calibration, KindsThatNoPartitionSeparatesAreTiedAndSaidSo) {
   // One rank only: every stage holds every layer, so the kinds' slopes and

@@ -132,6 +132,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.run_to_completion = true;
   h.topology.time_slice_s = 2.5e-3;
   h.topology.wake_preempt_s = 0.5e-3;
+  h.topology.core_affinity = true;
   h.source = "a \"quoted\" source\nover two lines";
   const std::string text = pm::hardware_to_yaml(h, "first line\n\nthird line", "calibration:\n  note: kept\n");
   EXPECT_EQ(text.rfind("# first line\n#\n# third line\n", 0), 0u) << text;
@@ -167,6 +168,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_TRUE(back.topology.run_to_completion);
   EXPECT_DOUBLE_EQ(back.topology.time_slice_s, 2.5e-3);
   EXPECT_DOUBLE_EQ(back.topology.wake_preempt_s, 0.5e-3);
+  EXPECT_TRUE(back.topology.core_affinity);
   // Every preset too, and heterogeneous hardware.
   for (const auto& name : pm::preset_names()) {
     const auto p = pm::preset(name);
@@ -213,6 +215,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'topology.effective_cores': must be at least 1 (one rank alone runs at full speed)"},
       {"preset: cpu\ntopology:\n  run_to_completion: yes\n",
        ":3: field 'topology.run_to_completion': expected true or false, got 'yes'"},
+      {"preset: cpu\ntopology:\n  core_affinity: 1\n",
+       ":3: field 'topology.core_affinity': expected true or false, got '1'"},
       {"preset: cpu\ntopology:\n  time_slice_us: -1\n",
        ":3: field 'topology.time_slice_us': must not be negative, got -1"},
       {"preset: cpu\ntopology:\n  wake_preempt_us: -2\n",
