@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -191,16 +192,36 @@ double net(const ComputeGroup& g, double over, double cold_s_per_byte) {
 // transport's threads wake on the same cores): the curves take those
 // actions divided by 1 + x, x the ratio of their total to the curves'
 // (refitted until it settles); returns x.
-double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak) {
-  double slower = 0;
+//
+// Where the actions that ran alone in runs with a core per rank do not pin
+// the curves of those actions' layers, the curves follow the divided actions
+// down each round, their prediction p falls with them, and x runs away
+// (mlp-small's microbenchmarks: p fell to 1/700 of its first value and x
+// reached 840 in 100 rounds). Then x cannot be told from the curves: once p
+// falls below half its first value, the curves are fitted on the actions
+// undivided and x is 0, said in `notes`.
+double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak, std::vector<std::string>& notes) {
+  double slower = 0, first = 0;
   Observations& observed = c.observed;
   const Observations& as_measured = c.as_measured;
+  const Observations undivided = c.observed;
   for (int round = 0; round < 100; ++round) {
     double m = 0, p = 0;
     for (const auto& g : as_measured.compute) {
       if (!in.shared(*g.run)) continue;
       m += g.measured;
       p += group_seconds(c.fit, g) + c.cold_s_per_byte * g.cold_bytes;
+    }
+    if (round == 0) first = p;
+    if (p < 0.5 * first) {
+      observed = undivided;
+      c.fit = fit_compute(observed, c.kinds, base_peak);
+      char fell[32];
+      std::snprintf(fell, sizeof fell, "%.0f%%", 100 * p / first);
+      notes.push_back("oversubscribed.compute: 0, not fitted: the curves followed the divided actions of the runs with "
+                      "more ranks than cores (their prediction fell to " + std::string(fell) + " in " +
+                      std::to_string(round) + " rounds; no run with a core per rank pins those layers)");
+      return 0;
     }
     const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
     const bool settled = std::abs(next - slower) < 1e-9;
@@ -275,7 +296,7 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
   const auto shared = [&](const ComputeGroup& g) { return in.shared(*g.run); };
   if (!in.all_shared && in.base.topology.kind == pm::TopologyKind::SharedHost &&
       std::any_of(c.observed.compute.begin(), c.observed.compute.end(), shared)) {
-    c.slower = fit_oversubscribed_compute(in, c, base_peak);
+    c.slower = fit_oversubscribed_compute(in, c, base_peak, result.notes);
     result.coefficients.push_back({"oversubscribed.compute", c.slower,
                                    "how much longer the compute actions that ran alone took in runs with more ranks than "
                                    "cores than the curves say"});

@@ -222,3 +222,24 @@ TEST_F(CalibrateCli, AModelsOwnMicrobenchmarksAloneCalibrateIt) {
   const auto sim = run("simulate --model " + tiny + " -s 1f1b -k 2 -m 2 --hardware " + path("mb.yaml"));
   EXPECT_EQ(sim.code, 0) << sim.out;
 }
+
+// mlp-small's microbenchmarks from one pass on a 2-core host (stored under
+// data/mlp-microbench): its four-rank runs' actions alone drew the curves of
+// their layers after them, round after round, so the slowdown of the
+// compute with more ranks than cores ran away (840, a step predicted 5x too
+// long). The fit says it cannot tell that slowdown and leaves it at 0.
+TEST_F(CalibrateCli, ASlowdownThatTheCurvesFollowIsNotFitted) {
+  const std::string data = std::string(PIPETWIN_CALIBRATION_DATA) + "/mlp-microbench/";
+  std::string traces;
+  for (const char* name : {"k1_mb1", "k1_mb4", "k1_mb16", "k1_mb4_recompute", "k1_mb16_recompute", "k2_first_mb2",
+                           "k2_first_mb16", "k2_last_mb2", "k2_last_mb16", "k2_half_mb8_recompute", "k4_shared_1f1b",
+                           "k4_shared_gpipe"}) {
+    traces += " " + data + name + ".json";
+  }
+  const auto cal = run("calibrate" + traces + " --hardware cpu --out " + path("mlp.yaml"));
+  ASSERT_EQ(cal.code, 0) << cal.out;
+  EXPECT_TRUE(has(cal.out, "oversubscribed.compute: 0, not fitted: the curves followed the divided actions")) << cal.out;
+  const auto h = pm::load_hardware(path("mlp.yaml"));
+  EXPECT_EQ(h.topology.oversubscribed_compute, 0);
+  EXPECT_TRUE(h.topology.run_to_completion);  // the sharing is still fitted on the step times
+}
