@@ -205,6 +205,7 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak,
   Observations& observed = c.observed;
   const Observations& as_measured = c.as_measured;
   const Observations undivided = c.observed;
+  const ComputeFit undivided_fit = c.fit;
   for (int round = 0; round < 100; ++round) {
     double m = 0, p = 0;
     for (const auto& g : as_measured.compute) {
@@ -215,7 +216,7 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak,
     if (round == 0) first = p;
     if (p < 0.5 * first) {
       observed = undivided;
-      c.fit = fit_compute(observed, c.kinds, base_peak);
+      c.fit = undivided_fit;
       char fell[32];
       std::snprintf(fell, sizeof fell, "%.0f%%", 100 * p / first);
       notes.push_back("oversubscribed.compute: 0, not fitted: the curves followed the divided actions of the runs with "

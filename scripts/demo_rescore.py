@@ -72,6 +72,8 @@ def score(pipetwin, demo, rule, without=()):
     calibrate = sorted(n[:-6] for n in os.listdir(runs) if n.endswith(".quiet") and n[:-6] not in held and n[:-6] not in without)
     if not calibrate:
         raise ValueError(f"no {runs}/*.quiet list of a configuration outside compare/ to calibrate on")
+    if not held:
+        raise ValueError(f"no {demo}/compare/*.json: no held-out configuration to score (the demo stopped early?)")
     traces = [t for c in calibrate for t in keep(rule, lines(os.path.join(runs, c + ".quiet")))]
     hardware = os.path.join(work, "hardware.yaml")
     run([pipetwin, "calibrate", *traces, "--hardware", "cpu", "--out", hardware])

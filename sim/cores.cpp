@@ -59,7 +59,6 @@ void Cores::give(int core, bool blocking) {
   busy_[core] = false;
 }
 
-bool Cores::anyone_waiting(int core) const { return !queue_of(core).empty(); }
 bool Cores::woken_waiting(int core) const { return !queue_of(core).woken.empty(); }
 
 }  // namespace pipetwin::sim

@@ -32,9 +32,8 @@ class Cores {
   // other one; with affinity and `blocking` (its rank waits for a message,
   // not preempted), else to one waiting on another core; else it is free.
   void give(int core, bool blocking);
-  // Whether a rank waits for `core` (with affinity, in its queue; else for
-  // any), or one woken by a message does.
-  bool anyone_waiting(int core) const;
+  // Whether a rank woken by a message waits for `core` (with affinity, in its
+  // queue; else for any).
   bool woken_waiting(int core) const;
 
  private:

@@ -346,6 +346,7 @@ ps::Timeline simulate_here(const SimInput& in) {
   std::vector<ps::Timeline> replicas(D);
   const auto& topo = in.topology;
   const auto cores = topo.kind == models::TopologyKind::SharedHost && topo.run_to_completion && p.num_devices() > topo.host_cores
+                         // A tensor group takes its T cores at once: from one queue.
                          ? std::make_shared<Cores>(topo.host_cores, topo.core_affinity && p.tensor_parallel == 1)
                          : nullptr;
   const sg4::MutexPtr taking = sg4::Mutex::create();

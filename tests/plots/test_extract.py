@@ -115,6 +115,12 @@ class TraceScripts(Files):
         r = self.run_script("demo_rescore.py", old)
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stderr, f"^{old}: not a demo's output to score again [^\n]*: no {old}/runs/\\*\\.quiet list[^\n]*\n$")
+        # A demo stopped before its comparisons: its runs are there, compare/ is empty.
+        with open(os.path.join(old, "runs", "a.quiet"), "w", encoding="utf-8") as f:
+            f.write(runs[0] + "\n")
+        r = self.run_script("demo_rescore.py", old)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, f"^{old}: not a demo's output to score again [^\n]*: no {old}/compare/\\*\\.json[^\n]*\n$")
 
     def test_wide_repeats_names_the_configurations_whose_median_is_not_known(self):
         def run(name, r, step_ms, busy=False):
