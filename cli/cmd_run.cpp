@@ -53,6 +53,7 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
     ranks.push_back({{"rank", rank.rank}, {"pipeline_rank", rank.pipeline_rank < 0 ? rank.rank : rank.pipeline_rank},
                      {"replica", rank.replica}, {"host", rank.host}, {"threads", rank.threads},
                      {"malloc", rank.heap}, {"host_cores", rank.host_cores}, {"sched_slice_s", rank.sched_slice_s},
+                     {"gloo_backoffs", rank.gloo_backoffs},
                      {"peak_allocated_bytes", rank.peak_allocated_bytes}, {"baseline_bytes", rank.baseline_bytes},
                      {"peak_rss_bytes", rank.peak_rss_bytes}, {"clock_offset_s", rank.clock_offset_s},
                      {"clock_uncertainty_s", rank.clock_uncertainty_s}});

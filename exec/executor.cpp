@@ -26,6 +26,7 @@
 #include <malloc.h>
 #endif
 
+#include "exec/gloo_backoff.hpp"
 #include "exec/core_probe.hpp"
 #include "exec/report.hpp"
 #include "exec/run.hpp"
@@ -427,9 +428,9 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.collectives = describe_collectives(p, where, backend, c.device);
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));
   report.peak_rss_bytes = static_cast<double>(MemoryMeter::peak_rss_bytes());
+  report.gloo_backoffs = static_cast<double>(gloo_backoffs());
   // The replicas hold the same weights (their reductions are the same sums): replica 0's are saved.
   if (!c.save_weights.empty() && where.replica == 0) save_weights(c.save_weights, backend, where.member == 0);
-
   comm.publish("report/" + std::to_string(env.rank), report.to_json().dump());
   if (env.rank != 0) return std::nullopt;
   std::vector<RankReport> reports;

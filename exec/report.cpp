@@ -108,6 +108,7 @@ nlohmann::json RankReport::to_json() const {
           {"malloc", heap},
           {"host_cores", host_cores},
           {"sched_slice_s", sched_slice_s},
+          {"gloo_backoffs", gloo_backoffs},
           {"clock_offset_s", clock_offset_s},
           {"clock_uncertainty_s", clock_uncertainty_s},
           {"steps", steps_json},
@@ -133,6 +134,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.heap = j.value("malloc", "system");
   r.host_cores = j.value("host_cores", 0);
   r.sched_slice_s = j.value("sched_slice_s", 0.0);
+  r.gloo_backoffs = j.value("gloo_backoffs", 0.0);
   r.clock_offset_s = j.at("clock_offset_s").get<double>();
   r.clock_uncertainty_s = j.at("clock_uncertainty_s").get<double>();
   for (const auto& s : j.at("steps")) r.steps.push_back(timeline_from_json(s));

@@ -87,6 +87,7 @@ struct RankReport {
   std::string heap = "system";     // keep, system (CPU heap policy) or cuda-caching
   int host_cores = 0;              // CPUs this rank's process may run on (its affinity); 0: unknown
   double sched_slice_s = 0;        // the host's scheduler slice (scheduler_slice_s); 0: unknown
+  double gloo_backoffs = 0;        // sleeps its Gloo loop thread took out of a spin (gloo_backoff.hpp)
   double clock_offset_s = 0;       // added to this rank's clock to read rank 0's
   double clock_uncertainty_s = 0;  // half the best round trip of the alignment
   std::vector<schedule::Timeline> steps;  // one rank filled; seconds on rank 0's clock

@@ -97,6 +97,7 @@ TEST(Report, ReportsRoundTripThroughJson) {
   r.peak_rss_bytes = 123456789;
   r.heap = "keep";
   r.sched_slice_s = 1.5e-3;
+  r.gloo_backoffs = 67;
   pe::HostSample sample;
   sample.cpus = 2;
   sample.minor_faults = 4321;
@@ -105,6 +106,7 @@ TEST(Report, ReportsRoundTripThroughJson) {
   EXPECT_EQ(back.to_json(), r.to_json());
   EXPECT_EQ(back.heap, "keep");
   EXPECT_EQ(back.sched_slice_s, 1.5e-3);
+  EXPECT_EQ(back.gloo_backoffs, 67);
   EXPECT_EQ(back.host_samples.at(1).minor_faults, 4321);
   EXPECT_EQ(back.steps[0].ranks[1][1].action, ps::parse_action("1F0"));
 }
