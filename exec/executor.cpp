@@ -26,8 +26,8 @@
 #include <malloc.h>
 #endif
 
-#include "exec/gloo_backoff.hpp"
 #include "exec/core_probe.hpp"
+#include "exec/gloo_backoff.hpp"
 #include "exec/report.hpp"
 #include "exec/run.hpp"
 #include "exec/torch_backend.hpp"

@@ -48,15 +48,6 @@ std::uint64_t gloo_backoffs() { return g_backoffs.load(std::memory_order_relaxed
 
 }  // namespace pipetwin::exec
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PIPETWIN_NO_INTERPOSE 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PIPETWIN_NO_INTERPOSE 1
-#endif
-
 #ifndef PIPETWIN_NO_INTERPOSE
 namespace {
 thread_local std::uint64_t t_io = 0;
@@ -110,7 +101,8 @@ extern "C" int epoll_wait(int epfd, struct epoll_event* events, int maxevents, i
   }
   const int n = real(epfd, events, maxevents, timeout);
   const int saved = errno;
-  pending_sleep = n >= 1 ? backoff.returned(n, events[0].data.u64, events[0].events, t_io) : backoff.returned(n, 0, 0, t_io);
+  const epoll_event first = n >= 1 ? events[0] : epoll_event{};
+  pending_sleep = backoff.returned(n, first.data.u64, first.events, t_io);
   errno = saved;
   return n;
 }

@@ -22,7 +22,23 @@
 
 #include <cstdint>
 
+// Sanitizer builds keep their runtime's own interceptors of these calls.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PIPETWIN_NO_INTERPOSE 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PIPETWIN_NO_INTERPOSE 1
+#endif
+
 namespace pipetwin::exec {
+
+#ifdef PIPETWIN_NO_INTERPOSE
+inline constexpr bool kGlooBackoffInterposed = false;
+#else
+inline constexpr bool kGlooBackoffInterposed = true;  // this build's epoll_wait, recv and writev are ours
+#endif
 
 class SpinBackoff {
  public:
