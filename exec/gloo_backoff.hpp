@@ -8,7 +8,7 @@
 // per thread that is microseconds. With four ranks on two cores the holder is
 // often preempted inside, and the loop thread spins for whole scheduler
 // slices on a core the ranks need: measured on a 2-core host, gpipe K=4 M=16
-// made about 43,000 epoll_wait calls a step (95% of them handling nothing),
+// made about 43,000 epoll_wait calls a step (98% of them handling nothing),
 // and its ranks used 1.6x the CPU time of the same work on one rank.
 //
 // SpinBackoff tells such a spin from work: the same single event returned
