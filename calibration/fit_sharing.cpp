@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calibration/least_squares.hpp"
@@ -88,39 +89,27 @@ void fit_effective_cores(const std::vector<const TraceRun*>& within, FitResult& 
                                   " run(s) of several ranks within the cores (replayed)"});
 }
 
-// From the runs with more ranks than cores: the way of sharing the cores
-// (run_to_completion, time_slice_s) and the scale of the transfers' waits for
-// a core. `host_slice` is the slice the runs' host recorded for its
-// scheduler (0: none recorded).
-void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_slice, FitResult& fit,
-                      const Replay& replay) {
-  pm::Topology& t = fit.hardware.topology;
-  const auto loss = [&] { return replay_loss(beyond, fit.hardware, replay); };
-  // The transfers' waits for a core: their measured means (fit()) set their
-  // shape, the step times their scale; 1 ms each when none was measured.
-  const double send = t.oversubscribed_send_s, recv = t.oversubscribed_recv_s;
-  const bool measured = send > 0 || recv > 0;
-  const auto set = [&](double x) {
-    t.oversubscribed_send_s = measured ? x * send : x * 1e-3;
-    t.oversubscribed_recv_s = measured ? x * recv : x * 1e-3;
-  };
-  // Each way of sharing, with its best scale: the cores shared evenly, or
-  // each kept by a rank until it receives a message, or until then or the
-  // end of a time slice while others wait (round robin), the slice the
-  // host's scheduler uses where the runs recorded it, else one of 16 ms
-  // down to 1 ms; the best of them. The slice is the scheduler's own where
-  // it is known rather than fitted: the runs of a calibration hold two or
-  // three configurations of more ranks than cores, and the octave they
-  // favour moved from one calibration to the next on the same host, where the
-  // recorded 1.5 ms predicted the held-out ones better (docs/calibration.md,
-  // "The scheduler's own slice").
-  // Each way that keeps cores, again with a queue per core (affinity: Linux
-  // queues a task on the CPU it last ran on, sim/cores.hpp).
-  struct Way {
-    bool keep;
-    double slice_s, wake_s = 0;
-    bool affine = false;
-  };
+// A way of sharing the cores with more ranks than cores (sim/simulator.cpp):
+// keep (run_to_completion), its time slice, its wake preemption, a queue per core.
+struct Way {
+  bool keep;
+  double slice_s, wake_s = 0;
+  bool affine = false;
+  friend bool operator==(const Way&, const Way&) = default;
+};
+
+// Each way of sharing: the cores shared evenly, or each kept by a rank until
+// it receives a message, or until then or the end of a time slice while
+// others wait (round robin), the slice the host's scheduler uses where the
+// runs recorded it (`host_slice`, 0: none recorded), else one of 16 ms down
+// to 1 ms. The slice is the scheduler's own where it is known rather than
+// fitted: the runs of a calibration hold two or three configurations of more
+// ranks than cores, and the octave they favour moved from one calibration to
+// the next on the same host, where the recorded 1.5 ms predicted the
+// held-out ones better (docs/calibration.md, "The scheduler's own slice").
+// Each way that keeps cores, again with a queue per core (affinity: Linux
+// queues a task on the CPU it last ran on, sim/cores.hpp).
+std::vector<Way> sharing_ways(double host_slice) {
   std::vector<Way> ways =
       host_slice > 0
           ? std::vector<Way>{{false, 0}, {true, 0}, {true, host_slice}, {true, 0, 0.5e-3}, {true, 0, 2e-3},
@@ -132,45 +121,150 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
   for (std::size_t i = 0, n = ways.size(); i < n; ++i) {
     if (ways[i].keep) ways.push_back({true, ways[i].slice_s, ways[i].wake_s, true});
   }
-  double best = 0, best_loss = 0;
-  Way best_way = ways[0];
-  for (const Way& way : ways) {
-    t.run_to_completion = way.keep;
-    t.time_slice_s = way.slice_s;
-    t.wake_preempt_s = way.wake_s;
-    t.core_affinity = way.affine;
-    const double s = fitting::scan_min(
+  return ways;
+}
+
+// The fit of the runs with more ranks than cores, on the topology it sets.
+class CoreSharing {
+ public:
+  CoreSharing(const std::vector<const TraceRun*>& beyond, double host_slice, FitResult& fit, const Replay& replay)
+      : beyond_(beyond), fit_(fit), replay_(replay), t_(fit.hardware.topology), ways_(sharing_ways(host_slice)),
+        send_(t_.oversubscribed_send_s), recv_(t_.oversubscribed_recv_s) {}
+
+  double loss() const { return replay_loss(beyond_, fit_.hardware, replay_); }
+
+  // The transfers' waits for a core: their measured means (fit()) set their
+  // shape, the step times their scale; 1 ms each when none was measured.
+  void set(double x) {
+    const bool measured = send_ > 0 || recv_ > 0;
+    t_.oversubscribed_send_s = measured ? x * send_ : x * 1e-3;
+    t_.oversubscribed_recv_s = measured ? x * recv_ : x * 1e-3;
+  }
+
+  void use(const Way& way) {
+    t_.run_to_completion = way.keep;
+    t_.time_slice_s = way.slice_s;
+    t_.wake_preempt_s = way.wake_s;
+    t_.core_affinity = way.affine;
+  }
+
+  // The waits' best scale with everything else as it is (set to it).
+  double best_scale() {
+    const double x = fitting::scan_min(
         [&](double x) {
           set(x);
           return loss();
         },
         0.0, 3.0, 1e-3, 13);
-    set(s);
-    const double l = loss();
-    if (&way == &ways[0] || l < best_loss) best = s, best_loss = l, best_way = way;
+    set(x);
+    return x;
   }
-  t.run_to_completion = best_way.keep;
-  t.time_slice_s = best_way.slice_s;
-  t.wake_preempt_s = best_way.wake_s;
-  t.core_affinity = best_way.affine;
-  set(best);
-  fit.coefficients.push_back({"oversubscribed.run_to_completion", best_way.keep ? 1.0 : 0.0,
-                              "fitted on the steps and bubbles of " + std::to_string(beyond.size()) +
-                                  " run(s) with more ranks than cores (replayed): 1 a rank keeps a core until it receives a "
-                                  "message (or its time slice ends), 0 shares it"});
+
+  // The best way at the capacity as it is, each with its best scale (set to them).
+  void choose_way() {
+    for (const Way& way : ways_) {
+      use(way);
+      const double s = best_scale(), l = loss();
+      if (&way == &ways_[0] || l < loss_) scale_ = s, loss_ = l, way_ = way;
+    }
+    use(way_);
+    set(scale_);
+  }
+
+  // The cores' worth of compute with more ranks than cores: the ranks
+  // computing at once there may slow each other more than within the cores
+  // (each resumes on a core another rank has just left, its cache cold).
+  // Kept only where it does better than the capacity within the cores (runs
+  // of one rank at a time, M = 1, never tell it). Without it the waits alone
+  // take what the compute loses, and their count grows with M: the fit
+  // traded a fast M = 4 against a slow M = 16 and predicted the M between
+  // them fast (docs/calibration.md, "Four ranks computing at once").
+  // A grid of capacities (capacity_grid), then the way again at the
+  // capacity found, and the grid again if it changed. Nothing to do where
+  // the replays already match (a loss of 0).
+  void fit_capacity() {
+    const double without = loss_, plain_scale = scale_;
+    const Way plain_way = way_;
+    if (without <= 1e-12) return;
+    capacity_grid();
+    if (t_.oversubscribed_cores > 0) {
+      const Way before = way_;
+      choose_way();
+      if (!(before == way_)) capacity_grid();
+    }
+    if (t_.oversubscribed_cores == 0 || !(loss_ < without * (1 - 1e-6))) {
+      t_.oversubscribed_cores = 0;
+      way_ = plain_way, scale_ = plain_scale;
+      use(way_);
+      set(scale_);
+    }
+  }
+
+  void record(double host_slice) const;
+
+ private:
+  // From the capacity within the cores down to three quarters of it in
+  // steps of 2.5%, the waits' best scale at each (the two trade against each
+  // other: turns between them from the capacity within the cores stopped at
+  // their first dip; on bench_fidelity.sh's runs of 2026-11-29 at 1.89
+  // cores, where the grid finds 1.85 at a loss 6% lower, with the way first chosen).
+  void capacity_grid() {
+    const double within = t_.compute_capacity();
+    double cores = t_.oversubscribed_cores > 0 ? t_.oversubscribed_cores : within, scale = scale_, least = loss_;
+    for (int i = 1; i <= 10; ++i) {
+      t_.oversubscribed_cores = std::max(1.0, within * (1 - 0.025 * i));
+      const double x = best_scale(), l = loss();
+      if (l < least) least = l, cores = t_.oversubscribed_cores, scale = x;
+    }
+    t_.oversubscribed_cores = cores < within - 2e-3 ? cores : 0;
+    scale_ = scale, loss_ = least;
+    set(scale_);
+  }
+
+  const std::vector<const TraceRun*>& beyond_;
+  FitResult& fit_;
+  const Replay& replay_;
+  pm::Topology& t_;
+  const std::vector<Way> ways_;
+  const double send_, recv_;
+  double scale_ = 0, loss_ = 0;
+  Way way_{false, 0};
+};
+
+void CoreSharing::record(double host_slice) const {
+  const auto add = [&](std::string name, double value, std::string how) {
+    fit_.coefficients.push_back({std::move(name), value, std::move(how)});
+  };
+  add("oversubscribed.run_to_completion", way_.keep ? 1.0 : 0.0,
+      "fitted on the steps and bubbles of " + std::to_string(beyond_.size()) +
+          " run(s) with more ranks than cores (replayed): 1 a rank keeps a core until it receives a "
+          "message (or its time slice ends), 0 shares it");
   char host_ms[32] = {};
   std::snprintf(host_ms, sizeof(host_ms), "%.3g ms", host_slice * 1e3);
-  fit.coefficients.push_back(
-      {"oversubscribed.time_slice_s", best_way.slice_s,
-       host_slice > 0 ? "none or the " + std::string(host_ms) + " the runs' host recorded for its scheduler, the better on the same (0: none)"
-                      : "the best of none, 16, 8, 4, 2 and 1 ms on the same (0: none; the runs recorded no scheduler slice)"});
-  fit.coefficients.push_back(
-      {"oversubscribed.wake_preempt_s", best_way.wake_s,
-       host_slice > 0 ? "the best of none, 0.5 and 2 ms on the same, with no time slice or the host's (0: none)"
-                      : "the best of none, 0.5 and 2 ms on the same, with no time slice or one of 16 or 4 ms (0: none)"});
-  fit.coefficients.push_back({"oversubscribed.core_affinity", best_way.affine ? 1.0 : 0.0,
-                              "each of those ways with a queue per core, or one for all, the better on the same (1: per core)"});
-  fit.coefficients.push_back({"oversubscribed.scale", best, "of the transfers' waits for a core, fitted on the same"});
+  add("oversubscribed.time_slice_s", way_.slice_s,
+      host_slice > 0 ? "none or the " + std::string(host_ms) + " the runs' host recorded for its scheduler, the better on the same (0: none)"
+                     : "the best of none, 16, 8, 4, 2 and 1 ms on the same (0: none; the runs recorded no scheduler slice)");
+  add("oversubscribed.wake_preempt_s", way_.wake_s,
+      host_slice > 0 ? "the best of none, 0.5 and 2 ms on the same, with no time slice or the host's (0: none)"
+                     : "the best of none, 0.5 and 2 ms on the same, with no time slice or one of 16 or 4 ms (0: none)");
+  add("oversubscribed.core_affinity", way_.affine ? 1.0 : 0.0,
+      "each of those ways with a queue per core, or one for all, the better on the same (1: per core)");
+  add("oversubscribed.scale", scale_, "of the transfers' waits for a core, fitted on the same");
+  add("oversubscribed.cores", t_.compute_capacity(t_.host_cores + 1),
+      "the cores' worth of compute the ranks computing at once get, fitted on the same with the way and the scale "
+      "(kept where it beats the capacity within the cores)");
+}
+
+// From the runs with more ranks than cores: the way of sharing the cores,
+// the scale of the transfers' waits for a core, the capacity of the ranks
+// computing at once. `host_slice` is the slice the runs' host recorded for
+// its scheduler (0: none recorded).
+void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_slice, FitResult& fit,
+                      const Replay& replay) {
+  CoreSharing sharing(beyond, host_slice, fit, replay);
+  sharing.choose_way();
+  sharing.fit_capacity();
+  sharing.record(host_slice);
 }
 
 }  // namespace

@@ -273,9 +273,10 @@ void print_text(const Options& o, const std::vector<calibration::TraceRun>& runs
   }
   if (result.hardware.topology.kind == models::TopologyKind::SharedHost) {
     const auto& t = result.hardware.topology;
-    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %s, each forward and backward "
-                "takes %.1f%% longer, and each send waits %.1f us and each receive %.1f us more for a core\n",
-                t.host_cores, t.compute_capacity(), sharing_way(t).c_str(), 100 * t.oversubscribed_compute,
+    std::printf("sharing      %d cores, %.3g effective; with more ranks than cores, %.3g effective, %s, each forward "
+                "and backward takes %.1f%% longer, and each send waits %.1f us and each receive %.1f us more for a core\n",
+                t.host_cores, t.compute_capacity(), t.compute_capacity(t.host_cores + 1), sharing_way(t).c_str(),
+                100 * t.oversubscribed_compute,
                 t.oversubscribed_send_s * 1e6, t.oversubscribed_recv_s * 1e6);
     if (t.full_host_send_s + t.full_host_recv_s > 0) {
       std::printf("full host    with as many ranks as cores, each send waits %.1f us and each receive %.1f us more for a "

@@ -218,7 +218,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
-      {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_send_us",
+      {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_cores", "oversubscribed_send_us",
        "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "wake_preempt_us", "core_affinity", "intra", "bridge", "inter", "collective",
        "tensor_collective", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
@@ -259,6 +259,14 @@ void apply_topology(Topology& t, const YamlFields& y) {
     if (t.effective_cores > t.host_cores + 1e-9) {
       y.fail("effective_cores", "is " + yaml_number(t.effective_cores) + ", more than the host's " +
                                     std::to_string(t.host_cores) + " cores (host_cores)");
+    }
+  }
+  if (y.has("oversubscribed_cores")) {
+    t.oversubscribed_cores = y.positive_number("oversubscribed_cores");
+    if (t.oversubscribed_cores < 1) y.fail("oversubscribed_cores", "must be at least 1 (one rank alone runs at full speed)");
+    if (t.oversubscribed_cores > t.host_cores + 1e-9) {
+      y.fail("oversubscribed_cores", "is " + yaml_number(t.oversubscribed_cores) + ", more than the host's " +
+                                         std::to_string(t.host_cores) + " cores (host_cores)");
     }
   }
   if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;

@@ -209,6 +209,11 @@ struct Topology {
   // the ranks computing at once, each at most one core; below host_cores when
   // they slow each other (shared caches and memory, SMT siblings). 0: host_cores.
   double effective_cores = 0;
+  // SharedHost, calibrated: the same with more processes than cores, where
+  // the ranks computing at once also share their cores' caches with the
+  // ranks waiting on them (each resumes on a core another rank has just
+  // left); fitted on those runs' steps. 0: as effective_cores.
+  double oversubscribed_cores = 0;
   // SharedHost, calibrated: with more ranks than cores, what each send and
   // each receive also waits for a core (the ranks and the transport's threads
   // take turns), on top of the device's transfer costs; in a configuration
@@ -269,10 +274,17 @@ struct Topology {
   // layers' work on the curves, its collectives apart (the split's own
   // operations, T processes' caches): 0.1 is 10%.
   double tensor_compute = 0;
-  // The cores' worth of compute that ranks computing at once share.
-  double compute_capacity() const { return effective_cores > 0 ? effective_cores : host_cores; }
-  // Whether the host's capacity is calibrated below its cores.
-  bool calibrated_sharing() const { return effective_cores > 0; }
+  // The cores' worth of compute that ranks computing at once share, in a
+  // program of `processes` processes (T x K x D; any number within the cores
+  // gives effective_cores').
+  double compute_capacity(std::int64_t processes = 0) const {
+    if (processes > host_cores && oversubscribed_cores > 0) return oversubscribed_cores;
+    return effective_cores > 0 ? effective_cores : host_cores;
+  }
+  // Whether the host's capacity for that program is calibrated below its cores.
+  bool calibrated_sharing(std::int64_t processes = 0) const {
+    return effective_cores > 0 || (processes > host_cores && oversubscribed_cores > 0);
+  }
   Link intra;   // device-device (all-to-all), device-switch (PCIe), inside a host (multi-host), loopback (shared),
                 // one GPU's NVSwitch port (cluster)
   Link bridge;  // switch-host bridge (PCIe tree)

@@ -100,6 +100,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
     out += "  oversubscription: " + yaml_number(t.oversubscription) + "\n";
   }
   if (t.effective_cores > 0) out += "  effective_cores: " + yaml_number(t.effective_cores) + "\n";
+  if (t.oversubscribed_cores > 0) out += "  oversubscribed_cores: " + yaml_number(t.oversubscribed_cores) + "\n";
   if (t.oversubscribed_send_s > 0) out += "  oversubscribed_send_us: " + yaml_number(t.oversubscribed_send_s / kUs) + "\n";
   if (t.oversubscribed_recv_s > 0) out += "  oversubscribed_recv_us: " + yaml_number(t.oversubscribed_recv_s / kUs) + "\n";
   if (t.full_host_send_s > 0) out += "  full_host_send_us: " + yaml_number(t.full_host_send_s / kUs) + "\n";

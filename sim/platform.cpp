@@ -35,9 +35,11 @@ std::vector<sg4::Host*> build_platform(const models::Topology& topo, const ps::P
   if (topo.kind == models::TopologyKind::SharedHost) {
     // Calibrated sharing: one core of the capacity's speed, each rank's exec
     // bounded to one core (SimBackend::compute), so that n ranks computing at
-    // once each run at min(1, effective_cores / n).
-    auto* host = topo.calibrated_sharing()
-                     ? zone->create_host("host", kSpeed * topo.compute_capacity())->set_core_count(1)->seal()
+    // once each run at min(1, effective_cores / n) (oversubscribed_cores with
+    // more processes than cores).
+    const std::int64_t processes = p.num_devices();
+    auto* host = topo.calibrated_sharing(processes)
+                     ? zone->create_host("host", kSpeed * topo.compute_capacity(processes))->set_core_count(1)->seal()
                      : zone->create_host("host", kSpeed)->set_core_count(topo.host_cores)->seal();
     const auto hops = topo.route(0, 1);
     zone->add_route(host->get_netpoint(), host->get_netpoint(), nullptr, nullptr,

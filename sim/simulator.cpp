@@ -70,7 +70,7 @@ class SimBackend final : public ps::Backend {
   SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, std::shared_ptr<Cores> cores,
              sg4::MutexPtr taking, int replica, int who)
       : in_(in), boxes_(boxes), out_(out), replica_(replica), who_(who),
-        bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing()),
+        bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing(in.program.num_devices())),
         cores_(std::move(cores)), taking_(std::move(taking)) {}
 
   void compute(ps::RankId, const ps::Action& a) override {

@@ -296,6 +296,65 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_recv_s, 500e-6, 1e-6);
 }
 
+TEST_F(Calibration, StepTimesTellTheCoresWorthOfComputeWithMoreRanksThanCores) {
+  // Two cores of which two ranks get both, and four ranks 1.8 cores' worth
+  // (each resumes on a core another has just left), with waits for a core on
+  // each transfer: the runs of two ranks find no loss within the cores, the
+  // runs of four, replayed, the 1.8 and the waits together.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.oversubscribed_cores = 1.8;
+  truth.topology.run_to_completion = true;  // as calibrate found on this 2-core host
+  truth.topology.wake_preempt_s = 0.5e-3;
+  truth.topology.core_affinity = true;
+  truth.topology.oversubscribed_send_s = 300e-6;
+  truth.topology.oversubscribed_recv_s = 500e-6;
+  std::map<std::string, Config> configs;
+  const auto make = [&](std::vector<pc::TraceRun>& all, std::vector<pc::TraceRun>& some) {
+    all.clear(), some.clear();
+    int i = 0;
+    for (const auto& c : grid()) {
+      const std::string f = path("oc" + std::to_string(i++) + ".json");
+      ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
+      all.push_back(pc::load_trace_run(f));
+      configs[f] = c;
+      // Four ranks at M = 4 and 2 (their waits grow with M, their loss of
+      // compute does not), and two ranks, which tell the capacity within.
+      const bool two = c.ranks == 2 && c.partition.front().end == 3;
+      if ((c.ranks == 4 || two) && c.batch != 4) some.push_back(all.back());
+    }
+  };
+  std::vector<pc::TraceRun> all, some;
+  make(all, some);
+  ASSERT_GE(some.size(), 4u);
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 2;
+  pc::FitResult fit = pc::fit(all, base);
+  const auto replay = [&](const pc::TraceRun& r, const pm::Hardware& hw) {
+    return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
+  };
+  pc::fit_sharing(some, fit, replay);
+  const pm::Topology& t = fit.hardware.topology;
+  EXPECT_EQ(t.effective_cores, 0);
+  EXPECT_NEAR(t.oversubscribed_cores, 1.8, 1e-9);
+  EXPECT_DOUBLE_EQ(t.compute_capacity(2), 2);
+  EXPECT_DOUBLE_EQ(t.compute_capacity(4), t.oversubscribed_cores);
+  EXPECT_TRUE(t.run_to_completion && t.core_affinity);
+  EXPECT_EQ(t.wake_preempt_s, 0.5e-3);
+  // The waits' measured means carry the way's queueing: their scale is what
+  // the replays need, and the replayed steps are the runs'.
+  for (const auto& r : some) {
+    EXPECT_NEAR(replay(r, fit.hardware).makespan() / r.step_time_s, 1, 5e-3) << r.path;
+  }
+  // The same runs made with the whole two cores for four ranks: nothing to keep.
+  truth.topology.oversubscribed_cores = 0;
+  make(all, some);
+  pc::FitResult plain = pc::fit(all, base);
+  pc::fit_sharing(some, plain, replay);
+  EXPECT_EQ(plain.hardware.topology.oversubscribed_cores, 0);
+  EXPECT_DOUBLE_EQ(plain.hardware.topology.compute_capacity(4), 2);
+}
+
 TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
   // Two ranks on two cores: in one run of four (of the grid's two-rank runs)
   // every send waits 2 ms for a core, the rare stall of a transport thread

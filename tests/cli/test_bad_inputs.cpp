@@ -249,6 +249,8 @@ std::vector<Bad> catalogue() {
       hw("hw_preset_not_a_string", "preset: [v100]\n", "error: {}/hw.yaml:1: field 'preset': expected a string"),
       hw("hw_effective_cores_past_the_host", "preset: cpu\ntopology:\n  effective_cores: 50\n",
          "hw.yaml:3: field 'topology.effective_cores': is 50, more than the host's 2 cores"),
+      hw("hw_oversubscribed_cores_past_the_host", "preset: cpu\ntopology:\n  oversubscribed_cores: 2.5\n",
+         "hw.yaml:3: field 'topology.oversubscribed_cores': is 2.5, more than the host's 2 cores"),
       hw("hw_duplicate_nested_key", "preset: a100\ndevice:\n  memory_gb: 32\n  memory_gb: 1\n",
          "hw.yaml:4: field 'device.memory_gb': given twice (first on line 3)"),
       hw("hw_missing_fields", "name: x\n", "field 'device.peak_flops_fp32': missing"),

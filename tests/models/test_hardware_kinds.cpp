@@ -124,6 +124,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.device.kinds["embedding"].forward.points = {{1234.5, 0.01}, {9876.54321, 0.0123456789}};
   h.topology.intra = {12.3456789e-6, 1.987654321e9};
   h.topology.effective_cores = 1.73;
+  h.topology.oversubscribed_cores = 1.61;
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
   h.topology.oversubscribed_compute = 0.0625;
@@ -160,6 +161,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_EQ(back.topology.kind, h.topology.kind);
   EXPECT_EQ(back.topology.host_cores, h.topology.host_cores);
   EXPECT_DOUBLE_EQ(back.topology.effective_cores, 1.73);
+  EXPECT_DOUBLE_EQ(back.topology.oversubscribed_cores, 1.61);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_compute, 0.0625);
@@ -213,6 +215,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'device.efficiency.points': expected [work, efficiency] pairs of numbers"},
       {"preset: cpu\ntopology:\n  effective_cores: 0.5\n",
        ":3: field 'topology.effective_cores': must be at least 1 (one rank alone runs at full speed)"},
+      {"preset: cpu\ntopology:\n  oversubscribed_cores: 0.9\n",
+       ":3: field 'topology.oversubscribed_cores': must be at least 1 (one rank alone runs at full speed)"},
       {"preset: cpu\ntopology:\n  run_to_completion: yes\n",
        ":3: field 'topology.run_to_completion': expected true or false, got 'yes'"},
       {"preset: cpu\ntopology:\n  core_affinity: 1\n",
