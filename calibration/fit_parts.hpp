@@ -261,6 +261,17 @@ double golden_min(const std::function<double(double)>& f, double lo, double hi, 
 // one's neighbours; the best of all it evaluated.
 double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points);
 
+// With more ranks than cores, and the way of sharing them as the topology
+// holds it: the cores' worth of compute that the ranks computing at once get
+// (topology.oversubscribed_cores) and the scale of the transfers' waits for a
+// core (of oversubscribed_send_s and _recv_s as they are) that replay
+// `beyond`'s steps and bubbles best: a grid from the capacity within the
+// cores down to three quarters of it in steps of 2.5%, the waits' best scale
+// at each. Kept where the replays improve on the capacity within the cores;
+// otherwise the topology is left as it was. Returns whether it was kept.
+// fit_sharing() runs it after choosing the way, then chooses the way again.
+bool fit_oversubscribed_cores(const std::vector<const TraceRun*>& beyond, FitResult& fit, const Replay& replay);
+
 // ---------------------------------------------------------------------------
 // The overlap of an OVERLAP_F_B (fit_overlap.cpp).
 

@@ -171,6 +171,12 @@ class CoreSharing {
     set(scale_);
   }
 
+  // The way as the topology holds it, with the waits at their measured means.
+  void keep_way() {
+    way_ = {t_.run_to_completion, t_.time_slice_s, t_.wake_preempt_s, t_.core_affinity};
+    scale_ = send_ > 0 || recv_ > 0 ? 1 : 0, loss_ = loss();
+  }
+
   // The cores' worth of compute with more ranks than cores: the ranks
   // computing at once there may slow each other more than within the cores
   // (each resumes on a core another rank has just left, its cache cold).
@@ -179,25 +185,25 @@ class CoreSharing {
   // take what the compute loses, and their count grows with M: the fit
   // traded a fast M = 4 against a slow M = 16 and predicted the M between
   // them fast (docs/calibration.md, "Four ranks computing at once").
-  // A grid of capacities (capacity_grid), then the way again at the
-  // capacity found, and the grid again if it changed. Nothing to do where
-  // the replays already match (a loss of 0).
-  void fit_capacity() {
+  // A grid of capacities (capacity_grid), then, with `rechoose`, the way
+  // again at the capacity found, and the grid again if it changed. Nothing
+  // to do where the replays already match. Returns whether it was kept.
+  bool fit_capacity(bool rechoose) {
     const double without = loss_, plain_scale = scale_;
     const Way plain_way = way_;
-    if (without <= 1e-12) return;
+    if (without <= 1e-8 * static_cast<double>(beyond_.size())) return false;  // within ~0.01% each
     capacity_grid();
-    if (t_.oversubscribed_cores > 0) {
+    if (rechoose && t_.oversubscribed_cores > 0) {
       const Way before = way_;
       choose_way();
       if (!(before == way_)) capacity_grid();
     }
-    if (t_.oversubscribed_cores == 0 || !(loss_ < without * (1 - 1e-6))) {
-      t_.oversubscribed_cores = 0;
-      way_ = plain_way, scale_ = plain_scale;
-      use(way_);
-      set(scale_);
-    }
+    if (t_.oversubscribed_cores > 0 && loss_ < without * (1 - 1e-6)) return true;
+    t_.oversubscribed_cores = 0;
+    way_ = plain_way, scale_ = plain_scale;
+    use(way_);
+    set(scale_);
+    return false;
   }
 
   void record(double host_slice) const;
@@ -263,11 +269,21 @@ void fit_core_sharing(const std::vector<const TraceRun*>& beyond, double host_sl
                       const Replay& replay) {
   CoreSharing sharing(beyond, host_slice, fit, replay);
   sharing.choose_way();
-  sharing.fit_capacity();
+  sharing.fit_capacity(/*rechoose=*/true);
   sharing.record(host_slice);
 }
 
 }  // namespace
+
+namespace fitting {
+
+bool fit_oversubscribed_cores(const std::vector<const TraceRun*>& beyond, FitResult& fit, const Replay& replay) {
+  CoreSharing sharing(beyond, 0, fit, replay);
+  sharing.keep_way();
+  return sharing.fit_capacity(/*rechoose=*/false);
+}
+
+}  // namespace fitting
 
 void fit_sharing(const std::vector<TraceRun>& runs, FitResult& fit, const Replay& replay) {
   const pm::Topology& t = fit.hardware.topology;
