@@ -133,12 +133,17 @@ for name in "${held[@]}"; do
     hw="$OUT/A.yaml"
     [ "$cal" = B ] && hw="$OUT/B-$model.yaml"
     [ -s "$hw" ] || continue
+    # Its notes (a kind the calibration has no curve of) once each, below.
     "$PIPETWIN" simulate --model "examples/$model.yaml" --hardware "$hw" -s "$S" -k "$K" -m "$M" --batch "$BATCH" \
       --partition "$OUT/predicted/$name.partition" --trace "$OUT/predicted/$name.$cal.json" --json \
-      >"$OUT/predicted/$name.$cal.summary.json"
+      >"$OUT/predicted/$name.$cal.summary.json" 2>"$OUT/predicted/$name.$cal.notes" || {
+      cat "$OUT/predicted/$name.$cal.notes" >&2
+      exit 1
+    }
   done
   "$PIPETWIN" compare --json "$OUT/predicted/$name.A.json" "$OUT/runs/$name.json" >"$OUT/predicted/$name.A.compare.json"
 done
+find "$OUT/predicted" -name '*.notes' -exec cat {} + | sort -u
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$OUT" "${held[@]}" <<'EOF'
