@@ -269,7 +269,8 @@ double scan_min(const std::function<double(double)>& f, double lo, double hi, do
 // cores down to three quarters of it in steps of 2.5%, the waits' best scale
 // at each. Kept where the replays improve on the capacity within the cores;
 // otherwise the topology is left as it was. Returns whether it was kept.
-// fit_sharing() runs it after choosing the way, then chooses the way again.
+// fit_sharing() does the same after choosing the way, then chooses the way
+// again at the capacity found (and searches the grid again if it changed).
 bool fit_oversubscribed_cores(const std::vector<const TraceRun*>& beyond, FitResult& fit, const Replay& replay);
 
 // ---------------------------------------------------------------------------

@@ -135,10 +135,10 @@ class CoreSharing {
 
   // The transfers' waits for a core: their measured means (fit()) set their
   // shape, the step times their scale; 1 ms each when none was measured.
+  bool measured() const { return send_ > 0 || recv_ > 0; }
   void set(double x) {
-    const bool measured = send_ > 0 || recv_ > 0;
-    t_.oversubscribed_send_s = measured ? x * send_ : x * 1e-3;
-    t_.oversubscribed_recv_s = measured ? x * recv_ : x * 1e-3;
+    t_.oversubscribed_send_s = measured() ? x * send_ : x * 1e-3;
+    t_.oversubscribed_recv_s = measured() ? x * recv_ : x * 1e-3;
   }
 
   void use(const Way& way) {
@@ -174,7 +174,7 @@ class CoreSharing {
   // The way as the topology holds it, with the waits at their measured means.
   void keep_way() {
     way_ = {t_.run_to_completion, t_.time_slice_s, t_.wake_preempt_s, t_.core_affinity};
-    scale_ = send_ > 0 || recv_ > 0 ? 1 : 0, loss_ = loss();
+    scale_ = measured() ? 1 : 0, loss_ = loss();
   }
 
   // The cores' worth of compute with more ranks than cores: the ranks
@@ -196,7 +196,7 @@ class CoreSharing {
     if (rechoose && t_.oversubscribed_cores > 0) {
       const Way before = way_;
       choose_way();
-      if (!(before == way_)) capacity_grid();
+      if (before != way_) capacity_grid();
     }
     if (t_.oversubscribed_cores > 0 && loss_ < without * (1 - 1e-6)) return true;
     t_.oversubscribed_cores = 0;

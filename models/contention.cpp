@@ -2,6 +2,7 @@
 #include "models/contention.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 
@@ -50,7 +51,8 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
     }
   }
   // Cores of a shared host.
-  const double capacity = topo.compute_capacity(p.num_devices());
+  const std::int64_t processes = p.num_devices();
+  const double capacity = topo.compute_capacity(processes);
   if (topo.kind == TopologyKind::SharedHost && p.num_ranks > capacity) {
     std::vector<std::pair<double, int>> events;
     for (const auto& rank : t.ranks) {
@@ -70,7 +72,7 @@ ContentionCheck check_contention(const schedule::Timeline& t, const schedule::Pr
         char cores[32];
         std::snprintf(cores, sizeof cores, "%g", capacity);
         return {false, std::to_string(running) + " ranks compute at once at " + at(time) + " on a host of " + cores +
-                           (topo.calibrated_sharing(p.num_devices()) ? " effective cores" : " cores")};
+                           (topo.calibrated_sharing(processes) ? " effective cores" : " cores")};
       }
     }
   }

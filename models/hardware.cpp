@@ -253,22 +253,18 @@ void apply_topology(Topology& t, const YamlFields& y) {
   }
   if (y.has("devices_per_switch")) t.devices_per_switch = static_cast<int>(y.positive_int("devices_per_switch"));
   if (y.has("host_cores")) t.host_cores = static_cast<int>(y.positive_int("host_cores"));
-  if (y.has("effective_cores")) {
-    t.effective_cores = y.positive_number("effective_cores");
-    if (t.effective_cores < 1) y.fail("effective_cores", "must be at least 1 (one rank alone runs at full speed)");
-    if (t.effective_cores > t.host_cores + 1e-9) {
-      y.fail("effective_cores", "is " + yaml_number(t.effective_cores) + ", more than the host's " +
-                                    std::to_string(t.host_cores) + " cores (host_cores)");
+  // A cores' worth of compute: at least one (a rank alone runs at full speed), at most the host's cores.
+  const auto cores_field = [&](const char* name, double& out) {
+    if (!y.has(name)) return;
+    out = y.positive_number(name);
+    if (out < 1) y.fail(name, "must be at least 1 (one rank alone runs at full speed)");
+    if (out > t.host_cores + 1e-9) {
+      y.fail(name, "is " + yaml_number(out) + ", more than the host's " + std::to_string(t.host_cores) +
+                       " cores (host_cores)");
     }
-  }
-  if (y.has("oversubscribed_cores")) {
-    t.oversubscribed_cores = y.positive_number("oversubscribed_cores");
-    if (t.oversubscribed_cores < 1) y.fail("oversubscribed_cores", "must be at least 1 (one rank alone runs at full speed)");
-    if (t.oversubscribed_cores > t.host_cores + 1e-9) {
-      y.fail("oversubscribed_cores", "is " + yaml_number(t.oversubscribed_cores) + ", more than the host's " +
-                                         std::to_string(t.host_cores) + " cores (host_cores)");
-    }
-  }
+  };
+  cores_field("effective_cores", t.effective_cores);
+  cores_field("oversubscribed_cores", t.oversubscribed_cores);
   if (y.has("oversubscribed_send_us")) t.oversubscribed_send_s = y.non_negative_number("oversubscribed_send_us") * kUs;
   if (y.has("oversubscribed_recv_us")) t.oversubscribed_recv_s = y.non_negative_number("oversubscribed_recv_us") * kUs;
   if (y.has("full_host_send_us")) t.full_host_send_s = y.non_negative_number("full_host_send_us") * kUs;
