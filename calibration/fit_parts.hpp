@@ -258,8 +258,10 @@ double golden_min(const std::function<double(double)>& f, double lo, double hi, 
 // The same where f may have several local minima (a replay's step times move
 // in steps as the cores change hands): f at `points` evenly spaced points of
 // [lo, hi], ends included, then the golden-section search between the best
-// one's neighbours; the best of all it evaluated.
-double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points);
+// one's neighbours; the best of all it evaluated (and f there, in `least`).
+// Each search evaluates f once at each point it visits.
+double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points,
+                double* least = nullptr);
 
 // With more ranks than cores, and the way of sharing them as the topology
 // holds it: the cores' worth of compute that the ranks computing at once get

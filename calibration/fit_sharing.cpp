@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +19,24 @@ namespace pm = pipetwin::models;
 
 namespace fitting {
 
-double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance) {
+namespace {
+// f, each value computed once (a replay of every run: the searches below
+// come back to their ends and to the best point).
+class Memo {
+ public:
+  explicit Memo(const std::function<double(double)>& f) : f_(f) {}
+  double operator()(double x) {
+    const auto [at, fresh] = seen_.try_emplace(x, 0.0);
+    if (fresh) at->second = f_(x);
+    return at->second;
+  }
+
+ private:
+  const std::function<double(double)>& f_;
+  std::map<double, double> seen_;
+};
+
+double golden(Memo& f, double lo, double hi, double tolerance) {
   const double g = (std::sqrt(5.0) - 1) / 2;
   double a = lo, b = hi, c = b - g * (b - a), d = a + g * (b - a);
   double fc = f(c), fd = f(d);
@@ -37,17 +55,26 @@ double golden_min(const std::function<double(double)>& f, double lo, double hi, 
   if (flo <= fm) return lo;
   return mid;
 }
+}  // namespace
 
-double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points) {
+double golden_min(const std::function<double(double)>& f, double lo, double hi, double tolerance) {
+  Memo memo(f);
+  return golden(memo, lo, hi, tolerance);
+}
+
+double scan_min(const std::function<double(double)>& f, double lo, double hi, double tolerance, int points, double* least) {
+  Memo memo(f);
   points = std::max(points, 2);
   const double step = (hi - lo) / (points - 1);
-  double best_x = lo, best = f(lo);
+  double best_x = lo, best = memo(lo);
   for (int i = 1; i < points; ++i) {
-    const double x = i + 1 == points ? hi : lo + i * step, v = f(x);
+    const double x = i + 1 == points ? hi : lo + i * step, v = memo(x);
     if (v < best) best = v, best_x = x;
   }
-  const double x = golden_min(f, std::max(lo, best_x - step), std::min(hi, best_x + step), tolerance);
-  return f(x) < best ? x : best_x;
+  const double x = golden(memo, std::max(lo, best_x - step), std::min(hi, best_x + step), tolerance), v = memo(x);
+  if (v < best) best = v, best_x = x;
+  if (least) *least = best;
+  return best_x;
 }
 
 }  // namespace fitting
@@ -148,23 +175,25 @@ class CoreSharing {
     t_.core_affinity = way.affine;
   }
 
-  // The waits' best scale with everything else as it is (set to it).
-  double best_scale() {
+  // The waits' best scale with everything else as it is (set to it), and
+  // the loss there.
+  std::pair<double, double> best_scale() {
+    double least = 0;
     const double x = fitting::scan_min(
         [&](double x) {
           set(x);
           return loss();
         },
-        0.0, 3.0, 1e-3, 13);
+        0.0, 3.0, 1e-3, 13, &least);
     set(x);
-    return x;
+    return {x, least};
   }
 
   // The best way at the capacity as it is, each with its best scale (set to them).
   void choose_way() {
     for (const Way& way : ways_) {
       use(way);
-      const double s = best_scale(), l = loss();
+      const auto [s, l] = best_scale();
       if (&way == &ways_[0] || l < loss_) scale_ = s, loss_ = l, way_ = way;
     }
     use(way_);
@@ -219,7 +248,7 @@ class CoreSharing {
     double cores = t_.oversubscribed_cores > 0 ? t_.oversubscribed_cores : within, scale = scale_, least = loss_;
     for (int i = 1; i <= 10; ++i) {
       t_.oversubscribed_cores = std::max(1.0, within * (1 - 0.025 * i));
-      const double x = best_scale(), l = loss();
+      const auto [x, l] = best_scale();
       if (l < least) least = l, cores = t_.oversubscribed_cores, scale = x;
     }
     t_.oversubscribed_cores = cores < within - 2e-3 ? cores : 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "calibration/fit.hpp"
 #include "calibration/fit_parts.hpp"
@@ -368,6 +369,23 @@ TEST(FitSharing, TheGoldenSectionSearchFindsTheMinimumOrAnEnd) {
   EXPECT_NEAR(pf::scan_min(valleys, 0, 3, 1e-6, 13), 2.6, 1e-5);
   EXPECT_EQ(pf::scan_min([](double x) { return -x; }, 1, 4, 1e-3, 13), 4);
   EXPECT_EQ(pf::scan_min([](double x) { return x; }, 1, 4, 1e-3, 13), 1);
+  // Each point once (each is a replay of every run), and the minimum handed
+  // back: the scan's grid, the golden-section search's bracket ends (grid
+  // points) and its answer are not evaluated again.
+  std::map<double, int> calls;
+  double least = -1;
+  const double at = pf::scan_min(
+      [&](double x) {
+        ++calls[x];
+        return valleys(x);
+      },
+      0, 3, 1e-6, 13, &least);
+  EXPECT_NEAR(at, 2.6, 1e-5);
+  EXPECT_EQ(least, valleys(at));
+  for (const auto& [x, n] : calls) EXPECT_EQ(n, 1) << "f(" << x << ") evaluated " << n << " times";
+  calls.clear();
+  EXPECT_EQ(pf::golden_min([&](double x) { return ++calls[x], -x; }, 1, 4, 1e-3), 4);
+  for (const auto& [x, n] : calls) EXPECT_EQ(n, 1) << "f(" << x << ") evaluated " << n << " times";
   // fit_sharing does nothing but on a shared host.
   pc::FitResult fit;
   fit.hardware = pm::preset("a100");
