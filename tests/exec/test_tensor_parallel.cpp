@@ -49,7 +49,10 @@ constexpr std::uint64_t kSeed = 5;
 constexpr std::int64_t kBatch = 3;
 
 // Runs fn(group) on T threads, member t on a Gloo group as rank t; returns
-// the members' results in rank order, or rethrows a member's exception.
+// the members' results in rank order, or rethrows a member's exception: the
+// first pipetwin::Error (a member's own refusal) before any other, since a
+// member that refuses leaves the group, and a peer still connecting to it
+// then fails in Gloo's connectFullMesh ("Connection closed by peer").
 template <class Fn>
 auto run_group(int T, Fn fn) {
   using Result = decltype(fn(pe::TpGroup()));
@@ -70,6 +73,14 @@ auto run_group(int T, Fn fn) {
     });
   }
   for (auto& m : members) m.join();
+  for (auto& e : errors) {
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const pipetwin::Error&) {
+      throw;
+    } catch (...) {
+    }
+  }
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
