@@ -59,6 +59,8 @@ def row(path: str) -> dict:
     if repeats and repeats.get("median_s") and repeats.get("relative_error") is not None:
         measured, error = repeats["median_s"], repeats["relative_error"]
     return {
+        "ranks": c.get("ranks"),
+        "host_cores": host_cores(doc.get("measured")),
         "known": max(known) if known else 0,
         "runs": len(repeats.get("steps_s", [])) if repeats else 1,
         "name": name,
@@ -74,6 +76,34 @@ def row(path: str) -> dict:
         "bubble_verdict": verdicts.get("bubble", "unknown"),
         "stash_worst": max(stash_errors) if stash_errors else None,
     }
+
+
+def host_cores(measured) -> int | None:
+    """The cores of the host the measured run ran on (its trace's ranks'
+    host_cores), or None where the trace cannot be read or did not record them."""
+    if not isinstance(measured, str):
+        return None
+    try:
+        ranks = load_json(measured)["otherData"]["measured"]["ranks"]
+        cores = {r["host_cores"] for r in ranks}
+    except (PlotError, KeyError, TypeError):
+        return None
+    return min(cores) if cores else None
+
+
+def shared_cores_line(rows: list[dict]) -> list[str]:
+    """Where a held-out configuration ran more ranks than its host has cores:
+    its bubble is the least certain figure of the table, and why."""
+    shared = [r for r in rows if r.get("host_cores") and r.get("ranks") and r["ranks"] > r["host_cores"]]
+    if not shared:
+        return []
+    names = ", ".join(f"{r['name']} ({r['ranks']} ranks on {r['host_cores']} cores)" for r in shared)
+    return [f"More ranks than cores: {names}. There the operating system decides which rank runs, and a rank "
+            "that waits for a core inside a forward or backward counts as busy in the bubble. The calibration "
+            "models that by choosing one of a few ways of sharing the cores, which predict nearly the same step "
+            "but bubbles several points apart (docs/calibration.md, \"The four-rank bubble\"): this bubble is the least "
+            "certain figure of the table. With a core per rank, as on an accelerator per rank, it does not arise.",
+            ""]
 
 
 # The demo's aims for its held-out configurations (docs/calibration.md).
@@ -207,6 +237,7 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                          if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
         lines += noise_alone_line(kept)
+        lines += shared_cores_line(kept)
     lines += probe_line(probes or [])
     for caption, path in images:
         rel = os.path.relpath(path, out_dir)

@@ -393,6 +393,26 @@ class Report(Files):
         self.assertIn("Bubble: median |error| 1.0 points, worst 2.0", text)
         self.assertIn("worst 3.0%", text)
 
+    def test_more_ranks_than_cores_say_the_bubble_is_the_least_certain(self):
+        def with_trace(name, ranks, cores):
+            trace = self.write(name + ".trace.json", {"otherData": {"measured": {"ranks": [{"host_cores": cores}] * ranks}}})
+            doc = self.compare_doc(0.105, 0.100, 0.50, 0.53, [0.0])
+            doc["configuration"]["ranks"] = ranks
+            doc["measured"] = trace
+            return report.row(self.write(name + ".json", doc))
+        four = with_trace("four", 4, 2)
+        self.assertEqual((four["ranks"], four["host_cores"]), (4, 2))
+        text = report.markdown([four, with_trace("two", 2, 2)], [], None, "T", self.dir.name)
+        self.assertIn("More ranks than cores: 1f1b K=4 M=8 batch=16 recompute=none (4 ranks on 2 cores).", text)
+        self.assertNotIn("K=2", text[text.index("More ranks than cores"):])
+        # A core per rank, or a trace that cannot be read: nothing said.
+        self.assertNotIn("More ranks than cores", report.markdown([with_trace("one", 2, 4)], [], None, "T", self.dir.name))
+        gone = self.compare_doc(0.105, 0.100, 0.50, 0.53, [0.0])
+        gone["configuration"]["ranks"], gone["measured"] = 4, os.path.join(self.dir.name, "missing.json")
+        r = report.row(self.write("gone.json", gone))
+        self.assertIsNone(r["host_cores"])
+        self.assertNotIn("More ranks than cores", report.markdown([r], [], None, "T", self.dir.name))
+
     def test_the_bubble_over_the_runs_steps_is_preferred(self):
         doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
         doc["bubble_fraction"]["measured_over_steps"] = {"median": 0.31, "steps": 8, "error_points": -1.0}
