@@ -142,6 +142,16 @@ class TraceMeta:
     def recorded_bubble(self) -> tuple[float, int] | None:
         return recorded_bubble(self.raw)
 
+    @property
+    def host_cores(self) -> int | None:
+        """The cores of the host a measured run's ranks ran on (the fewest, over
+        its ranks' measured.ranks[].host_cores); None where not recorded."""
+        measured = self.raw.get("measured")
+        ranks = measured.get("ranks") if isinstance(measured, dict) else None
+        cores = [r.get("host_cores") for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+        cores = [c for c in cores if isinstance(c, int) and not isinstance(c, bool) and c > 0]
+        return min(cores) if cores else None
+
 
 @dataclass
 class Trace:

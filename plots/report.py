@@ -21,7 +21,7 @@ import os
 import random
 import statistics
 
-from common import PlotError, load_json, parser, run_main, write_text
+from common import PlotError, TraceMeta, load_json, parser, run_main, write_text
 
 
 def row(path: str) -> dict:
@@ -79,16 +79,15 @@ def row(path: str) -> dict:
 
 
 def host_cores(measured) -> int | None:
-    """The cores of the host the measured run ran on (its trace's ranks'
-    host_cores), or None where the trace cannot be read or did not record them."""
+    """The cores of the host the measured run ran on (TraceMeta.host_cores of
+    the compared trace), or None where the trace cannot be read or did not record them."""
     if not isinstance(measured, str):
         return None
     try:
-        ranks = load_json(measured)["otherData"]["measured"]["ranks"]
-        cores = {r["host_cores"] for r in ranks}
-    except (PlotError, KeyError, TypeError):
+        doc = load_json(measured)
+    except PlotError:
         return None
-    return min(cores) if cores else None
+    return TraceMeta(doc.get("otherData") if isinstance(doc, dict) else None).host_cores
 
 
 def shared_cores_line(rows: list[dict]) -> list[str]:
