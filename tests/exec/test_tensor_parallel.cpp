@@ -73,17 +73,18 @@ auto run_group(int T, Fn fn) {
     });
   }
   for (auto& m : members) m.join();
+  std::exception_ptr first;
   for (auto& e : errors) {
+    if (!e) continue;
     try {
-      if (e) std::rethrow_exception(e);
+      std::rethrow_exception(e);
     } catch (const pipetwin::Error&) {
       throw;
     } catch (...) {
+      if (!first) first = e;
     }
   }
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  if (first) std::rethrow_exception(first);
   return results;
 }
 
