@@ -275,6 +275,13 @@ double scan_min(const std::function<double(double)>& f, double lo, double hi, do
 // again at the capacity found (and searches the grid again if it changed).
 bool fit_oversubscribed_cores(const std::vector<const TraceRun*>& beyond, FitResult& fit, const Replay& replay);
 
+// With the way of sharing as `fit`'s topology holds it: the share of
+// topology.oversubscribed_compute (as the lone actions measured it) among 0,
+// 1/4, 1/2, 3/4 and 1, with the waits' best scale at each, that replays
+// `beyond`'s steps and bubbles best (set to them). Returns the share.
+// fit_sharing() does the same after choosing the way.
+double fit_compute_share(const std::vector<const TraceRun*>& beyond, FitResult& fit, const Replay& replay);
+
 // ---------------------------------------------------------------------------
 // The overlap of an OVERLAP_F_B (fit_overlap.cpp).
 

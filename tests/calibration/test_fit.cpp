@@ -297,6 +297,50 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_recv_s, 500e-6, 1e-6);
 }
 
+TEST_F(Calibration, BubblesTellTheTransfersWaitsForACoreFromTheCoresWorth) {
+  // Two ranks on two cores that give them 1.8 cores' worth when both compute
+  // and make each send wait 400 us and each receive 600 us for a core. Both
+  // lengthen the step, only the cores' worth the actions: from waits
+  // measured at half that, the replayed steps and bubbles find their scale
+  // (2) and the cores' worth together. (Waits alike on every transfer, as
+  // here, pc::fit takes for the transfers' own cost; the runs' stalls make
+  // the measured means: AsManyRanksAsCoresGiveTheTransfersTheirMeanWait...)
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.effective_cores = 1.8;
+  truth.topology.full_host_send_s = 400e-6;
+  truth.topology.full_host_recv_s = 600e-6;
+  std::vector<pc::TraceRun> runs;
+  std::map<std::string, Config> configs;
+  int i = 0;
+  for (const auto& c : grid()) {
+    if (c.ranks != 2 || c.recompute != "none") continue;
+    const std::string f = path("fw" + std::to_string(i++) + ".json");
+    ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
+    runs.push_back(pc::load_trace_run(f));
+    configs[f] = c;
+  }
+  ASSERT_GE(runs.size(), 4u);
+  // The device as the fit finds it (as the test above shows), the waits as
+  // if measured at half.
+  pc::FitResult fit;
+  fit.hardware = truth;
+  fit.hardware.topology.effective_cores = 0;
+  fit.hardware.topology.full_host_send_s = 200e-6;
+  fit.hardware.topology.full_host_recv_s = 300e-6;
+  const auto replay = [&](const pc::TraceRun& r, const pm::Hardware& hw) {
+    return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
+  };
+  pc::fit_sharing(runs, fit, replay);
+  EXPECT_NEAR(fit.hardware.topology.effective_cores, 1.8, 2e-3);
+  EXPECT_NEAR(fit.hardware.topology.full_host_send_s, 400e-6, 1e-9);
+  EXPECT_NEAR(fit.hardware.topology.full_host_recv_s, 600e-6, 1e-9);
+  const auto scale = std::find_if(fit.coefficients.begin(), fit.coefficients.end(),
+                                  [](const auto& c) { return c.name == "full_host.scale"; });
+  ASSERT_NE(scale, fit.coefficients.end());
+  EXPECT_EQ(scale->value, 2.0);
+}
+
 TEST_F(Calibration, StepTimesTellTheCoresWorthOfComputeWithMoreRanksThanCores) {
   // Two cores of which four ranks computing at once get 1.8 cores' worth
   // (each resumes on a core another has just left), with waits for a core on
@@ -360,6 +404,14 @@ TEST_F(Calibration, StepTimesTellTheCoresWorthOfComputeWithMoreRanksThanCores) {
   const pm::Topology before = plain.hardware.topology;
   EXPECT_FALSE(pc::fitting::fit_oversubscribed_cores(four, plain, replay));
   EXPECT_EQ(plain.hardware.topology, before);
+  // Each action 4% slower with four ranks, where the lone actions measured
+  // 8%: the replayed steps and bubbles keep half.
+  truth.topology.oversubscribed_compute = 0.04;
+  make(all, four);
+  pc::FitResult slower = with_way(pc::fit(all, base));
+  slower.hardware.topology.oversubscribed_compute = 0.08;
+  EXPECT_DOUBLE_EQ(pc::fitting::fit_compute_share(four, slower, replay), 0.5);
+  EXPECT_NEAR(slower.hardware.topology.oversubscribed_compute, 0.04, 1e-12);
 }
 
 TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
