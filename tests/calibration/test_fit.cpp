@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -70,6 +71,23 @@ class Calibration : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // The grid's runs that `keep` selects (all without it) as SimGrid replays
+  // them on `hw`, written as traces PREFIX0.json, ... and read back; each
+  // file's configuration in `configs`.
+  std::vector<pc::TraceRun> simgrid_runs(const pm::Hardware& hw, const std::string& prefix,
+                                         std::map<std::string, Config>& configs,
+                                         const std::function<bool(const Config&)>& keep = nullptr) {
+    std::vector<pc::TraceRun> runs;
+    int i = 0;
+    for (const auto& c : grid()) {
+      if (keep && !keep(c)) continue;
+      const std::string f = path(prefix + std::to_string(i++) + ".json");
+      ps::write_chrome_trace(f, synthetic_trace(c, hw, nullptr, /*simgrid=*/true));
+      runs.push_back(pc::load_trace_run(f));
+      configs[f] = c;
+    }
+    return runs;
+  }
   // The grid's runs on `hw`, written as traces and read back.
   std::vector<pc::TraceRun> grid_runs(const pm::Hardware& hw) {
     std::vector<pc::TraceRun> runs;
@@ -244,15 +262,8 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   truth.topology.oversubscribed_send_s = 300e-6;
   truth.topology.oversubscribed_recv_s = 500e-6;
   truth.topology.oversubscribed_compute = 0.08;
-  std::vector<pc::TraceRun> runs;
   std::map<std::string, Config> configs;
-  int i = 0;
-  for (const auto& c : grid()) {
-    const std::string f = path("sg" + std::to_string(i++) + ".json");
-    ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
-    runs.push_back(pc::load_trace_run(f));
-    configs[f] = c;
-  }
+  const std::vector<pc::TraceRun> runs = simgrid_runs(truth, "sg", configs);
   pm::Hardware base = pm::preset("cpu");
   base.topology.host_cores = 2;
   pc::FitResult fit = pc::fit(runs, base);
@@ -310,16 +321,9 @@ TEST_F(Calibration, BubblesTellTheTransfersWaitsForACoreFromTheCoresWorth) {
   truth.topology.effective_cores = 1.8;
   truth.topology.full_host_send_s = 400e-6;
   truth.topology.full_host_recv_s = 600e-6;
-  std::vector<pc::TraceRun> runs;
   std::map<std::string, Config> configs;
-  int i = 0;
-  for (const auto& c : grid()) {
-    if (c.ranks != 2 || c.recompute != "none") continue;
-    const std::string f = path("fw" + std::to_string(i++) + ".json");
-    ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
-    runs.push_back(pc::load_trace_run(f));
-    configs[f] = c;
-  }
+  const std::vector<pc::TraceRun> runs =
+      simgrid_runs(truth, "fw", configs, [](const Config& c) { return c.ranks == 2 && c.recompute == "none"; });
   ASSERT_GE(runs.size(), 4u);
   // The device as the fit finds it (as the test above shows), the waits as
   // if measured at half.
@@ -359,14 +363,8 @@ TEST_F(Calibration, StepTimesTellTheCoresWorthOfComputeWithMoreRanksThanCores) {
   truth.topology.oversubscribed_recv_s = 500e-6;
   std::map<std::string, Config> configs;
   const auto make = [&](std::vector<pc::TraceRun>& all, std::vector<const pc::TraceRun*>& four) {
-    all.clear(), four.clear();
-    int i = 0;
-    for (const auto& c : grid()) {
-      const std::string f = path("oc" + std::to_string(i++) + ".json");
-      ps::write_chrome_trace(f, synthetic_trace(c, truth, nullptr, /*simgrid=*/true));
-      all.push_back(pc::load_trace_run(f));
-      configs[f] = c;
-    }
+    four.clear();
+    all = simgrid_runs(truth, "oc", configs);
     for (const auto& r : all) {
       if (configs[r.path].ranks == 4 && configs[r.path].batch == 2 * configs[r.path].microbatches * 2) four.push_back(&r);
     }
