@@ -23,10 +23,12 @@ STEPS="${PIPETWIN_DEMO_STEPS:-9}"  # 7 counted (2 warm-up): an odd count, so the
 # machine's pace drifts from run to run by more than one run's steps show)
 # bounds what a comparison can tell.
 REPEATS="${PIPETWIN_DEMO_REPEATS:-5}"
-# Then the held-out configurations whose median step is not known to within
-# PRECISION (95%, relative; from their runs' spread) run again, one more
-# round at a time, up to MAX_REPEATS runs each: a comparison against a median
-# known to +-30% tells little either way.
+# Then the configurations whose median step is not known to within PRECISION
+# (95%, relative; from their runs' spread) run again, two more rounds at a
+# time, up to MAX_REPEATS runs each: a comparison against a median known to
+# +-30% tells little either way, and a calibration whose one-rank runs fell
+# mostly in one of the host's paces predicts every one-rank step off by it
+# (docs/calibration.md, "Runs of one rank, the host's two paces").
 PRECISION="${PIPETWIN_DEMO_PRECISION:-0.10}"
 MAX_REPEATS="${PIPETWIN_DEMO_MAX_REPEATS:-9}"
 rm -rf "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report" "$OUT"/sweep_cpu.csv* "$OUT"/sweep_calibrated.csv*
@@ -60,7 +62,7 @@ say "predict K in {1,2,4} x M in {1,2,4,8,16}, gpipe and 1f1b, with the uncalibr
 "$PIPETWIN" sweep --model "$MODEL" --hardware cpu --ranks 1,2,4 --microbatches 1,2,4,8,16 --schedules gpipe,1f1b \
   --batch "$BATCH" --out "$OUT/sweep_cpu.csv" | tail -n 1
 
-say "run ${#CALIBRATE[@]} + ${#HELD_OUT[@]} configurations for real, $REPEATS times each ($STEPS steps, 1 thread per rank), held-out ones up to $MAX_REPEATS"
+say "run ${#CALIBRATE[@]} + ${#HELD_OUT[@]} configurations for real, $REPEATS times each ($STEPS steps, 1 thread per rank), up to $MAX_REPEATS where the runs spread"
 # In rounds (every configuration once, then again), so that the machine's
 # drift spreads over all of them; each configuration's median run is kept.
 all=("${CALIBRATE[@]}" "${HELD_OUT[@]}")
@@ -84,18 +86,18 @@ for rep in $(seq 1 "$REPEATS"); do
     run_config "$c" "$rep" "$i/$((${#all[@]} * REPEATS))"
   done
 done
-held_names=()
-for c in "${HELD_OUT[@]}"; do held_names+=("$(name_of "$c")"); done
+all_names=()
+for c in "${all[@]}"; do all_names+=("$(name_of "$c")"); done
 # Two more rounds at a time: an odd count of runs has a median run (the
 # comparison's trace).
 rep=$REPEATS
 while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
-  mapfile -t wide < <(python3 scripts/wide_repeats.py "$OUT/runs" "$PRECISION" "$MAX_REPEATS" "${held_names[@]}")
+  mapfile -t wide < <(python3 scripts/wide_repeats.py "$OUT/runs" "$PRECISION" "$MAX_REPEATS" "${all_names[@]}")
   [ "${#wide[@]}" -gt 0 ] || break
-  echo "  held out, their median not yet known to +-$(awk -v p="$PRECISION" 'BEGIN { printf "%g", 100 * p }')%: ${wide[*]}"
+  echo "  their median not yet known to +-$(awk -v p="$PRECISION" 'BEGIN { printf "%g", 100 * p }')%: ${wide[*]}"
   for _ in 1 2; do
     rep=$((rep + 1))
-    for c in "${HELD_OUT[@]}"; do
+    for c in "${all[@]}"; do
       for w in "${wide[@]}"; do
         if [ "$(name_of "$c")" = "$w" ]; then run_config "$c" "$rep" "repeat $rep"; fi
       done
@@ -103,9 +105,7 @@ while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
   done
 done
 probe after
-names=()
-for c in "${all[@]}"; do names+=("$(name_of "$c")"); done
-python3 - "$OUT/runs" "${names[@]}" <<'EOF_PY'
+python3 - "$OUT/runs" "${all_names[@]}" <<'EOF_PY'
 import shutil, sys
 sys.path.insert(0, "scripts")
 from trace_step import step_of

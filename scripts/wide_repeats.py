@@ -7,9 +7,9 @@ line, while they have fewer than MAX runs.
 
     python3 scripts/wide_repeats.py RUNS PRECISION MAX NAME...
 
-scripts/demo.sh runs those once more, round after round, so that each
-held-out configuration's comparison is against a median known to PRECISION
-where MAX runs allow it.
+scripts/demo.sh runs those twice more, round after round, so that each
+configuration's median (the calibration's runs and the held-out comparisons')
+is known to PRECISION where MAX runs allow it.
 """
 import glob
 import json
