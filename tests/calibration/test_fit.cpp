@@ -71,37 +71,34 @@ class Calibration : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  // The grid's runs that `keep` selects (all without it) as SimGrid replays
-  // them on `hw`, written as traces PREFIX0.json, ... and read back; each
-  // file's configuration in `configs`.
-  std::vector<pc::TraceRun> simgrid_runs(const pm::Hardware& hw, const std::string& prefix,
-                                         std::map<std::string, Config>& configs,
-                                         const std::function<bool(const Config&)>& keep = nullptr) {
-    std::vector<pc::TraceRun> runs;
-    int i = 0;
-    for (const auto& c : grid()) {
-      if (keep && !keep(c)) continue;
-      const std::string f = path(prefix + std::to_string(i++) + ".json");
-      ps::write_chrome_trace(f, synthetic_trace(c, hw, nullptr, /*simgrid=*/true));
-      runs.push_back(pc::load_trace_run(f));
-      configs[f] = c;
-    }
-    return runs;
-  }
-  // The grid's runs on `hw`, written as traces and read back.
-  std::vector<pc::TraceRun> grid_runs(const pm::Hardware& hw) {
-    std::vector<pc::TraceRun> runs;
-    for (const auto& f : write_grid(hw)) runs.push_back(pc::load_trace_run(f));
-    return runs;
-  }
-  std::vector<std::string> write_grid(const pm::Hardware& hw) {
+  // The grid's runs that `keep` selects (all without it) on `hw`, as the
+  // timed evaluator gives them (SimGrid's with `simgrid`), written as traces
+  // PREFIX0.json, ...; each file's configuration in `configs` where given.
+  std::vector<std::string> write_grid(const pm::Hardware& hw, const std::string& prefix = "t", bool simgrid = false,
+                                      const std::function<bool(const Config&)>& keep = nullptr,
+                                      std::map<std::string, Config>* configs = nullptr) {
     std::vector<std::string> files;
     int i = 0;
     for (const auto& c : grid()) {
-      files.push_back(path("t" + std::to_string(i++) + ".json"));
-      ps::write_chrome_trace(files.back(), synthetic_trace(c, hw));
+      if (keep && !keep(c)) continue;
+      files.push_back(path(prefix + std::to_string(i++) + ".json"));
+      ps::write_chrome_trace(files.back(), synthetic_trace(c, hw, nullptr, simgrid));
+      if (configs != nullptr) (*configs)[files.back()] = c;
     }
     return files;
+  }
+  static std::vector<pc::TraceRun> load(const std::vector<std::string>& files) {
+    std::vector<pc::TraceRun> runs;
+    for (const auto& f : files) runs.push_back(pc::load_trace_run(f));
+    return runs;
+  }
+  // The grid's runs on `hw`, written as traces and read back.
+  std::vector<pc::TraceRun> grid_runs(const pm::Hardware& hw) { return load(write_grid(hw)); }
+  // Those `keep` selects as SimGrid replays them, read back.
+  std::vector<pc::TraceRun> simgrid_runs(const pm::Hardware& hw, const std::string& prefix,
+                                         std::map<std::string, Config>& configs,
+                                         const std::function<bool(const Config&)>& keep = nullptr) {
+    return load(write_grid(hw, prefix, /*simgrid=*/true, keep, &configs));
   }
   std::filesystem::path dir_;
 };
