@@ -73,8 +73,9 @@ int usable_cores() {
 
 // Short runs that separate what the given traces may not: the first and the
 // last layer alone on a rank (their kinds' fixed costs), several micro-batch
-// sizes on one rank (the curves' slopes), and recompute (the forward without
-// autograd, and the recompute itself). On a host with few cores, also twice
+// sizes on one rank (the curves' slopes), recompute (the forward without
+// autograd, and the recompute itself), and each half of the layers alone
+// (layers of one kind whose weights differ). On a host with few cores, also twice
 // as many ranks as the cores hold (gpipe and 1f1b): how its ranks share the
 // cores, which no run of one or two ranks shows.
 std::vector<std::string> microbench(const Options& o, const std::string& model_path, int layers, int threads,
@@ -101,6 +102,14 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
     configs.push_back({"k2_last_mb2", "gpipe", 2, 4, 8, "none", last});
     configs.push_back({"k2_last_mb16", "gpipe", 2, 4, 64, "none", last});
     configs.push_back({"k2_half_mb8_recompute", "gpipe", 2, 4, 32, "full", half});
+    // Each half of the layers alone, one micro-batch a step: with M=1 no
+    // action runs beside another on any host, so that each half's forward
+    // and backward get rows of their own. Layers of one kind and like work
+    // may differ in their weights (a ResNet's late blocks hold 16x its early
+    // ones' at the same FLOPs), which a run of every layer at once cannot
+    // tell apart, and which decide how a partition balances.
+    configs.push_back({"k2_half_mb2", "gpipe", 2, 1, 2, "none", half});
+    configs.push_back({"k2_half_mb16", "gpipe", 2, 1, 16, "none", half});
   }
   const int cores = usable_cores() / std::max(1, threads);
   const int shared = std::min(layers, 2 * cores);
