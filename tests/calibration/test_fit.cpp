@@ -225,8 +225,7 @@ TEST_F(Calibration, KindsTheTracesDoNotHoldAreTimedOnTheCurveOfAllKindsPooled) {
 TEST_F(Calibration, CalibratedFileLoadsAndReproducesTheTracesStepTimes) {
   const pm::Hardware truth = known_hardware();
   const auto files = write_grid(truth);
-  std::vector<pc::TraceRun> runs;
-  for (const auto& f : files) runs.push_back(pc::load_trace_run(f));
+  const std::vector<pc::TraceRun> runs = load(files);
   const pm::Hardware base = eight_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   const std::string out = path("calibrated.yaml");
