@@ -162,6 +162,24 @@ class TraceScripts(Files):
         self.assertEqual(r.returncode, 1)
         self.assertIn("otherData.measured.noise.busy is 'yes', not true or false", r.stderr)
 
+    def test_forward_reads_sets_the_forwards_after_another_action_beside_those_after_a_forward(self):
+        # 1f1b's rank 0: F0 (the first, left out), F1 after F0, F2 and F3 after a backward
+        path = self.write("f.json", trace_doc([("0F0", 0, 0, 2000), ("0F1", 0, 2000, 1000), ("0B0", 0, 3000, 2000),
+                                               ("0F2", 0, 5000, 1500), ("0B1", 0, 6500, 2000), ("0F3", 0, 8500, 1700),
+                                               ("1F0", 1, 3000, 900), ("1B0", 1, 3900, 900), ("1F1", 1, 4800, 900)]))
+        r = self.run_script("forward_reads.py", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, f"{path} rank 0 stage 0: 1 after a forward 1.000 ms, 2 after another action 1.600 ms "
+                                   "(+60.0%)\nmedian over 1 rank-stages: +60.0%\n")  # rank 1: none after a forward
+        gpipe = self.write("g.json", trace_doc([("0F0", 0, 0, 1000), ("0F1", 0, 1000, 1000), ("0B1", 0, 2000, 2000)]))
+        r = self.run_script("forward_reads.py", gpipe)
+        self.assertEqual((r.returncode, r.stdout), (0, "no rank ran both kinds of forward (gpipe has none after another "
+                                                        "action)\n"))
+        r = self.run_script("forward_reads.py", path, os.path.join(self.dir.name, "missing.json"))
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, "")  # nothing printed before the bad file is met: all are read first
+        self.assertRegex(r.stderr, "missing.json: no forwards to read [^\n]*\n$")
+
     def test_bad_traces_end_in_one_line_naming_the_file(self):
         empty = self.write("empty.json", {"traceEvents": []})
         broken = self.write("broken.json", "not json")
