@@ -49,8 +49,16 @@ def keep(rule, files):
 
 
 def lines(path):
+    """A .quiet or .repeats list's traces. The demo writes them as paths from
+    where it ran (out/runs/NAME_r1.json); each is read from the list's own
+    folder where a file of that name is there, so that a demo's output moved
+    or renamed (out/ kept as out/da) scores its own runs, not those now at the
+    old path."""
+    here = os.path.dirname(path)
     with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+        named = [line.strip() for line in f if line.strip()]
+    return [os.path.join(here, os.path.basename(n)) if os.path.exists(os.path.join(here, os.path.basename(n))) else n
+            for n in named]
 
 
 def args_of(other):

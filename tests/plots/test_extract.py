@@ -121,6 +121,14 @@ class TraceScripts(Files):
         r = self.run_script("demo_rescore.py", old)
         self.assertEqual(r.returncode, 1)
         self.assertRegex(r.stderr, f"^{old}: not a demo's output to score again [^\n]*: no {old}/compare/\\*\\.json[^\n]*\n$")
+        # A demo's output moved: its lists name the runs where the demo wrote them
+        # (here another folder holding files of the same names); each is read
+        # from the list's own folder, a name not there as written.
+        moved = os.path.join(old, "runs")
+        self.write(os.path.join("old", "runs", "a_r2.json"), trace_doc([("0F0", 0, 0, 1000)]))
+        with open(os.path.join(moved, "a.repeats"), "w", encoding="utf-8") as f:
+            f.write(f"{runs[1]}\n{runs[2]}\n")
+        self.assertEqual(demo_rescore.lines(os.path.join(moved, "a.repeats")), [os.path.join(moved, "a_r2.json"), runs[2]])
 
     def test_wide_repeats_names_the_configurations_whose_median_is_not_known(self):
         def run(name, r, step_ms, busy=False):
