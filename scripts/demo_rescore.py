@@ -54,11 +54,10 @@ def lines(path):
     folder where a file of that name is there, so that a demo's output moved
     or renamed (out/ kept as out/da) scores its own runs, not those now at the
     old path."""
-    here = os.path.dirname(path)
     with open(path, encoding="utf-8") as f:
         named = [line.strip() for line in f if line.strip()]
-    return [os.path.join(here, os.path.basename(n)) if os.path.exists(os.path.join(here, os.path.basename(n))) else n
-            for n in named]
+    here = [os.path.join(os.path.dirname(path), os.path.basename(n)) for n in named]
+    return [h if os.path.exists(h) else n for h, n in zip(here, named)]
 
 
 def args_of(other):
