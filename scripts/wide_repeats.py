@@ -2,8 +2,12 @@
 each NAME, its runs RUNS/NAME_r1.json, NAME_r2.json, ... (those `pipetwin run`
 judged quiet, or all where none was), the 95% half-width of their median step
 (Student's t over the runs, as `pipetwin compare --repeats` gives it), and
-the NAMEs whose half-width exceeds PRECISION (relative) are printed, one a
-line, while they have fewer than MAX runs.
+the NAMEs whose half-width exceeds PRECISION (relative), or that have fewer
+than five such runs, are printed, one a line, while they have fewer than MAX
+runs. Below five the interval is not read: of three runs the median
+absolute deviation is the nearer neighbour's distance to the median, so two
+runs alike make it small whatever the third (the cross-model bench's runs of
+2026-11-30: 382.7, 424.2 and 425.7 ms, +-1.7%).
 
     python3 scripts/wide_repeats.py RUNS PRECISION MAX NAME...
 
@@ -21,6 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_step import step_of  # noqa: E402
 
+FEWEST = 5  # runs below which a median is not called known, however narrow its interval reads
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
         2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
 
@@ -71,7 +76,8 @@ def main(argv):
             sys.exit(f"wide_repeats.py: no runs of {name} in {runs}")
         try:
             quiet = [f for f in files if not busy(f)] or files
-            wide = len(files) < most and half_width([step_of(f) for f in quiet]) > precision
+            wide = len(files) < most and (len(quiet) < FEWEST
+                                          or half_width([step_of(f) for f in quiet]) > precision)
         except ValueError as e:
             sys.exit(f"wide_repeats.py: {e}")
         if wide:

@@ -141,17 +141,23 @@ class TraceScripts(Files):
         # b: 100 to 140 ms; c: as a, but for a busy run of 200 ms (left out).
         for r, ms in enumerate((100, 140, 120, 105, 135), 1):
             run("b", r, ms)
-        for r, ms in enumerate((100, 99, 101, 102), 1):
+        for r, ms in enumerate((100, 99, 101, 102, 100), 1):
             run("c", r, ms)
         run("c", 10, 200, busy=True)  # the tenth: runs are ordered by their number, not their name
+        # g: three runs, two alike: an interval of +-0.5%, but fewer than five runs.
+        for r, ms in enumerate((100, 100.5, 130), 1):
+            run("g", r, ms)
         steps = [100, 99, 101, 102, 98]
         self.assertAlmostEqual(wide_repeats.half_width([s / 1e3 for s in steps]),
                                2.776 * 1.2533 * 1.4826 / 5 ** 0.5 / 100)
         self.assertEqual(wide_repeats.half_width([1, 2]), float("inf"))
         self.assertEqual([os.path.basename(f) for f in wide_repeats.runs_of(self.dir.name, "c")],
-                         ["c_r1.json", "c_r2.json", "c_r3.json", "c_r4.json", "c_r10.json"])
-        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "a", "b", "c")
-        self.assertEqual((r.returncode, r.stdout), (0, "b\n"), r.stderr)
+                         ["c_r1.json", "c_r2.json", "c_r3.json", "c_r4.json", "c_r5.json", "c_r10.json"])
+        self.assertLess(wide_repeats.half_width([0.100, 0.1005, 0.130]), 0.10)
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "a", "b", "c", "g")
+        self.assertEqual((r.returncode, r.stdout), (0, "b\ng\n"), r.stderr)
+        r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "3", "g")
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
         r = self.run_script("wide_repeats.py", self.dir.name, "0.01", "9", "a", "b", "c")
         self.assertEqual(r.stdout, "a\nb\nc\n")
         # At MAX runs, no more.
