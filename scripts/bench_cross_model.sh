@@ -154,7 +154,8 @@ echo "A: calibrate on ${#calibration_runs[@]} runs of transformer-small"
 # B: each target's microbenchmarks alone, every pass of them.
 if [ "${CROSS_MICROBENCH:-1}" != 0 ]; then
   for model in $MODELS; do
-    echo "B: calibrate on $REPEATS pass(es) of the microbenchmarks of $model"
+    passes=("$OUT/microbench-$model"/r*/)
+    echo "B: calibrate on ${#passes[@]} pass(es) of the microbenchmarks of $model"
     "$PIPETWIN" calibrate "$OUT/microbench-$model"/r*/*.json --hardware cpu --out "$OUT/B-$model.yaml" >"$OUT/B-$model.txt"
   done
 fi
