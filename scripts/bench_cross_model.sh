@@ -9,7 +9,8 @@
 #      (K in {1,2,4} x M in {1,4,16} x {gpipe,1f1b}, recompute none);
 #   B  pipetwin calibrate --microbench --model TARGET alone: the target
 #      model's short one- and two-rank runs, no pipeline run of it at all;
-#      one pass of them in each repeat, beside the held-out runs (an hour's
+#      one pass of them in each of the first repeats and in each later
+#      round that runs the model again, beside the held-out runs (an hour's
 #      drift of the machine then lands on both), fitted all together.
 #
 # Held out: examples/mlp-small.yaml, examples/resnet-small.yaml,
@@ -113,7 +114,9 @@ done
 # Then, as the demo does, two more runs of each configuration whose median
 # is not yet known to +-PRECISION (95%, over its repeats), round after round,
 # up to MAX_REPEATS runs: with three, a model without error, so measured,
-# would miss the aim in most such benches (the last line below).
+# would miss the aim in most such benches (the last line below). Each such
+# round runs one more pass of the microbenchmarks of each model it runs
+# again, so that calibration B follows the host's pace as the runs do.
 all_names=()
 for c in "${configs[@]}"; do
   read -r model S K M <<<"$c"
@@ -124,6 +127,16 @@ while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
   mapfile -t wide < <(python3 scripts/wide_repeats.py "$OUT/runs" "$PRECISION" "$MAX_REPEATS" "${all_names[@]}")
   [ "${#wide[@]}" -gt 0 ] || break
   echo "their median not yet known to +-$(awk -v p="$PRECISION" 'BEGIN { printf "%g", 100 * p }')%: ${#wide[@]} configuration(s), two more runs each"
+  if [ "${CROSS_MICROBENCH:-1}" != 0 ]; then
+    for model in $MODELS; do
+      for w in "${wide[@]}"; do
+        if [ "${w%%_*}" = "$model" ]; then
+          microbench_pass "$model" "$((rep + 1))"
+          break
+        fi
+      done
+    done
+  fi
   for _ in 1 2; do
     rep=$((rep + 1))
     i=0
