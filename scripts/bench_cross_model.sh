@@ -140,13 +140,12 @@ while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
   for _ in 1 2; do
     rep=$((rep + 1))
     i=0
-    for c in "${configs[@]}"; do
-      read -r model S K M <<<"$c"
+    for n in "${!configs[@]}"; do
       for w in "${wide[@]}"; do
-        if [ "${model}_${S}_k${K}_m${M}" = "$w" ]; then
+        if [ "${all_names[$n]}" = "$w" ]; then
           i=$((i + 1))
           # shellcheck disable=SC2086
-          run_one $c "$rep" "$i" "${#wide[@]}"
+          run_one ${configs[$n]} "$rep" "$i" "${#wide[@]}"
         fi
       done
     done
@@ -234,7 +233,7 @@ for name in names:
         errors[c].setdefault(model, []).append(e)
         row += f"{p:9.4f} {e:+6.1f}% "
     cmp = {c: json.load(open(f"{out}/predicted/{name}.{c}.compare.json")) for c in cals}
-    noise = cmp[cals[0]].get("noise") or {} if cals else {}
+    noise = (cmp[cals[0]].get("noise") or {}) if cals else {}
     unc = noise.get("median_uncertainty_rel")
     row += f" {('%.1f%%' % (100 * unc)) if unc is not None else 'n/a':>9}"
     row += f" {('%.1f%%' % (100 * known[-1])) if known[-1] != float('inf') else 'n/a':>10}"
