@@ -112,7 +112,7 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   // 4. Optimizer step: overhead + traffic / memory bandwidth.
   fit_step(curves.observed.steps, base, device, result);
   // 5. Transfers: the sender's overhead, the link's latency and bandwidth, the receiver's cost.
-  const pm::Topology topology = fit_transfers(in, links, curves.slower, device, result);
+  const pm::Topology topology = fit_transfers(in, links, curves.slower, curves.slower_action_s, device, result);
   // 6. The overlap of a forward and a backward issued together (OVERLAP_F_B).
   fit_overlap(runs, device, result);
   // 7. The calibrated hardware, and every group against its StageCostModel.

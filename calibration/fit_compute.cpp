@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "calibration/least_squares.hpp"
 #include "models/yaml_file.hpp"
@@ -189,9 +190,19 @@ double net(const ComputeGroup& g, double over, double cold_s_per_byte) {
 
 // With more ranks than cores, a forward or backward that ran alone still took longer
 // than in a run with a core per rank (the other processes and the
-// transport's threads wake on the same cores): the curves take those
-// actions divided by 1 + x, x the ratio of their total to the curves'
-// (refitted until it settles); returns x.
+// transport's threads wake on the same cores): m = (1 + x) p + y for an
+// action the curves give p, x a share of its work and y a time per action
+// (its rank resuming on a core another process has just left). The curves
+// take those actions as (m - y) / (1 + x), refitted until x and y settle.
+// With those runs at two micro-batch sizes or more, x and y are fitted by
+// least squares on the actions' relative errors (neither below 0); at one
+// size they cannot be told apart, and y is 0, x the ratio of the actions'
+// total to the curves', less one. Returns {x, y}.
+//
+// A share alone, fitted on micro-batches of one, charged micro-batches of
+// eight 64% of a far longer action: llama-small's four ranks on two cores
+// were predicted 57% and 69% slow (docs/calibration.md, "B's four-rank
+// slowdown as a share of the work").
 //
 // Where the actions that ran alone in runs with a core per rank do not pin
 // the curves of those actions' layers, the curves follow the divided actions
@@ -199,19 +210,31 @@ double net(const ComputeGroup& g, double over, double cold_s_per_byte) {
 // (mlp-small's microbenchmarks: p fell to 1/700 of its first value and x
 // reached 840 in 100 rounds). Then x cannot be told from the curves: once p
 // falls below half its first value, the curves are fitted on the actions
-// undivided and x is 0, said in `notes`.
-double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak, std::vector<std::string>& notes) {
-  double slower = 0, first = 0;
+// undivided and x and y are 0, said in `notes`.
+std::pair<double, double> fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak,
+                                                     std::vector<std::string>& notes) {
+  double slower = 0, action = 0, first = 0;
   Observations& observed = c.observed;
   const Observations& as_measured = c.as_measured;
   const Observations undivided = c.observed;
   const ComputeFit undivided_fit = c.fit;
+  std::set<int> sizes;
+  for (const auto& g : as_measured.compute) {
+    if (in.shared(*g.run)) sizes.insert(g.run->microbatch_size);
+  }
+  const bool both = sizes.size() >= 2;
   for (int round = 0; round < 100; ++round) {
     double m = 0, p = 0;
+    // Weighted normal equations of m - p = x p + y, each row over m.
+    double spp = 0, sp1 = 0, s11 = 0, spy = 0, s1y = 0;
     for (const auto& g : as_measured.compute) {
       if (!in.shared(*g.run)) continue;
+      const double pg = group_seconds(c.fit, g) + c.cold_s_per_byte * g.cold_bytes;
       m += g.measured;
-      p += group_seconds(c.fit, g) + c.cold_s_per_byte * g.cold_bytes;
+      p += pg;
+      if (!(g.measured > 0)) continue;
+      const double w = 1 / (g.measured * g.measured), r = g.measured - pg;
+      spp += w * pg * pg, sp1 += w * pg, s11 += w, spy += w * pg * r, s1y += w * r;
     }
     if (round == 0) first = p;
     if (p < 0.5 * first) {
@@ -222,20 +245,29 @@ double fit_oversubscribed_compute(const Inputs& in, Curves& c, double base_peak,
       notes.push_back("oversubscribed.compute: 0, not fitted: the curves followed the divided actions of the runs with "
                       "more ranks than cores (their prediction fell to " + std::string(fell) + " in " +
                       std::to_string(round) + " rounds; no run with a core per rank pins those layers)");
-      return 0;
+      return {0, 0};
     }
-    const double next = p > 0 ? std::max(0.0, m / p - 1) : 0;
-    const bool settled = std::abs(next - slower) < 1e-9;
-    slower = next;
+    double next = p > 0 ? std::max(0.0, m / p - 1) : 0, next_action = 0;
+    const double det = spp * s11 - sp1 * sp1;
+    if (both && det > 1e-12 * spp * s11) {
+      next = (spy * s11 - sp1 * s1y) / det;
+      next_action = (spp * s1y - sp1 * spy) / det;
+      if (next < 0) next = 0, next_action = std::max(0.0, s1y / s11);
+      if (next_action < 0) next_action = 0, next = std::max(0.0, spy / spp);
+    }
+    const bool settled = std::abs(next - slower) < 1e-9 && std::abs(next_action - action) < 1e-12;
+    slower = next, action = next_action;
     for (std::size_t i = 0; i < observed.compute.size(); ++i) {
       if (in.shared(*observed.compute[i].run)) {
-        observed.compute[i].measured = net(as_measured.compute[i], 1 + slower, c.cold_s_per_byte);
+        ComputeGroup g = as_measured.compute[i];
+        g.measured = std::max(0.0, g.measured - action);
+        observed.compute[i].measured = net(g, 1 + slower, c.cold_s_per_byte);
       }
     }
     c.fit = fit_compute(observed, c.kinds, base_peak);
     if (settled) break;
   }
-  return slower;
+  return {slower, action};
 }
 
 }  // namespace
@@ -297,10 +329,13 @@ Curves fit_curves(const Inputs& in, double base_peak, pm::Device& device, FitRes
   const auto shared = [&](const ComputeGroup& g) { return in.shared(*g.run); };
   if (!in.all_shared && in.base.topology.kind == pm::TopologyKind::SharedHost &&
       std::any_of(c.observed.compute.begin(), c.observed.compute.end(), shared)) {
-    c.slower = fit_oversubscribed_compute(in, c, base_peak, result.notes);
+    std::tie(c.slower, c.slower_action_s) = fit_oversubscribed_compute(in, c, base_peak, result.notes);
     result.coefficients.push_back({"oversubscribed.compute", c.slower,
                                    "how much longer the compute actions that ran alone took in runs with more ranks than "
-                                   "cores than the curves say"});
+                                   "cores than the curves say, as a share of their work"});
+    result.coefficients.push_back({"oversubscribed.action_s", c.slower_action_s,
+                                   "and as a time per action (0 where those runs hold one micro-batch size: the two "
+                                   "cannot be told apart)"});
   }
   for (const auto& coefficient : c.fit.coefficients) result.coefficients.push_back(coefficient);
   // Every kind at once, one curve per pass: what the simulator falls back on

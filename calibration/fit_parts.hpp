@@ -171,7 +171,7 @@ struct Curves {
   ComputeFit pooled;  // every kind under kDefaultKind, for the kinds of other models
   Observations observed, as_measured;
   double cold_s_per_byte = 0;
-  double slower = 0;
+  double slower = 0, slower_action_s = 0;  // topology.oversubscribed_compute and oversubscribed_action_s
 };
 
 // The cold weights (device.cold_weights_bandwidth), the curves from the
@@ -232,8 +232,8 @@ void note_unfitted_transfers(const Inputs& in, std::vector<std::string>& notes);
 // runs of more ranks than cores the waits for a core (and `slower`, the
 // compute's); sets the groups' waited, flight, arrived and take; adds the
 // coefficients and notes to `result`.
-models::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, models::Device& device,
-                               FitResult& result);
+models::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, double slower_action_s,
+                               models::Device& device, FitResult& result);
 
 // ---------------------------------------------------------------------------
 // The report (fit_report.cpp).

@@ -42,8 +42,10 @@ struct Residuals {
   void add(const std::string& op, double predicted, double measured) {
     if (apart) {
       if (op != "send" && op != "transfer" && op != "receive") {
-        const double slower = op == "step" ? 0 : result.hardware.topology.oversubscribed_compute;  // as stage_table
-        result.shared_core_residuals[op].add(predicted * (1 + slower), measured);
+        const auto& t = result.hardware.topology;  // as stage_table
+        const double slower = op == "step" ? 0 : t.oversubscribed_compute;
+        const double action = op == "step" || !(predicted > 0) ? 0 : t.oversubscribed_action_s;
+        result.shared_core_residuals[op].add(predicted * (1 + slower) + action, measured);
       }
       return;
     }

@@ -235,17 +235,20 @@ class CoreSharing {
   // the transport's threads), all of it made the four-rank steps right and
   // their bubbles 4 to 5 points low (docs/calibration.md, "Where two and
   // four ranks lose their time").
+  // Its time per action (oversubscribed_action_s) is kept in the same share.
   double fit_slower() {
-    const double lone = t_.oversubscribed_compute;
-    if (!(lone > 0)) return 1;
-    double best = lone, scale = scale_, least = loss_;
+    const double lone = t_.oversubscribed_compute, lone_action = t_.oversubscribed_action_s;
+    if (!(lone > 0) && !(lone_action > 0)) return 1;
+    double best = 1, scale = scale_, least = loss_;
     for (const double f : {0.0, 0.25, 0.5, 0.75}) {
       t_.oversubscribed_compute = f * lone;
+      t_.oversubscribed_action_s = f * lone_action;
       const auto [x, l] = best_scale();
-      if (l < least * (1 - 1e-6)) least = l, best = f * lone, scale = x;
+      if (l < least * (1 - 1e-6)) least = l, best = f, scale = x;
     }
-    t_.oversubscribed_compute = best;
-    share_ = best / lone;
+    t_.oversubscribed_compute = best * lone;
+    t_.oversubscribed_action_s = best * lone_action;
+    share_ = best;
     scale_ = scale, loss_ = least;
     set(scale_);
     return share_;
@@ -337,7 +340,7 @@ void CoreSharing::record(double host_slice) const {
       "each of those ways with a queue per core, or one for all, the better on the same (1: per core)");
   add("oversubscribed.scale", scale_, "of the transfers' waits for a core, fitted on the same");
   add("oversubscribed.compute_share", share_,
-      "of oversubscribed.compute (the lone actions'), the best of 0, 1/4, 1/2, 3/4 and 1 on the same, with the way");
+      "of oversubscribed.compute and action_s (the lone actions'), the best of 0, 1/4, 1/2, 3/4 and 1 on the same, with the way");
   add("oversubscribed.cores", t_.compute_capacity(t_.host_cores + 1),
       "the cores' worth of compute the ranks computing at once get, fitted on the same with the way and the scale "
       "(kept where it beats the capacity within the cores)");

@@ -179,8 +179,9 @@ std::pair<double, double> mean_core_waits(const std::vector<LinkGroup>& links, c
 // With more ranks than cores, a rank that sends or takes a message also
 // waits for a core, from those runs' transfers.
 void fit_core_waits(const Inputs& in, const std::vector<LinkGroup>& links, const pm::Device& device, double slower,
-                    pm::Topology& topology, FitResult& result) {
+                    double slower_action_s, pm::Topology& topology, FitResult& result) {
   topology.oversubscribed_compute = slower;
+  topology.oversubscribed_action_s = slower_action_s;
   std::tie(topology.oversubscribed_send_s, topology.oversubscribed_recv_s) = mean_core_waits(
       links, device, topology.intra, [&](const TraceRun& run) { return !in.transfers_from(run); }, "oversubscribed",
       "more ranks than cores", result);
@@ -215,8 +216,8 @@ std::vector<LinkGroup> link_groups(const std::vector<TraceRun>& runs, const pm::
   return links;
 }
 
-pm::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, pm::Device& device,
-                           FitResult& result) {
+pm::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, double slower, double slower_action_s,
+                           pm::Device& device, FitResult& result) {
   const pm::Hardware& base = in.base;
   pm::Topology topology = base.topology;
   fit_send(in, links, device, result);
@@ -243,7 +244,7 @@ pm::Topology fit_transfers(const Inputs& in, std::vector<LinkGroup>& links, doub
   }
   if (base.topology.kind == pm::TopologyKind::SharedHost) fit_full_host_waits(in, links, device, topology, result);
   if (!in.all_shared && base.topology.kind == pm::TopologyKind::SharedHost) {
-    fit_core_waits(in, links, device, slower, topology, result);
+    fit_core_waits(in, links, device, slower, slower_action_s, topology, result);
   }
   return topology;
 }

@@ -76,8 +76,9 @@ int usable_cores() {
 // sizes on one rank (the curves' slopes), recompute (the forward without
 // autograd, and the recompute itself), and each half of the layers alone
 // (layers of one kind whose weights differ). On a host with few cores, also twice
-// as many ranks as the cores hold (gpipe and 1f1b): how its ranks share the
-// cores, which no run of one or two ranks shows.
+// as many ranks as the cores hold (gpipe and 1f1b, and gpipe at micro-batches
+// of four): how its ranks share the cores, which no run of one or two ranks
+// shows.
 std::vector<std::string> microbench(const Options& o, const std::string& model_path, int layers, int threads,
                                     const std::string& dir) {
   fs::create_directories(dir);
@@ -117,6 +118,10 @@ std::vector<std::string> microbench(const Options& o, const std::string& model_p
     const std::string k = std::to_string(shared);
     configs.push_back({"k" + k + "_shared_gpipe", "gpipe", shared, 2 * shared, 2 * shared, "none", ""});
     configs.push_back({"k" + k + "_shared_1f1b", "1f1b", shared, 2 * shared, 2 * shared, "none", ""});
+    // Micro-batches of four too: whether those runs' actions lose a share of
+    // their work or a time each (oversubscribed_action_us), which runs of one
+    // micro-batch size cannot tell apart.
+    configs.push_back({"k" + k + "_shared_gpipe_mb4", "gpipe", shared, 2 * shared, 8 * shared, "none", ""});
   }
   // Repeat by repeat, every configuration once in each: a slow spell of the
   // host lands on one repeat of several configurations, which the fit's

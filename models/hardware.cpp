@@ -219,7 +219,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
 void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_cores", "oversubscribed_send_us",
-       "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "run_to_completion", "time_slice_us", "wake_preempt_us", "core_affinity", "intra", "bridge", "inter", "collective",
+       "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "oversubscribed_action_us", "run_to_completion", "time_slice_us", "wake_preempt_us", "core_affinity", "intra", "bridge", "inter", "collective",
        "tensor_collective", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
@@ -270,6 +270,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("full_host_send_us")) t.full_host_send_s = y.non_negative_number("full_host_send_us") * kUs;
   if (y.has("full_host_recv_us")) t.full_host_recv_s = y.non_negative_number("full_host_recv_us") * kUs;
   if (y.has("oversubscribed_compute")) t.oversubscribed_compute = y.non_negative_number("oversubscribed_compute");
+  if (y.has("oversubscribed_action_us")) t.oversubscribed_action_s = y.non_negative_number("oversubscribed_action_us") * kUs;
   if (y.has("run_to_completion")) {
     const std::string v = y.text("run_to_completion");
     if (v != "true" && v != "false") y.fail("run_to_completion", "expected true or false, got '" + v + "'");

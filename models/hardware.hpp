@@ -231,6 +231,13 @@ struct Topology {
   // (0.08: 8%): the other ranks' processes and the transport's threads wake
   // on its cores. Not the optimizer step (models/stage_table.cpp).
   double oversubscribed_compute = 0;
+  // SharedHost, calibrated: with more ranks than cores, the time each
+  // forward, backward and recompute also takes whatever its work, on top of
+  // oversubscribed_compute's share (a rank's resumption on a core another
+  // process has just left: its caches refilled, its threads woken). Fitted
+  // with the share where those runs' actions differ enough in size to tell
+  // the two apart (calibration/fit_compute.cpp); 0: the share alone.
+  double oversubscribed_action_s = 0;
   // SharedHost, calibrated: with more ranks than cores, a rank takes a core
   // when it has work and keeps it until it receives a message (a thread
   // holds its core until it blocks, and a receive blocks even where the

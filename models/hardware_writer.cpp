@@ -106,6 +106,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.full_host_send_s > 0) out += "  full_host_send_us: " + yaml_number(t.full_host_send_s / kUs) + "\n";
   if (t.full_host_recv_s > 0) out += "  full_host_recv_us: " + yaml_number(t.full_host_recv_s / kUs) + "\n";
   if (t.oversubscribed_compute > 0) out += "  oversubscribed_compute: " + yaml_number(t.oversubscribed_compute) + "\n";
+  if (t.oversubscribed_action_s > 0) out += "  oversubscribed_action_us: " + yaml_number(t.oversubscribed_action_s / kUs) + "\n";
   if (t.run_to_completion) out += "  run_to_completion: true\n";
   if (t.time_slice_s > 0) out += "  time_slice_us: " + yaml_number(t.time_slice_s / kUs) + "\n";
   if (t.wake_preempt_s > 0) out += "  wake_preempt_us: " + yaml_number(t.wake_preempt_s / kUs) + "\n";

@@ -96,6 +96,10 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
       // mlp-small K = 4 M = 2 on 2 cores, the steps took 0.96 times what the
       // curves give alone, the forwards 1.4 and the backwards 1.25 times).
       for (double* d : {&t.forward_s, &t.first_forward_extra_s, &t.input_grad_s, &t.weight_grad_s, &t.backward_s, &t.recompute_s}) *d *= slower;
+      // And a time per action whatever its work (not the first forward's cold read: part of that action).
+      for (double* d : {&t.forward_s, &t.input_grad_s, &t.weight_grad_s, &t.backward_s, &t.recompute_s}) {
+        if (*d > 0) *d += topo.oversubscribed_action_s;
+      }
     }
     if (s + 1 < S) {
       t.activation_bytes = costs.cut_bytes(j);

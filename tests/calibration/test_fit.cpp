@@ -304,6 +304,50 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   EXPECT_NEAR(fit.hardware.topology.oversubscribed_recv_s, 500e-6, 1e-6);
 }
 
+TEST_F(Calibration, OversubscribedActionsLoseAShareOfTheirWorkAndATimeEach) {
+  // Four ranks on two cores: each compute action 5% longer and 0.4 ms on
+  // top. The grid's runs of three and four ranks hold micro-batches of one,
+  // two and four: the fit tells the two apart.
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.effective_cores = 1.7;
+  truth.topology.oversubscribed_send_s = 300e-6;
+  truth.topology.oversubscribed_recv_s = 500e-6;
+  truth.topology.oversubscribed_compute = 0.05;
+  truth.topology.oversubscribed_action_s = 400e-6;
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 2;
+  {
+    std::map<std::string, Config> configs;
+    const pc::FitResult fit = pc::fit(simgrid_runs(truth, "both", configs), base);
+    expect_same_curves(fit.hardware.device, truth.device);
+    EXPECT_NEAR(fit.hardware.topology.oversubscribed_compute, 0.05, 1e-6);
+    EXPECT_NEAR(fit.hardware.topology.oversubscribed_action_s, 400e-6, 1e-9);
+    for (const char* op : {"forward", "backward", "recompute"}) {
+      ASSERT_TRUE(fit.shared_core_residuals.count(op)) << op;
+      EXPECT_LT(fit.shared_core_residuals.at(op).max_rel, 1e-6) << op;
+    }
+    // And it survives the file.
+    const std::string file = path("both.yaml");
+    ps::write_file_atomic(file, pm::hardware_to_yaml(fit.hardware));
+    EXPECT_NEAR(pm::load_hardware(file).topology.oversubscribed_action_s, 400e-6, 1e-12);
+  }
+  {
+    // Those runs at micro-batches of one only: one size cannot tell a share
+    // from a time per action; the fit takes a share (the actions' total over
+    // the curves'), no time per action, and its shared actions no longer
+    // match exactly.
+    std::map<std::string, Config> configs;
+    const auto one_size = [](const Config& c) { return c.partition.size() <= 2 || c.batch == c.microbatches; };
+    const pc::FitResult fit = pc::fit(simgrid_runs(truth, "one", configs, one_size), base);
+    EXPECT_EQ(fit.hardware.topology.oversubscribed_action_s, 0);
+    EXPECT_GT(fit.hardware.topology.oversubscribed_compute, 0.05);
+    bool reported = false;
+    for (const auto& c : fit.coefficients) reported = reported || (c.name == "oversubscribed.action_s" && c.value == 0);
+    EXPECT_TRUE(reported);
+  }
+}
+
 TEST_F(Calibration, BubblesTellTheTransfersWaitsForACoreFromTheCoresWorth) {
   // Two ranks on two cores that give them 1.8 cores' worth when both compute
   // and make each send wait 400 us and each receive 600 us for a core. Both

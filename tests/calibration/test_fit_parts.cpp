@@ -297,7 +297,7 @@ TEST(FitTransfers, TheSendersReceiversAndLinksCostsAreRecovered) {
   EXPECT_EQ(links.size(), expected);
   pm::Device device = base.device;
   pc::FitResult result;
-  const pm::Topology topology = pf::fit_transfers(in, links, 0, device, result);
+  const pm::Topology topology = pf::fit_transfers(in, links, 0, 0, device, result);
   expect_rel(device.transfer_overhead_s, 17e-6, "send overhead");
   expect_rel(device.send_bandwidth, 0.8e9, "send bandwidth");
   expect_rel(device.recv_overhead_s, 23e-6, "receive overhead");
@@ -324,7 +324,7 @@ TEST(FitReport, ResidualsAgainstTheTrueHardwareAreZeroAndAnOffsetShows) {
   auto links = pf::link_groups(runs, in.base);
   pm::Device device = in.base.device;
   pc::FitResult transfers;
-  pf::fit_transfers(in, links, 0, device, transfers);  // tells which receives waited and which found their message
+  pf::fit_transfers(in, links, 0, 0, device, transfers);  // tells which receives waited and which found their message
   const pf::Observations obs = pf::compute_observations(runs, true);
   const double cold_s_per_byte = 1 / truth.device.cold_weights_bandwidth;
   pc::FitResult exact;

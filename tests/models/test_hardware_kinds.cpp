@@ -128,6 +128,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   h.topology.oversubscribed_send_s = 0.3e-3;
   h.topology.oversubscribed_recv_s = 0.7e-3;
   h.topology.oversubscribed_compute = 0.0625;
+  h.topology.oversubscribed_action_s = 375e-6;
   h.topology.full_host_send_s = 0.11e-3;
   h.topology.full_host_recv_s = 0.09e-3;
   h.topology.run_to_completion = true;
@@ -165,6 +166,7 @@ TEST_F(Kinds, WrittenFilesReadBackToTheSameHardware) {
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_send_s, h.topology.oversubscribed_send_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_recv_s, h.topology.oversubscribed_recv_s);
   EXPECT_DOUBLE_EQ(back.topology.oversubscribed_compute, 0.0625);
+  EXPECT_NEAR(back.topology.oversubscribed_action_s, 375e-6, 1e-18);
   EXPECT_DOUBLE_EQ(back.topology.full_host_send_s, h.topology.full_host_send_s);
   EXPECT_DOUBLE_EQ(back.topology.full_host_recv_s, h.topology.full_host_recv_s);
   EXPECT_TRUE(back.topology.run_to_completion);
@@ -229,6 +231,8 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
        ":3: field 'topology.oversubscribed_recv_us': must not be negative, got -2"},
       {"preset: cpu\ntopology:\n  oversubscribed_compute: -0.1\n",
        ":3: field 'topology.oversubscribed_compute': must not be negative, got -0.1"},
+      {"preset: cpu\ntopology:\n  oversubscribed_action_us: -5\n",
+       ":3: field 'topology.oversubscribed_action_us': must not be negative, got -5"},
       {"preset: cpu\ndevices:\n  - {}\n  - {kinds: {conv: {forward: {max: 0}}}}\n",
        ":4: field 'devices[1].kinds.conv.forward.max': must be positive, got 0"},
   };
@@ -308,6 +312,15 @@ TEST_F(Kinds, StageCostsUseTheCurvesAndOverheads) {
   EXPECT_DOUBLE_EQ(t4[0].recompute_s, 1.25 * costs4.recompute_s(0, 2, 0));
   EXPECT_DOUBLE_EQ(t4[3].step_s, costs4.step_s(4, 6, 3));
   EXPECT_DOUBLE_EQ(t4[2].step_s, costs4.step_s(3, 4, 2));
+  // And a time per action on top of the share, whatever its work (not the step).
+  pm::Hardware per_action = crowded;
+  per_action.topology.oversubscribed_action_s = 0.5e-3;
+  const auto pa = pm::stage_table(pm::StageCostModel(m, per_action, r4), per_action, p4);
+  EXPECT_DOUBLE_EQ(pa[1].forward_s, t4[1].forward_s + 0.5e-3);
+  EXPECT_DOUBLE_EQ(pa[3].backward_s, t4[3].backward_s + 0.5e-3);
+  EXPECT_DOUBLE_EQ(pa[0].recompute_s, t4[0].recompute_s + 0.5e-3);
+  EXPECT_DOUBLE_EQ(pa[3].step_s, t4[3].step_s);
+  EXPECT_DOUBLE_EQ(pm::stage_table(costs, per_action, p)[1].backward_s, table[1].backward_s);  // 2 ranks, 2 cores
   // A transfer's wait for a core is no longer than the first of the cores'
   // compute bursts takes to end, b / (C + 1), b the stages' mean of (F + B) / 2.
   double burst = 0;
