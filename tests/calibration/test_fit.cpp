@@ -119,6 +119,28 @@ pm::Hardware eight_core_cpu() {
   return base;
 }
 
+// The cpu preset on a host of 2 cores: the grid's runs of three and four ranks share them.
+pm::Hardware two_core_cpu() {
+  pm::Hardware base = pm::preset("cpu");
+  base.topology.host_cores = 2;
+  return base;
+}
+
+// known_hardware() on 2 cores that give ranks computing at once 1.7 cores'
+// worth; with more ranks than that, each send waits 300 us and each receive
+// 500 us for a core, and each compute action takes `compute` longer and
+// `action_s` more.
+pm::Hardware four_ranks_on_two_cores(double compute, double action_s) {
+  pm::Hardware truth = known_hardware();
+  truth.topology.host_cores = 2;
+  truth.topology.effective_cores = 1.7;
+  truth.topology.oversubscribed_send_s = 300e-6;
+  truth.topology.oversubscribed_recv_s = 500e-6;
+  truth.topology.oversubscribed_compute = compute;
+  truth.topology.oversubscribed_action_s = action_s;
+  return truth;
+}
+
 void expect_rel(double got, double want, const std::string& what) {
   EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << what;
 }
@@ -252,16 +274,10 @@ TEST_F(Calibration, ActionsThatRanAloneGiveTheDeviceAndStepTimesTheSharing) {
   // when four ranks share them, as SimGrid replays it. The actions that ran
   // alone recover the device exactly, whatever the sharing, and the 8%; the
   // step times, replayed, recover the sharing.
-  pm::Hardware truth = known_hardware();
-  truth.topology.host_cores = 2;
-  truth.topology.effective_cores = 1.7;
-  truth.topology.oversubscribed_send_s = 300e-6;
-  truth.topology.oversubscribed_recv_s = 500e-6;
-  truth.topology.oversubscribed_compute = 0.08;
+  const pm::Hardware truth = four_ranks_on_two_cores(0.08, 0);
   std::map<std::string, Config> configs;
   const std::vector<pc::TraceRun> runs = simgrid_runs(truth, "sg", configs);
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 2;
+  const pm::Hardware base = two_core_cpu();
   pc::FitResult fit = pc::fit(runs, base);
   expect_same_curves(fit.hardware.device, truth.device);
   for (const pm::Pass pass : pm::kPasses) {
@@ -308,15 +324,8 @@ TEST_F(Calibration, OversubscribedActionsLoseAShareOfTheirWorkAndATimeEach) {
   // Four ranks on two cores: each compute action 5% longer and 0.4 ms on
   // top. The grid's runs of three and four ranks hold micro-batches of one,
   // two and four: the fit tells the two apart.
-  pm::Hardware truth = known_hardware();
-  truth.topology.host_cores = 2;
-  truth.topology.effective_cores = 1.7;
-  truth.topology.oversubscribed_send_s = 300e-6;
-  truth.topology.oversubscribed_recv_s = 500e-6;
-  truth.topology.oversubscribed_compute = 0.05;
-  truth.topology.oversubscribed_action_s = 400e-6;
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 2;
+  const pm::Hardware truth = four_ranks_on_two_cores(0.05, 400e-6);
+  const pm::Hardware base = two_core_cpu();
   {
     std::map<std::string, Config> configs;
     const pc::FitResult fit = pc::fit(simgrid_runs(truth, "both", configs), base);
@@ -342,6 +351,8 @@ TEST_F(Calibration, OversubscribedActionsLoseAShareOfTheirWorkAndATimeEach) {
     const pc::FitResult fit = pc::fit(simgrid_runs(truth, "one", configs, one_size), base);
     EXPECT_EQ(fit.hardware.topology.oversubscribed_action_s, 0);
     EXPECT_GT(fit.hardware.topology.oversubscribed_compute, 0.05);
+    ASSERT_TRUE(fit.shared_core_residuals.count("forward"));
+    EXPECT_GT(fit.shared_core_residuals.at("forward").max_rel, 1e-3);
     bool reported = false;
     for (const auto& c : fit.coefficients) reported = reported || (c.name == "oversubscribed.action_s" && c.value == 0);
     EXPECT_TRUE(reported);
@@ -413,8 +424,7 @@ TEST_F(Calibration, StepTimesTellTheCoresWorthOfComputeWithMoreRanksThanCores) {
   std::vector<const pc::TraceRun*> four;
   make(all, four);
   ASSERT_EQ(four.size(), 2u);
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 2;
+  const pm::Hardware base = two_core_cpu();
   const auto replay = [&](const pc::TraceRun& r, const pm::Hardware& hw) {
     return synthetic_trace(configs[r.path], hw, nullptr, /*simgrid=*/true).timeline;
   };
@@ -479,8 +489,7 @@ TEST_F(Calibration, AsManyRanksAsCoresGiveTheTransfersTheirMeanWaitForACore) {
     }
   }
   ASSERT_GT(waited, 0);
-  pm::Hardware base = pm::preset("cpu");
-  base.topology.host_cores = 2;
+  const pm::Hardware base = two_core_cpu();
   const pc::FitResult fit = pc::fit(runs, base);
   EXPECT_NEAR(fit.hardware.device.transfer_overhead_s, quiet.device.transfer_overhead_s, 2e-6);
   EXPECT_NEAR(fit.hardware.topology.full_host_send_s, 2e-3 * waited / sends, 0.05 * 2e-3 * waited / sends);
