@@ -674,6 +674,8 @@ std::vector<Bad> catalogue() {
             "cal.yaml{line}field 'topology.effective_cores': must be at least 1"),
       calhw("calhw_full_host_wait_negative", "  host_cores:", "  full_host_send_us: -40",
             "cal.yaml{line}field 'topology.full_host_send_us': must not be negative"),
+      calhw("calhw_oversubscribed_action_negative", "  host_cores:", "  oversubscribed_action_us: -50",
+            "cal.yaml{line}field 'topology.oversubscribed_action_us': must not be negative"),
       calhw("calhw_weight_stream_negative", "  overlap_factor:", "  weight_stream_us_per_mb: {forward: -1, backward: 0}",
             "cal.yaml{line}field 'device.weight_stream_us_per_mb.forward': must not be negative"),
       calhw("calhw_residuals_not_a_mapping", "  residuals:", "  residuals: 3\n  old_residuals:",
