@@ -16,8 +16,11 @@ reference definition, [name]: target, whose target is not http(s) or mailto:
     may only be a line, #L12 or #L12-L20).
 
 Links inside fenced code blocks and inline code spans are not links. Also:
-README.md is under 200 lines, and every Markdown file under docs/ is reached by
-links from README.md (no orphans).
+README.md is under 200 lines, none of its paragraphs of prose (outside code
+blocks, tables, headings; a list item is one) is longer than 1000 characters
+(a history of measurements belongs under docs/, the README links it), and
+every Markdown file under docs/ is reached by links from README.md (no
+orphans).
 
 Prints one line per failure, FILE:LINE: broken link TARGET (why), and exits 1;
 otherwise prints a one-line summary and exits 0. Standard library only.
@@ -29,6 +32,7 @@ import unicodedata
 from urllib.parse import unquote
 
 README_MAX_LINES = 199
+README_MAX_PARAGRAPH = 1000  # characters of one paragraph of prose
 EXTERNAL = re.compile(r"^(https?:|mailto:)", re.IGNORECASE)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -63,6 +67,31 @@ def prose_lines(text, blank_code=True):
                 fence = None
             continue
         yield number, CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line) if blank_code else line
+
+
+def long_paragraphs(text, limit):
+    """(first line, characters) of each paragraph of prose longer than `limit`:
+    lines outside code blocks joined up to a blank line, a heading, a table row
+    or a list item (which starts a paragraph of its own)."""
+    out, start, size, last = [], None, 0, 0
+
+    def close():
+        if start is not None and size > limit:
+            out.append((start, size))
+
+    for number, line in prose_lines(text, blank_code=False):
+        stripped = line.strip()
+        item = re.match(r"^\s*([-*+]|\d+[.)])\s", line)
+        if number != last + 1 or not stripped or ATX.match(line) or stripped.startswith("|") or item:
+            close()
+            start, size = None, 0
+        last = number
+        if stripped and not ATX.match(line) and not stripped.startswith("|"):
+            if start is None:
+                start = number
+            size += len(stripped) + (1 if size else 0)
+    close()
+    return out
 
 
 def slug(heading):
@@ -186,6 +215,9 @@ def main(argv):
             if readme_lines > README_MAX_LINES:
                 failures.append(f"README.md:{readme_lines}: {readme_lines} lines "
                                 f"(limit: under {README_MAX_LINES + 1})")
+            for number, size in long_paragraphs(text, README_MAX_PARAGRAPH):
+                failures.append(f"README.md:{number}: a paragraph of {size} characters (limit: "
+                                f"{README_MAX_PARAGRAPH}; the rest belongs under docs/)")
     reached, todo = set(), [readme]
     while todo:
         page = todo.pop()
