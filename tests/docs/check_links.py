@@ -43,6 +43,7 @@ CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")
 LINK_OPEN = re.compile(r"\[(?:[^\[\]\n]|\n(?![ \t]*\n)|\[[^\[\]]*\])*\]\(")
 REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:[ \t]*(<[^>]*>|\S+)")
 LINE_ANCHOR = re.compile(r"^L\d+(-L\d+)?$")
+LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
 
 
 def markdown_files(root):
@@ -81,12 +82,12 @@ def long_paragraphs(text, limit):
 
     for number, line in prose_lines(text, blank_code=False):
         stripped = line.strip()
-        item = re.match(r"^\s*([-*+]|\d+[.)])\s", line)
-        if number != last + 1 or not stripped or ATX.match(line) or stripped.startswith("|") or item:
+        not_prose = bool(ATX.match(line)) or stripped.startswith("|")
+        if number != last + 1 or not stripped or not_prose or LIST_ITEM.match(line):
             close()
             start, size = None, 0
         last = number
-        if stripped and not ATX.match(line) and not stripped.startswith("|"):
+        if stripped and not not_prose:
             if start is None:
                 start = number
             size += len(stripped) + (1 if size else 0)
