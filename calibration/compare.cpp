@@ -413,11 +413,12 @@ json Comparison::to_json() const {
                             {"band_rel", noise->band()},
                             {"step_spread_rel", noise->spread()},
                             {"counted_steps", noise->counted_steps},
+                            {"compute_cpu_s", noise->compute_cpu_s}, {"compute_cpu_spread_rel", noise->compute_cpu_spread},
                             {"busy", noise->busy()}}
                      : json(nullptr);
   if (repeats) {
     j["repeats"] = {{"files", repeats->files},
-                    {"steps_s", repeats->steps_s},
+                    {"steps_s", repeats->steps_s}, {"compute_cpu_s", repeats->compute_cpu_s},
                     {"median_s", repeats->median_s},
                     {"mad_s", repeats->mad_s},
                     {"median_uncertainty_rel", repeats->median_uncertainty_rel},

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "schedule/stats.hpp"
+
 namespace pipetwin::calibration {
 
 std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
@@ -25,6 +27,15 @@ Noise Noise::from_json(const nlohmann::json& j) {
   n.step_median_s = num(j, "step_median_s");
   n.step_mad_s = num(j, "step_mad_s");
   n.counted_steps = static_cast<int>(num(j, "counted_steps"));
+  n.compute_cpu_s = num(j, "compute_cpu_median_s");
+  if (n.compute_cpu_s > 0 && j.contains("step_compute_cpu_s") && j["step_compute_cpu_s"].is_array()) {
+    std::vector<double> counted;
+    const auto& steps = j["step_compute_cpu_s"];
+    for (std::size_t i = static_cast<std::size_t>(std::max(0.0, num(j, "first_counted_step"))); i < steps.size(); ++i) {
+      if (steps[i].is_number()) counted.push_back(steps[i].get<double>());
+    }
+    if (!counted.empty()) n.compute_cpu_spread = schedule::mad(counted, n.compute_cpu_s) / n.compute_cpu_s;
+  }
   double worst = -1;
   for (const auto& h : j.value("hosts", nlohmann::json::array())) {
     n.faults_per_step = std::max(n.faults_per_step, num(h, "faults_per_step"));
@@ -58,6 +69,11 @@ std::string Noise::describe() const {
   }
   if (faults_per_step > 0) {
     std::snprintf(line, sizeof line, "; %.0f page faults per step", faults_per_step);
+    out += line;
+  }
+  if (compute_cpu_s > 0) {
+    std::snprintf(line, sizeof line, "; the compute actions' own CPU time %.4g ms a step, spread %.1f%%",
+                  1e3 * compute_cpu_s, 100 * compute_cpu_spread);
     out += line;
   }
   return out;

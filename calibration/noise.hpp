@@ -42,6 +42,10 @@ struct Noise {
   double load1_start = 0, load1_end = 0;    // of the busiest host
   double mhz_min = 0, mhz_max = 0;
   double faults_per_step = 0;               // the ranks' page faults per counted step, the most of any host
+  // The ranks' compute actions' own CPU time per step: its median over the
+  // counted steps and their spread (MAD / median); 0 where the run did not
+  // measure it (exec/host_load.hpp: the host's pace, which no counter shows).
+  double compute_cpu_s = 0, compute_cpu_spread = 0;
   // From a run's otherData (the measured trace's metadata); nullopt when it has no noise record.
   static std::optional<Noise> of_trace(const nlohmann::json& meta);
   // From the noise record itself (otherData.measured.noise, `pipetwin run`'s measured.noise).
@@ -64,12 +68,16 @@ struct Noise {
 struct Repeats {
   std::vector<std::string> files;  // every run given, the measured trace's first
   std::vector<double> steps_s;     // the traced step of each run counted, the measured one's first
+  // Each counted run's compute CPU time per step (Noise::compute_cpu_s), in
+  // the same order; empty unless every one of them measured it.
+  std::vector<double> compute_cpu_s;
   int busy = 0;                    // repeats measured on a busy machine, left out (beside a quiet measured run)
   double median_s = 0, mad_s = 0;
   // The 95% interval of the median over the runs (Student's t, n - 1 degrees
   // of freedom), relative; 0: fewer than 3 runs, or no spread.
   double median_uncertainty_rel = 0;
-  static Repeats of(std::vector<std::string> files, std::vector<double> steps_s, int busy);
+  static Repeats of(std::vector<std::string> files, std::vector<double> steps_s, int busy,
+                    std::vector<double> compute_cpu_s = {});
   std::string describe() const;  // one line
 };
 

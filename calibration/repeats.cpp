@@ -26,8 +26,12 @@ double t975(int dof) {
 
 }  // namespace
 
-Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s, int busy) {
+Repeats Repeats::of(std::vector<std::string> files, std::vector<double> steps_s, int busy,
+                    std::vector<double> compute_cpu_s) {
   Repeats r;
+  const bool every = compute_cpu_s.size() == steps_s.size() &&
+                     std::all_of(compute_cpu_s.begin(), compute_cpu_s.end(), [](double c) { return c > 0; });
+  if (every) r.compute_cpu_s = std::move(compute_cpu_s);
   r.files = std::move(files);
   r.steps_s = std::move(steps_s);
   r.busy = busy;
@@ -53,7 +57,16 @@ std::string Repeats::describe() const {
                 steps_s.size(), steps_s.empty() ? 0 : 1e3 * *lo, steps_s.empty() ? 0 : 1e3 * *hi, 1e3 * median_s,
                 median_s > 0 ? 100 * mad_s / median_s : 0.0, known.c_str(),
                 busy > 0 ? ("; " + std::to_string(busy) + " more measured on a busy machine, left out").c_str() : "");
-  return line;
+  std::string out = line;
+  if (compute_cpu_s.size() > 1) {
+    // The same work in every run: where its CPU time moves as the steps do,
+    // the host's pace moved, not the schedule's waits.
+    const auto [clo, chi] = std::minmax_element(compute_cpu_s.begin(), compute_cpu_s.end());
+    std::snprintf(line, sizeof line, "; the same compute took %.4g to %.4g ms of CPU a step in them (%.0f%% apart: the host's pace)",
+                  1e3 * *clo, 1e3 * *chi, 100 * (*chi / *clo - 1));
+    out += line;
+  }
+  return out;
 }
 
 void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vector<schedule::Trace>& repeats,
@@ -72,6 +85,7 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
   if (first) run_bubbles.push_back(first->median), add_within(*first);
   bool every_bubble = first.has_value();
   std::vector<double> steps{measured.timeline.makespan()};
+  std::vector<double> cpu{c.noise ? c.noise->compute_cpu_s : 0.0};
   int busy = 0;
   for (std::size_t i = 0; i < repeats.size(); ++i) {
     const auto& r = repeats[i];
@@ -92,6 +106,7 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
       continue;
     }
     steps.push_back(r.timeline.makespan());
+    cpu.push_back(noise ? noise->compute_cpu_s : 0.0);
     every_bubble = every_bubble && recorded.has_value();
     if (recorded) {
       bubbles.insert(bubbles.end(), recorded->counted.begin(), recorded->counted.end());
@@ -99,7 +114,7 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
       add_within(*recorded);
     }
   }
-  c.repeats = Repeats::of(std::move(names), std::move(steps), busy);
+  c.repeats = Repeats::of(std::move(names), std::move(steps), busy, std::move(cpu));
   const int runs = static_cast<int>(c.repeats->steps_s.size());
   if (every_bubble && runs > 1) {
     c.bubble_over_steps.measured = median(bubbles);

@@ -303,6 +303,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     t.ranks.resize(p.num_ranks);
     t.ranks[where.pipeline_rank] = backend.end_step();
     report.steps.push_back(std::move(t));
+    if (const double cpu = backend.step_compute_cpu_s(); cpu >= 0) report.compute_cpu_s.push_back(cpu);
     if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
   } catch (const std::exception& e) {
     throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));

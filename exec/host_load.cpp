@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -146,13 +147,22 @@ nlohmann::json RunNoise::to_json() const {
           {"step_min_s", step_min_s},
           {"step_max_s", step_max_s},
           {"step_mad_s", step_mad_s},
-          {"median_uncertainty_rel", median_uncertainty_rel}};
+          {"median_uncertainty_rel", median_uncertainty_rel},
+          {"step_compute_cpu_s", step_compute_cpu_s},
+          {"compute_cpu_median_s", compute_cpu_median_s}};
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 int warmup_steps(int steps) { return steps >= 5 ? 2 : steps > 1 ? 1 : 0; }
 
 RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, const std::vector<std::string>& hosts,
-                       const std::vector<double>& step_times_s) {
+                       const std::vector<double>& step_times_s,
+                       const std::vector<std::vector<double>>& compute_cpu_s) {
   RunNoise out;
   const int steps = static_cast<int>(step_times_s.size());
   out.first_counted_step = warmup_steps(steps);
@@ -215,6 +225,17 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     out.steal_share = std::max(out.steal_share, h.steal_share);
     out.share_resolution = std::max(out.share_resolution, h.share_resolution);
     out.hosts.push_back(std::move(h));
+  }
+  const bool every_rank = !compute_cpu_s.empty() && std::all_of(compute_cpu_s.begin(), compute_cpu_s.end(), [&](const auto& c) {
+    return static_cast<int>(c.size()) == steps;
+  });
+  if (every_rank && steps > 0) {
+    out.step_compute_cpu_s.assign(steps, 0.0);
+    for (const auto& c : compute_cpu_s) {
+      for (int s = 0; s < steps; ++s) out.step_compute_cpu_s[s] += c[s];
+    }
+    std::vector<double> cpu(out.step_compute_cpu_s.begin() + out.first_counted_step, out.step_compute_cpu_s.end());
+    if (!cpu.empty()) out.compute_cpu_median_s = schedule::median(cpu);
   }
   return out;
 }

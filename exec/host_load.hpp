@@ -51,6 +51,8 @@ HostSample parse_host_sample(std::string_view proc_stat, std::string_view loadav
 // of many CPUs, where the kernel samples each one's clock, so runs read it
 // when their steps begin and after the last, not between steps.
 HostSample sample_host(bool with_clock);
+// The calling thread's CPU time so far (CLOCK_THREAD_CPUTIME_ID), in seconds.
+double thread_cpu_seconds();
 
 // One host over the counted steps (all but the warm-up, warmup_steps()).
 struct HostLoad {
@@ -95,6 +97,17 @@ struct RunNoise {
   // sigma estimated as 1.4826 MAD; 0 with fewer than 3 counted steps
   // (unknown, said as such).
   double median_uncertainty_rel = 0;
+  // The CPU time the ranks' compute actions took (their threads' own, F B I
+  // W R and the optimizer step, every rank of the run together), per step,
+  // the warm-up included, and its median over the counted steps; empty and 0
+  // where the ranks did not measure it (CUDA, whose kernels run apart from
+  // the thread). The same work takes the same CPU time on a host that keeps
+  // its pace: where it does not, the work itself took longer (a hypervisor
+  // that runs other guests on the same physical core without counting it as
+  // steal, a sibling hyper-thread, the clock), which no /proc/stat counter
+  // shows and no waiting for a core explains.
+  std::vector<double> step_compute_cpu_s;
+  double compute_cpu_median_s = 0;
   nlohmann::json to_json() const;
 };
 
@@ -102,7 +115,10 @@ struct RunNoise {
 // readings; `hosts[r]`: its host), with the run's step times. Ranks without
 // readings (cpus = 0) leave their host out. Throws pipetwin::Error naming a
 // rank whose readings do not cover the steps.
+// `compute_cpu_s[r]`: rank r's compute actions' CPU time per step (empty:
+// not measured; every rank must have measured it for the run's figure).
 RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, const std::vector<std::string>& hosts,
-                       const std::vector<double>& step_times_s);
+                       const std::vector<double>& step_times_s,
+                       const std::vector<std::vector<double>>& compute_cpu_s = {});
 
 }  // namespace pipetwin::exec

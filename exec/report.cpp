@@ -117,6 +117,7 @@ nlohmann::json RankReport::to_json() const {
           {"stage_peak_versions", stage_peak_versions},
           {"collectives", collectives},
           {"tp_collective_s", tp_collective_s},
+          {"compute_cpu_s", compute_cpu_s},
           {"peak_allocated_bytes", peak_allocated_bytes},
           {"baseline_bytes", baseline_bytes},
           {"peak_rss_bytes", peak_rss_bytes},
@@ -143,6 +144,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.stage_peak_versions = j.at("stage_peak_versions").get<std::vector<std::pair<int, int>>>();
   r.collectives = j.value("collectives", nlohmann::json::array());
   r.tp_collective_s = j.value("tp_collective_s", std::vector<double>{});
+  r.compute_cpu_s = j.value("compute_cpu_s", std::vector<double>{});
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();
   r.baseline_bytes = j.at("baseline_bytes").get<double>();
   r.peak_rss_bytes = j.at("peak_rss_bytes").get<double>();
@@ -276,11 +278,13 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
   for (auto& l : out.losses) l /= holders;
   std::vector<std::vector<HostSample>> samples;
   std::vector<std::string> hosts;
+  std::vector<std::vector<double>> compute_cpu;
   for (const auto& r : reports) {
     samples.push_back(r.host_samples);
     hosts.push_back(r.host);
+    compute_cpu.push_back(r.compute_cpu_s);
   }
-  out.noise = measure_noise(samples, hosts, out.step_times_s);
+  out.noise = measure_noise(samples, hosts, out.step_times_s, compute_cpu);
   out.ranks = std::move(reports);
   return out;
 }

@@ -99,6 +99,9 @@ struct RankReport {
   nlohmann::json collectives = nlohmann::json::array();
   // Per step, the seconds it spent in its tensor group's collectives (T > 1; else empty).
   std::vector<double> tp_collective_s;
+  // Per step, the CPU time of its compute actions (its thread's own; CPU
+  // ranks only, else empty): RunNoise::step_compute_cpu_s.
+  std::vector<double> compute_cpu_s;
   double peak_allocated_bytes = 0, baseline_bytes = 0, peak_rss_bytes = 0;
   std::vector<HostSample> host_samples;  // when the steps began, then at the end of each
   nlohmann::json to_json() const;

@@ -149,6 +149,7 @@ void TorchBackend::begin_step(int step, const Batch& batch) {
   step_ = step;
   batch_ = batch;
   loss_sum_ = at::zeros({}, at::TensorOptions(at::kDouble).device(device_));
+  compute_cpu_s_ = 0;
   timed_.clear();
   reductions_.clear();
   if (dp_) dp_->begin_step();
@@ -232,6 +233,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
   const int s = a.stage.value, mb = a.microbatch ? a.microbatch->value : 0;
   // The wait for the stage's reduction is idle time, not the step's.
   if (a.op == ps::Op::STEP && dp_) dp_->wait(stage(s));
+  const double cpu_before = thread_cpu_seconds();
   const std::size_t token = clock_->start();
   switch (a.op) {
     case ps::Op::F: forward(s, mb); break;
@@ -248,6 +250,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run");
   }
   clock_->stop(token);
+  compute_cpu_s_ += thread_cpu_seconds() - cpu_before;
   timed_.emplace_back(a, token);
   sample_stash();
 }

@@ -53,6 +53,10 @@ class TorchBackend final : public schedule::Backend {
   // Waits for this step's sends; returns the rank's timed actions.
   std::vector<schedule::TimedAction> end_step();
   double step_loss() const { return loss_; }
+  // The CPU time this step's compute actions took on the calling thread
+  // (CLOCK_THREAD_CPUTIME_ID); negative where that is not the work's: on
+  // CUDA (the kernels run apart from it) and with intra-op threads beside it.
+  double step_compute_cpu_s() const { return device_.is_cuda() || at::get_num_threads() > 1 ? -1 : compute_cpu_s_; }
   bool holds_last_stage() const;
 
   void compute(schedule::RankId rank, const schedule::Action& action) override;
@@ -138,6 +142,7 @@ class TorchBackend final : public schedule::Backend {
   Batch batch_;
   at::Tensor loss_sum_;
   double loss_ = 0;
+  double compute_cpu_s_ = 0;  // this step's, so far (step_compute_cpu_s)
 };
 
 }  // namespace pipetwin::exec

@@ -75,7 +75,19 @@ def row(path: str) -> dict:
         "bubble_known": bubble_known,
         "bubble_verdict": verdicts.get("bubble", "unknown"),
         "stash_worst": max(stash_errors) if stash_errors else None,
+        "pace_spread": pace_spread(repeats),
     }
+
+
+def pace_spread(repeats: dict | None) -> float | None:
+    """How far apart the same work's CPU time was over a configuration's runs
+    (compare --repeats' compute_cpu_s: each run's compute actions' own CPU
+    time a step): max / min - 1, the host's pace; None where they did not all
+    measure it."""
+    cpu = repeats.get("compute_cpu_s") if repeats else None
+    if not isinstance(cpu, list) or len(cpu) < 2 or not all(isinstance(c, (int, float)) and c > 0 for c in cpu):
+        return None
+    return max(cpu) / min(cpu) - 1
 
 
 def host_cores(measured) -> int | None:
@@ -88,6 +100,23 @@ def host_cores(measured) -> int | None:
     except PlotError:
         return None
     return TraceMeta(doc.get("otherData") if isinstance(doc, dict) else None).host_cores
+
+
+def pace_line(rows: list[dict]) -> list[str]:
+    """What the runs' own CPU time says of the host's pace: the same work of a
+    configuration took that much more CPU time in its slowest run than in its
+    fastest, which no counter of /proc/stat shows (a hypervisor running
+    another guest on the core without counting it as steal, a sibling
+    hyper-thread, the clock)."""
+    spreads = [r["pace_spread"] for r in rows if r.get("pace_spread") is not None]
+    if not spreads:
+        return []
+    worst = max(rows, key=lambda r: r.get("pace_spread") or -1)
+    return [f"The host's pace: over the runs of each configuration, the same compute took a median "
+            f"{100 * statistics.median(spreads):.0f}% more CPU time in its slowest run than in its fastest (worst "
+            f"{100 * worst['pace_spread']:.0f}%, {worst['name']}). Each rank's compute actions are timed on its own "
+            "thread's CPU clock, so waiting for a core does not count: the work itself ran slower, and the model, "
+            "calibrated at the pace of its own runs, cannot follow it.", ""]
 
 
 def shared_cores_line(rows: list[dict]) -> list[str]:
@@ -206,17 +235,19 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                   "about that load as about the model: they are left out of the figures below. Measure again on a "
                   "quiet machine.", ""]
     lines += ["| configuration | predicted step | measured step (95%) | error | verdict | others' CPU "
-              "| bubble predicted / measured (95%) | bubble error | bubble verdict | worst stash error |",
-              "|---|---:|---:|---:|---|---:|---:|---:|---|---:|"]
+              "| the same work's CPU time over the runs | bubble predicted / measured (95%) | bubble error "
+              "| bubble verdict | worst stash error |",
+              "|---|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         stash = "n/a" if r["stash_worst"] is None else f"{100 * r['stash_worst']:.1f}%"
         n = r["noise"]
         known = f" ±{100 * r['known']:.1f}%" if r["known"] else ""
         known += f" ({r['runs']} runs)" if r["runs"] > 1 else ""
         others = f"{100 * (n['other_share'] + n['steal_share']):.1f}%" if n else "not recorded"
+        pace = "not recorded" if r.get("pace_spread") is None else f"{100 * r['pace_spread']:.0f}% apart"
         bubble_known = f" ±{r['bubble_known']:.1f} pt" if r["bubble_known"] is not None else ""
         lines.append(f"| {r['name']} | {1e3 * r['predicted']:.1f} ms | {1e3 * r['measured']:.1f} ms{known} | "
-                     f"{100 * r['error']:+.1f}% | {r['verdict']} | {others} | "
+                     f"{100 * r['error']:+.1f}% | {r['verdict']} | {others} | {pace} | "
                      f"{100 * r['bubble_predicted']:.1f}% / {100 * r['bubble_measured']:.1f}%{bubble_known} | "
                      f"{r['bubble_points']:+.1f} pt | {r['bubble_verdict']} | {stash} |")
     kept = [r for r in rows if r["verdict"] != "not meaningful"]
@@ -236,6 +267,7 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
                          if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]
         lines += noise_alone_line(kept)
+        lines += pace_line(kept)
         lines += shared_cores_line(kept)
     lines += probe_line(probes or [])
     for caption, path in images:

@@ -388,6 +388,42 @@ TEST(Compare, RepeatsOfTheMeasuredRunBoundItsNoiseFromRunToRun) {
   }
 }
 
+// Runs that measured their compute actions' own CPU time: the repeats say
+// how far apart the same work's CPU time was (the host's pace), and a run's
+// noise line its median and spread over the counted steps.
+TEST(Compare, RepeatsThatMeasuredTheirComputeCpuTimeSayHowFarItMoved) {
+  auto m = measured();
+  m.metadata["producer"] = "pipetwin run";
+  const auto noise_of = [](double cpu) {
+    return nlohmann::json{{"other_share", 0.0}, {"step_median_s", 9.2}, {"step_mad_s", 0.05}, {"counted_steps", 3},
+                          {"median_uncertainty_rel", 0.01}, {"first_counted_step", 2},
+                          {"step_compute_cpu_s", {2 * cpu, 1.5 * cpu, cpu, 1.1 * cpu, 0.9 * cpu}},
+                          {"compute_cpu_median_s", cpu}};
+  };
+  m.metadata["measured"]["noise"] = noise_of(10.0);
+  const auto n = pipetwin::calibration::Noise::of_trace(m.metadata);
+  ASSERT_TRUE(n.has_value());
+  EXPECT_DOUBLE_EQ(n->compute_cpu_s, 10.0);
+  EXPECT_NEAR(n->compute_cpu_spread, 0.1, 1e-12);  // counted 10, 11, 9: MAD 1 over 10; the warm-up's 20, 15 left out
+  EXPECT_TRUE(has(n->describe(), "the compute actions' own CPU time 1e+04 ms a step, spread 10.0%")) << n->describe();
+  auto r1 = m, r2 = m;
+  r1.metadata["measured"]["noise"] = noise_of(13.0);
+  r2.metadata["measured"]["noise"] = noise_of(12.0);
+  auto c = compare(predicted(), "p.json", m, "m.json");
+  pipetwin::calibration::add_repeats(c, m, {r1, r2}, {"r1.json", "r2.json"});
+  ASSERT_TRUE(c.repeats.has_value());
+  EXPECT_EQ(c.repeats->compute_cpu_s, (std::vector<double>{10.0, 13.0, 12.0}));
+  EXPECT_TRUE(has(c.to_text(), "the same compute took 1e+04 to 1.3e+04 ms of CPU a step in them (30% apart: the host's pace)"))
+      << c.to_text();
+  EXPECT_EQ(c.to_json()["repeats"]["compute_cpu_s"].size(), 3u);
+  // One run that did not measure it (an older trace): no such figure.
+  r2.metadata["measured"]["noise"].erase("compute_cpu_median_s");
+  auto older = compare(predicted(), "p.json", m, "m.json");
+  pipetwin::calibration::add_repeats(older, m, {r1, r2}, {"r1.json", "r2.json"});
+  EXPECT_TRUE(older.repeats->compute_cpu_s.empty());
+  EXPECT_FALSE(has(older.to_text(), "of CPU a step")) << older.to_text();
+}
+
 TEST(Compare, ADifferentConfigurationIsRefusedNamingTheFileAndField) {
   for (const auto& field : pipetwin::calibration::configuration_fields()) {
     auto m = measured();

@@ -208,6 +208,21 @@ TEST(HostLoad, OtherProcessesAreTheBusyTimeTheRanksDoNotAccountFor) {
   EXPECT_NEAR(n.median_uncertainty_rel, 1.96 * 1.2533 * 1.4826 * 0.1 / std::sqrt(3.0) / 1.1, 1e-12);
 }
 
+TEST(HostLoad, TheComputeCpuTimeIsSummedOverRanksAndItsMedianOverTheCountedSteps) {
+  const auto readings = host_readings({1.0, 1.0, 1.0, 1.0, 1.0}, {0, 0, 0, 0, 0}, 0.4);
+  // 5 steps: the first two are the warm-up.
+  const auto n = pe::measure_noise(readings, {"a", "a"}, {1, 1, 1, 1, 1},
+                                   {{0.9, 0.5, 0.4, 0.6, 0.5}, {0.8, 0.4, 0.3, 0.3, 0.2}});
+  ASSERT_EQ(n.step_compute_cpu_s.size(), 5u);
+  EXPECT_NEAR(n.step_compute_cpu_s[0], 1.7, 1e-12);
+  EXPECT_NEAR(n.compute_cpu_median_s, 0.7, 1e-12);  // of 0.7, 0.9, 0.7; the warm-up's 1.7 and 0.9 left out
+  EXPECT_NEAR(n.to_json()["compute_cpu_median_s"].get<double>(), 0.7, 1e-12);
+  // A rank that did not measure it (CUDA): the run has no figure, not a partial sum.
+  const auto partial = pe::measure_noise(readings, {"a", "a"}, {1, 1, 1, 1, 1}, {{0.9, 0.5, 0.4, 0.6, 0.5}, {}});
+  EXPECT_TRUE(partial.step_compute_cpu_s.empty());
+  EXPECT_EQ(partial.compute_cpu_median_s, 0.0);
+}
+
 TEST(HostLoad, RanksOnTwoHostsAreCountedPerHostAndTheWorstIsTheRuns) {
   // Host a is busy 1.2 a step of which its one rank (0) uses 0.6; host b
   // 2.0, its rank (1) 0.6.

@@ -210,6 +210,21 @@ TEST(Run, TraceHoldsEveryActionAndTheSummaryAgrees) {
   for (const auto& rank : t.timeline.ranks) {
     for (const auto& a : rank) EXPECT_GE(a.start, -1e-9);
   }
+  // The compute actions' own CPU time, every step: more than none, and no
+  // more than their wall time on the traced step (a thread computes only
+  // while its action runs); its median that of the counted steps.
+  const auto cpu = noise["step_compute_cpu_s"].get<std::vector<double>>();
+  ASSERT_EQ(cpu.size(), 3u);
+  for (const double c : cpu) EXPECT_GT(c, 0.0);
+  double wall = 0;
+  for (const auto& rank : t.timeline.ranks) {
+    for (const auto& a : rank) {
+      if (pipetwin::schedule::is_compute(a.action.op) || a.action.op == pipetwin::schedule::Op::STEP) wall += a.end - a.start;
+    }
+  }
+  const int traced = j["measured"]["representative_step"].get<int>();
+  EXPECT_LE(cpu.at(traced), wall + 1e-4) << "step " << traced;
+  EXPECT_NEAR(noise["compute_cpu_median_s"].get<double>(), 0.5 * (cpu[1] + cpu[2]), 1e-12);
 }
 
 // Two busy loops beside a run: the run measures what they took of the host's

@@ -514,6 +514,28 @@ class Report(Files):
         text = report.markdown([report.row(self.write("r.json", doc))], [], None, "T", self.dir.name)
         self.assertIn("| 105.0 ms | 104.0 ms ±1.2% (5 runs) | +1.0% |", text)
 
+    def test_the_same_works_cpu_time_over_the_runs_is_a_column_and_a_line(self):
+        doc = self.compare_doc(0.105, 0.100, 0.30, 0.28, [0.0])
+        doc["noise"] = {"other_share": 0.0, "steal_share": 0.0, "median_uncertainty_rel": 0.012}
+        doc["repeats"] = {"steps_s": [0.09, 0.1, 0.12], "median_uncertainty_rel": 0.1, "median_s": 0.1,
+                          "relative_error": 0.05, "compute_cpu_s": [0.15, 0.18, 0.2]}
+        doc["verdict"] = {"step_time": "within noise", "why": "..."}
+        other = dict(doc, repeats=dict(doc["repeats"], compute_cpu_s=[0.1, 0.11]))
+        rows = [report.row(self.write("a.json", doc)), report.row(self.write("b.json", other))]
+        self.assertAlmostEqual(rows[0]["pace_spread"], 0.2 / 0.15 - 1)
+        text = report.markdown(rows, [], None, "T", self.dir.name)
+        self.assertIn("| within noise | 0.0% | 33% apart |", text)
+        # The median of 33% and 10% is 22%; the worst names its configuration.
+        self.assertIn("the same compute took a median 22% more CPU time in its slowest run than in its fastest "
+                      "(worst 33%, 1f1b K=2 M=8 batch=16 recompute=none)", text)
+        # Runs that did not all measure it: not recorded, and no line.
+        doc["repeats"]["compute_cpu_s"] = [0.15, 0]
+        row = report.row(self.write("c.json", doc))
+        self.assertIsNone(row["pace_spread"])
+        text = report.markdown([row], [], None, "T", self.dir.name)
+        self.assertIn("| within noise | 0.0% | not recorded |", text)
+        self.assertNotIn("The host's pace", text)
+
     def test_what_the_noise_alone_would_show(self):
         # One configuration measured to +-9.8% (sd 5%): a model without error
         # reads |N(0, 5%)|, whose median is 0.6745 sd, and meets the step aims
