@@ -101,7 +101,7 @@ struct RunNoise {
   // W R and the optimizer step, every rank of the run together), per step,
   // the warm-up included, and its median over the counted steps; empty and 0
   // where the ranks did not measure it (CUDA, whose kernels run apart from
-  // the thread). The same work takes the same CPU time on a host that keeps
+  // the thread; several intra-op threads per rank). The same work takes the same CPU time on a host that keeps
   // its pace: where it does not, the work itself took longer (a hypervisor
   // that runs other guests on the same physical core without counting it as
   // steal, a sibling hyper-thread, the clock), which no /proc/stat counter
