@@ -281,11 +281,17 @@ for K in (1, 2, 4):
 # Noise, to tell model error from it: the spread of the repeats of every
 # configuration (calibration ones too), the steps' spread inside one run, and
 # how the errors look against the repeat nearest the prediction.
-spreads, inside = [], []
+spreads, inside, cpu_spreads = [], [], []
 for f in sorted(glob.glob(f"{out}/runs/*_r1.json")):
     reps = repeats_of(os.path.basename(f)[: -len("_r1.json")])
     if len(reps) > 1:
         spreads.append(100 * (max(reps) - min(reps)) / statistics.median(reps))
+    # The same work's CPU time over the repeats (runs that timed their compute
+    # on the CPU clock): how far the host's pace moved under them.
+    cpu = [json.load(open(p))["otherData"]["measured"]["noise"].get("compute_cpu_median_s", 0)
+           for p in repeat_files(os.path.basename(f)[: -len("_r1.json")])]
+    if len(cpu) > 1 and min(cpu) > 0:
+        cpu_spreads.append(100 * (max(cpu) - min(cpu)) / statistics.median(cpu))
     measured = json.load(open(f))["otherData"]["measured"]
     steps = counted(measured, measured["step_times_s"])
     if len(steps) >= 4:
@@ -297,6 +303,10 @@ if spreads:
     print(f"noise              repeats' spread (max - min) / median: median {statistics.median(spreads):.2f}%, "
           f"worst {max(spreads):.2f}% over {len(spreads)} configurations; steps inside a run (IQR / median): median "
           f"{statistics.median(inside):.2f}%")
+    if cpu_spreads:
+        print(f"                   the same work's CPU time over the repeats (max - min) / median: median "
+              f"{statistics.median(cpu_spreads):.2f}%, worst {max(cpu_spreads):.2f}% over {len(cpu_spreads)} "
+              f"configurations (the host's pace, which /proc/stat does not show)")
     print(f"                   held out: {within}/{len(rows)} errors within their repeats' spread; against the nearest "
           f"repeat: median {statistics.median(nearest):.2f}%, worst {max(nearest):.2f}%")
     bspread = [r[10] for r in rows]
