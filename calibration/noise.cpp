@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "schedule/stats.hpp"
-
 namespace pipetwin::calibration {
 
 std::optional<Noise> Noise::of_trace(const nlohmann::json& meta) {
@@ -28,14 +26,7 @@ Noise Noise::from_json(const nlohmann::json& j) {
   n.step_mad_s = num(j, "step_mad_s");
   n.counted_steps = static_cast<int>(num(j, "counted_steps"));
   n.compute_cpu_s = num(j, "compute_cpu_median_s");
-  if (n.compute_cpu_s > 0 && j.contains("step_compute_cpu_s") && j["step_compute_cpu_s"].is_array()) {
-    std::vector<double> counted;
-    const auto& steps = j["step_compute_cpu_s"];
-    for (std::size_t i = static_cast<std::size_t>(std::max(0.0, num(j, "first_counted_step"))); i < steps.size(); ++i) {
-      if (steps[i].is_number()) counted.push_back(steps[i].get<double>());
-    }
-    if (!counted.empty()) n.compute_cpu_spread = schedule::mad(counted, n.compute_cpu_s) / n.compute_cpu_s;
-  }
+  if (n.compute_cpu_s > 0) n.compute_cpu_spread = num(j, "compute_cpu_mad_s") / n.compute_cpu_s;
   double worst = -1;
   for (const auto& h : j.value("hosts", nlohmann::json::array())) {
     n.faults_per_step = std::max(n.faults_per_step, num(h, "faults_per_step"));

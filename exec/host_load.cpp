@@ -149,7 +149,8 @@ nlohmann::json RunNoise::to_json() const {
           {"step_mad_s", step_mad_s},
           {"median_uncertainty_rel", median_uncertainty_rel},
           {"step_compute_cpu_s", step_compute_cpu_s},
-          {"compute_cpu_median_s", compute_cpu_median_s}};
+          {"compute_cpu_median_s", compute_cpu_median_s},
+          {"compute_cpu_mad_s", compute_cpu_mad_s}};
 }
 
 double thread_cpu_seconds() {
@@ -157,6 +158,25 @@ double thread_cpu_seconds() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
+
+namespace {
+
+// The ranks' compute CPU time per step, summed, with its median and MAD over
+// the counted steps: only where every rank measured every step.
+void add_compute_cpu(RunNoise& out, const std::vector<std::vector<double>>& compute_cpu_s, int steps) {
+  const auto every_step = [&](const auto& c) { return static_cast<int>(c.size()) == steps; };
+  if (steps == 0 || compute_cpu_s.empty() || !std::all_of(compute_cpu_s.begin(), compute_cpu_s.end(), every_step)) return;
+  out.step_compute_cpu_s.assign(steps, 0.0);
+  for (const auto& c : compute_cpu_s) {
+    for (int s = 0; s < steps; ++s) out.step_compute_cpu_s[s] += c[s];
+  }
+  const std::vector<double> cpu(out.step_compute_cpu_s.begin() + out.first_counted_step, out.step_compute_cpu_s.end());
+  if (cpu.empty()) return;
+  out.compute_cpu_median_s = schedule::median(cpu);
+  out.compute_cpu_mad_s = schedule::mad(cpu, out.compute_cpu_median_s);
+}
+
+}  // namespace
 
 int warmup_steps(int steps) { return steps >= 5 ? 2 : steps > 1 ? 1 : 0; }
 
@@ -226,17 +246,7 @@ RunNoise measure_noise(const std::vector<std::vector<HostSample>>& samples, cons
     out.share_resolution = std::max(out.share_resolution, h.share_resolution);
     out.hosts.push_back(std::move(h));
   }
-  const bool every_rank = !compute_cpu_s.empty() && std::all_of(compute_cpu_s.begin(), compute_cpu_s.end(), [&](const auto& c) {
-    return static_cast<int>(c.size()) == steps;
-  });
-  if (every_rank && steps > 0) {
-    out.step_compute_cpu_s.assign(steps, 0.0);
-    for (const auto& c : compute_cpu_s) {
-      for (int s = 0; s < steps; ++s) out.step_compute_cpu_s[s] += c[s];
-    }
-    std::vector<double> cpu(out.step_compute_cpu_s.begin() + out.first_counted_step, out.step_compute_cpu_s.end());
-    if (!cpu.empty()) out.compute_cpu_median_s = schedule::median(cpu);
-  }
+  add_compute_cpu(out, compute_cpu_s, steps);
   return out;
 }
 

@@ -99,15 +99,16 @@ struct RunNoise {
   double median_uncertainty_rel = 0;
   // The CPU time the ranks' compute actions took (their threads' own, F B I
   // W R and the optimizer step, every rank of the run together), per step,
-  // the warm-up included, and its median over the counted steps; empty and 0
-  // where the ranks did not measure it (CUDA, whose kernels run apart from
-  // the thread; several intra-op threads per rank). The same work takes the same CPU time on a host that keeps
-  // its pace: where it does not, the work itself took longer (a hypervisor
-  // that runs other guests on the same physical core without counting it as
+  // the warm-up included, and its median and median absolute deviation over
+  // the counted steps; empty and 0 where the ranks did not measure it (CUDA,
+  // whose kernels run apart from the thread; several intra-op threads per
+  // rank). The same work takes the same CPU time on a host that keeps its
+  // pace: where it does not, the work itself took longer (a hypervisor that
+  // runs other guests on the same physical core without counting it as
   // steal, a sibling hyper-thread, the clock), which no /proc/stat counter
   // shows and no waiting for a core explains.
   std::vector<double> step_compute_cpu_s;
-  double compute_cpu_median_s = 0;
+  double compute_cpu_median_s = 0, compute_cpu_mad_s = 0;
   nlohmann::json to_json() const;
 };
 

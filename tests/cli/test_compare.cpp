@@ -398,13 +398,13 @@ TEST(Compare, RepeatsThatMeasuredTheirComputeCpuTimeSayHowFarItMoved) {
     return nlohmann::json{{"other_share", 0.0}, {"step_median_s", 9.2}, {"step_mad_s", 0.05}, {"counted_steps", 3},
                           {"median_uncertainty_rel", 0.01}, {"first_counted_step", 2},
                           {"step_compute_cpu_s", {2 * cpu, 1.5 * cpu, cpu, 1.1 * cpu, 0.9 * cpu}},
-                          {"compute_cpu_median_s", cpu}};
+                          {"compute_cpu_median_s", cpu}, {"compute_cpu_mad_s", 0.1 * cpu}};
   };
   m.metadata["measured"]["noise"] = noise_of(10.0);
   const auto n = pipetwin::calibration::Noise::of_trace(m.metadata);
   ASSERT_TRUE(n.has_value());
   EXPECT_DOUBLE_EQ(n->compute_cpu_s, 10.0);
-  EXPECT_NEAR(n->compute_cpu_spread, 0.1, 1e-12);  // counted 10, 11, 9: MAD 1 over 10; the warm-up's 20, 15 left out
+  EXPECT_NEAR(n->compute_cpu_spread, 0.1, 1e-12);  // counted 10, 11, 9: MAD 1 over 10
   EXPECT_TRUE(has(n->describe(), "the compute actions' own CPU time 1e+04 ms a step, spread 10.0%")) << n->describe();
   auto r1 = m, r2 = m;
   r1.metadata["measured"]["noise"] = noise_of(13.0);

@@ -216,6 +216,7 @@ TEST(HostLoad, TheComputeCpuTimeIsSummedOverRanksAndItsMedianOverTheCountedSteps
   ASSERT_EQ(n.step_compute_cpu_s.size(), 5u);
   EXPECT_NEAR(n.step_compute_cpu_s[0], 1.7, 1e-12);
   EXPECT_NEAR(n.compute_cpu_median_s, 0.7, 1e-12);  // of 0.7, 0.9, 0.7; the warm-up's 1.7 and 0.9 left out
+  EXPECT_NEAR(n.compute_cpu_mad_s, 0.0, 1e-12);     // deviations 0, 0.2, 0
   EXPECT_NEAR(n.to_json()["compute_cpu_median_s"].get<double>(), 0.7, 1e-12);
   // A rank that did not measure it (CUDA): the run has no figure, not a partial sum.
   const auto partial = pe::measure_noise(readings, {"a", "a"}, {1, 1, 1, 1, 1}, {{0.9, 0.5, 0.4, 0.6, 0.5}, {}});

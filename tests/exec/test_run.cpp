@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -225,6 +226,7 @@ TEST(Run, TraceHoldsEveryActionAndTheSummaryAgrees) {
   const int traced = j["measured"]["representative_step"].get<int>();
   EXPECT_LE(cpu.at(traced), wall + 1e-4) << "step " << traced;
   EXPECT_NEAR(noise["compute_cpu_median_s"].get<double>(), 0.5 * (cpu[1] + cpu[2]), 1e-12);
+  EXPECT_NEAR(noise["compute_cpu_mad_s"].get<double>(), 0.5 * std::abs(cpu[1] - cpu[2]), 1e-12);
 }
 
 // Two busy loops beside a run: the run measures what they took of the host's
