@@ -55,6 +55,7 @@ struct Placement {
 // Where the stages run: the CPU (c10d Gloo) or CUDA GPUs (c10d NCCL).
 enum class Device { Cpu, Cuda };
 Device parse_device(std::string_view name);  // "cpu", "cuda"; throws pipetwin::Error
+const std::vector<std::string>& device_names();
 std::string_view device_name(Device device);
 std::string_view backend_name(Device device);  // "Gloo", "NCCL"
 

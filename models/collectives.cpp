@@ -6,23 +6,20 @@
 #include <string>
 
 #include "schedule/error.hpp"
+#include "schedule/names.hpp"
 
 namespace pipetwin::models {
 
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::Auto: return "auto";
-    case Collective::Ring: return "ring";
-    case Collective::Tree: return "tree";
-  }
-  return "?";
-}
+namespace {
+constexpr schedule::NameTable<Collective, 3> kCollectives{
+    "collective algorithm", {{{Collective::Auto, "auto"}, {Collective::Ring, "ring"}, {Collective::Tree, "tree"}}}};
+}  // namespace
 
-Collective parse_collective(std::string_view name) {
-  for (const auto c : {Collective::Auto, Collective::Ring, Collective::Tree}) {
-    if (collective_name(c) == name) return c;
-  }
-  throw Error("unknown collective algorithm '" + std::string(name) + "' (valid: auto, ring, tree)");
+std::string_view collective_name(Collective c) { return kCollectives.name(c); }
+Collective parse_collective(std::string_view name) { return kCollectives.parse(name); }
+const std::vector<std::string>& collective_algorithm_names() {
+  static const auto names = kCollectives.names();
+  return names;
 }
 
 int tree_depth(int members) {

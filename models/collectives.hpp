@@ -27,6 +27,7 @@ namespace pipetwin::models {
 enum class Collective { Auto, Ring, Tree };
 std::string_view collective_name(Collective c);      // auto, ring, tree
 Collective parse_collective(std::string_view name);  // throws pipetwin::Error naming the valid ones
+const std::vector<std::string>& collective_algorithm_names();  // auto, ring, tree
 
 // The most chunks a tree pipelines a message in (each chunk is a message per
 // tree edge and phase in the replay).

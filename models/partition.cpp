@@ -9,42 +9,32 @@
 
 #include "models/layer_graph.hpp"
 #include "models/stage_costs.hpp"
+#include "schedule/names.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/passes.hpp"
 
 namespace pipetwin::models {
 
-Optimizer parse_optimizer(std::string_view name) {
-  if (name == "sgd") return Optimizer::SGD;
-  if (name == "momentum") return Optimizer::Momentum;
-  if (name == "adam") return Optimizer::Adam;
-  throw Error("unknown optimizer '" + std::string(name) + "' (valid: sgd, momentum, adam)");
+namespace {
+constexpr schedule::NameTable<Optimizer, 3> kOptimizers{
+    "optimizer", {{{Optimizer::SGD, "sgd"}, {Optimizer::Momentum, "momentum"}, {Optimizer::Adam, "adam"}}}};
+constexpr schedule::NameTable<Method, 3> kMethods{
+    "partition method", {{{Method::Optimal, "optimal"}, {Method::Uniform, "uniform"}, {Method::Parameters, "parameters"}}}};
+}  // namespace
+
+Optimizer parse_optimizer(std::string_view name) { return kOptimizers.parse(name); }
+std::string_view optimizer_name(Optimizer o) { return kOptimizers.name(o); }
+const std::vector<std::string>& optimizer_names() {
+  static const auto names = kOptimizers.names();
+  return names;
 }
 
-std::string_view optimizer_name(Optimizer o) {
-  switch (o) {
-    case Optimizer::SGD: return "sgd";
-    case Optimizer::Momentum: return "momentum";
-    case Optimizer::Adam: return "adam";
-  }
-  return "?";
-}
-
-std::string_view method_name(Method m) {
-  switch (m) {
-    case Method::Optimal: return "optimal";
-    case Method::Uniform: return "uniform";
-    case Method::Parameters: return "parameters";
-  }
-  return "?";
-}
-
-Method parse_method(std::string_view name) {
-  if (name == "optimal" || name == "auto") return Method::Optimal;
-  if (name == "uniform") return Method::Uniform;
-  if (name == "parameters") return Method::Parameters;
-  throw Error("unknown partition method '" + std::string(name) + "' (valid: optimal, uniform, parameters)");
+std::string_view method_name(Method m) { return kMethods.name(m); }
+Method parse_method(std::string_view name) { return kMethods.parse(name == "auto" ? "optimal" : name); }
+const std::vector<std::string>& method_names() {
+  static const auto names = kMethods.names();
+  return names;
 }
 
 std::vector<schedule::LayerRange> Partition::ranges() const {

@@ -23,10 +23,12 @@ namespace pipetwin::models {
 enum class Optimizer { SGD, Momentum, Adam };  // 0, 1, 2 fp32 states per parameter
 Optimizer parse_optimizer(std::string_view name);
 std::string_view optimizer_name(Optimizer optimizer);
+const std::vector<std::string>& optimizer_names();  // the allowed values, in order
 
 enum class Method { Optimal, Uniform, Parameters };
 std::string_view method_name(Method m);
-Method parse_method(std::string_view name);
+Method parse_method(std::string_view name);  // "auto" is a spelling of optimal
+const std::vector<std::string>& method_names();  // optimal, uniform, parameters
 
 // What the partitioner and the stage costs need to know of a configuration.
 // The Program is the schedule itself (its placement stage -> rank, V, M and

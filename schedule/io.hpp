@@ -18,6 +18,7 @@ namespace pipetwin::schedule {
 // activation checkpointing inside a stage's forward).
 enum class Format { Text, Csv, Json, PytorchCsv };
 Format parse_format(std::string_view name);  // "text", "csv", "json", "pytorch-csv"
+const std::vector<std::string>& format_names();
 
 std::string to_text(const Program& program);
 std::string to_csv(const Program& program);

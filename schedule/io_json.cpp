@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "schedule/error.hpp"
+#include "schedule/names.hpp"
 #include "schedule/io.hpp"
 
 namespace pipetwin::schedule {
@@ -151,12 +152,16 @@ Program parse_json(std::string_view text, const std::string& source) {
   return p;
 }
 
-Format parse_format(std::string_view name) {
-  if (name == "text") return Format::Text;
-  if (name == "csv") return Format::Csv;
-  if (name == "json") return Format::Json;
-  if (name == "pytorch-csv") return Format::PytorchCsv;
-  throw Error("unknown format '" + std::string(name) + "' (valid: text, csv, json, pytorch-csv)");
+namespace {
+constexpr NameTable<Format, 4> kFormats{
+    "format",
+    {{{Format::Text, "text"}, {Format::Csv, "csv"}, {Format::Json, "json"}, {Format::PytorchCsv, "pytorch-csv"}}}};
+}  // namespace
+
+Format parse_format(std::string_view name) { return kFormats.parse(name); }
+const std::vector<std::string>& format_names() {
+  static const auto names = kFormats.names();
+  return names;
 }
 
 std::string format_program(const Program& p, Format format) {

@@ -2,23 +2,21 @@
 #include "schedule/program.hpp"
 
 #include "schedule/error.hpp"
+#include "schedule/names.hpp"
 
 namespace pipetwin::schedule {
 
-std::string_view recompute_name(RecomputePolicy policy) {
-  switch (policy) {
-    case RecomputePolicy::None: return "none";
-    case RecomputePolicy::Full: return "full";
-    case RecomputePolicy::ExceptLast: return "except-last";
-  }
-  return "?";
-}
+namespace {
+constexpr NameTable<RecomputePolicy, 3> kRecompute{
+    "recompute policy",
+    {{{RecomputePolicy::None, "none"}, {RecomputePolicy::Full, "full"}, {RecomputePolicy::ExceptLast, "except-last"}}}};
+}  // namespace
 
-RecomputePolicy parse_recompute(std::string_view name) {
-  if (name == "none") return RecomputePolicy::None;
-  if (name == "full") return RecomputePolicy::Full;
-  if (name == "except-last") return RecomputePolicy::ExceptLast;
-  throw Error("unknown recompute policy '" + std::string(name) + "' (valid: none, full, except-last)");
+std::string_view recompute_name(RecomputePolicy policy) { return kRecompute.name(policy); }
+RecomputePolicy parse_recompute(std::string_view name) { return kRecompute.parse(name); }
+const std::vector<std::string>& recompute_names() {
+  static const auto names = kRecompute.names();
+  return names;
 }
 
 std::vector<StageId> Program::stages_of(RankId rank) const {

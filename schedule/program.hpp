@@ -23,6 +23,7 @@ enum class RecomputePolicy { None, Full, ExceptLast };
 
 std::string_view recompute_name(RecomputePolicy policy);
 RecomputePolicy parse_recompute(std::string_view name);  // throws pipetwin::Error
+const std::vector<std::string>& recompute_names();     // the allowed values, in order
 
 // The most stages (K x V, so also ranks) a Program may have: the readers and
 // the validator refuse more before anything is sized by it.
