@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,9 +75,17 @@ struct PlanResult {
   std::size_t count_engine(std::string_view engine) const;  // of the ok ones
 };
 
+// A stream of the plan's results while it runs, each callback from one
+// thread at a time: the evaluator's pass counted, and every candidate's
+// figures as they are found, then again where a SimGrid replay replaces them.
+struct PlanObserver {
+  std::function<void(std::size_t done, std::size_t total)> progress;
+  std::function<void(const Candidate& candidate)> on_candidate;
+};
+
 // Throws pipetwin::Error naming the option at fault (an unknown model or
 // hardware, N or B that no candidate splits, a bad shard).
-PlanResult run_plan(const PlanSpec& spec);
+PlanResult run_plan(const PlanSpec& spec, const PlanObserver& observer = {});
 
 // The ok candidates, best first (throughput, then index).
 std::vector<const Candidate*> ranking(const PlanResult& result);

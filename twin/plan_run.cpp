@@ -1,32 +1,30 @@
 // run_plan's two passes: the timed evaluator on threads, then SimGrid for the
 // best candidates that have contention, `jobs` child processes at a time.
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <system_error>
 #include <thread>
 
-#include "models/contention.hpp"
 #include "models/layer_graph.hpp"
 #include "models/partition.hpp"
-#include "models/stage_table.hpp"
-#include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
-#include "sim/simulator.hpp"
+#include "twin/engine.hpp"
 #include "twin/plan_parts.hpp"
+#include "twin/simgrid_pool.hpp"
 
 namespace pipetwin::twin {
 namespace {
 
 class Planner {
  public:
-  Planner(const PlanSpec& o, const models::Model& model, const models::Hardware& hw)
-      : o_(o), model_(model), hw_(hw), rates_(model_rates(model)) {}
+  Planner(const PlanSpec& o, const models::Model& model, const models::Hardware& hw, const PlanObserver& observer)
+      : o_(o), model_(model), hw_(hw), rates_(model_rates(model)), observer_(observer) {}
 
   // The evaluator's pass; then rounds of SimGrid for the candidates with
   // contention among the best `top_sim` (a replayed figure only falls, which
@@ -52,19 +50,27 @@ class Planner {
   }
 
  private:
+  // A candidate SimGrid may replay: its scenario, built once, and its engine choice.
+  struct Kept {
+    std::unique_ptr<Scenario> scenario;
+    EngineChoice choice;
+  };
+
   std::unique_ptr<Scenario> scenario(const Candidate& c) const {
     return build_scenario(model_, hw_, candidate_scenario(o_, c), /*validate=*/false);
   }
 
-  void evaluate_fast(Candidate& c) const {
+  // The candidate's scenario and engine choice (twin/engine.hpp); its figures
+  // from the evaluator: exact where it has no contention, otherwise a bound
+  // that SimGrid may replace (the scenario kept while it is among the best).
+  void evaluate_fast(Candidate& c) {
     try {
-      const auto sc = scenario(c);
-      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-      auto run = schedule::evaluate(sc->program, table);
-      if (run.deadlocked()) throw Error("deadlock in the generated schedule");
-      const bool free = models::check_contention(run.timeline, sc->program, table, sc->hardware.topology).contention_free;
-      set_figures(c, *sc, run.timeline, free ? "fast" : "fast-bound", rates_);
+      auto sc = scenario(c);
+      auto choice = choose_engine(*sc, Engine::Auto);
+      const bool free = choice.engine == Engine::Fast;
+      set_figures(c, *sc, choice.timeline, free ? "fast" : "fast-bound", rates_);
       c.needs_simgrid = !free;
+      if (!free && c.status == "ok") keep(c, {std::move(sc), std::move(choice)});
     } catch (const models::OutOfMemory& e) {
       c.status = "oom", c.reason = e.what();
     } catch (const Error& e) {
@@ -72,11 +78,37 @@ class Planner {
     }
   }
 
-  void fast_pass(std::vector<Candidate>& todo, int jobs) const {
+  // The scenarios of the best 2 x top_sim candidates that need SimGrid, by
+  // the evaluator's figure: those the replay rounds are likely to take (a
+  // candidate outside them that a round brings up is built again). A bound on
+  // memory: a plan may hold thousands of such candidates.
+  void keep(const Candidate& c, Kept kept) {
+    const std::size_t cap = 2 * static_cast<std::size_t>(std::max(0, o_.top_sim));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cap == 0) return;
+    const Key key = key_of(c);
+    if (kept_.size() >= cap) {
+      if (key < kept_.begin()->first) return;  // below the worst kept
+      kept_.erase(kept_.begin());
+    }
+    kept_.emplace(key, std::move(kept));
+  }
+
+  // Ascending from the worst: the lower throughput, then the later index (the ranking's order, reversed).
+  using Key = std::pair<double, std::ptrdiff_t>;
+  static Key key_of(const Candidate& c) { return {c.samples_per_s, -static_cast<std::ptrdiff_t>(c.index)}; }
+
+  void fast_pass(std::vector<Candidate>& todo, int jobs) {
     const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
     std::atomic<std::size_t> next{0};
+    std::size_t done = 0;
     const auto work = [&] {
-      for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) evaluate_fast(todo[n]);
+      for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
+        evaluate_fast(todo[n]);
+        std::lock_guard<std::mutex> lock(observer_mutex_);
+        if (observer_.on_candidate) observer_.on_candidate(todo[n]);
+        if (observer_.progress) observer_.progress(++done, todo.size());
+      }
     };
     std::vector<std::thread> workers;
     for (int w = 0; w < threads; ++w) {
@@ -90,65 +122,46 @@ class Planner {
     for (auto& t : workers) t.join();
   }
 
-  struct Running {
-    Candidate* candidate;
-    sim::SimProcess process;
-    std::unique_ptr<Scenario> scenario;
-    std::string data;
-  };
-
-  void start(Candidate* c, std::vector<Running>& running) const {
-    try {
-      auto sc = scenario(*c);
-      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-      running.push_back({c, sim::start_simulation({sc->program, table, sc->hardware.topology}), std::move(sc), {}});
-    } catch (const Error& e) {
-      c->status = "error", c->reason = e.what();
-    }
-  }
-
-  // Reads what is ready; returns true when the child has finished (EOF).
-  static bool drain(Running& r) {
-    char buf[1 << 16];
-    const ssize_t n = ::read(r.process.fd, buf, sizeof buf);
-    if (n > 0) r.data.append(buf, static_cast<std::size_t>(n));
-    return n == 0 || (n < 0 && errno != EINTR);
-  }
-
-  void finish(Running& done) const {
-    try {
-      const auto result = sim::finish_simulation(done.process, done.data);
-      set_figures(*done.candidate, *done.scenario, result.timeline, "simgrid", rates_);
-    } catch (const Error& e) {
-      done.candidate->status = "error", done.candidate->reason = e.what();
-    }
-  }
-
-  void simgrid_pass(const std::vector<Candidate*>& chosen, int jobs) const {
-    std::deque<Candidate*> todo(chosen.begin(), chosen.end());
-    std::vector<Running> running;
-    while (!todo.empty() || !running.empty()) {
-      while (!todo.empty() && static_cast<int>(running.size()) < jobs) {
-        start(todo.front(), running);
-        todo.pop_front();
+  void simgrid_pass(const std::vector<Candidate*>& chosen, int jobs) {
+    std::map<std::size_t, std::pair<Candidate*, Kept>> replays;  // by the candidate's index
+    SimGridPool pool(jobs);
+    for (Candidate* c : chosen) {
+      Kept k;
+      if (const auto it = kept_.find(key_of(*c)); it != kept_.end()) {
+        k = std::move(it->second);
+        kept_.erase(it);
+      } else {
+        try {
+          k.scenario = scenario(*c);
+          k.choice = choose_engine(*k.scenario, Engine::SimGrid);
+        } catch (const Error& e) {
+          c->status = "error", c->reason = e.what();
+          continue;
+        }
       }
-      if (running.empty()) continue;
-      std::vector<pollfd> fds;
-      for (const auto& r : running) fds.push_back({r.process.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) throw Error("plan: poll failed");
-      for (std::size_t j = running.size(); j-- > 0;) {
-        if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR)) || !drain(running[j])) continue;
-        Running done = std::move(running[j]);
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(j));
-        finish(done);
-      }
+      pool.add(c->index, simgrid_input(*k.scenario, k.choice));
+      replays.emplace(c->index, std::pair(c, std::move(k)));
     }
+    pool.run([&](std::size_t index, const sim::SimResult* result, const std::string& error) {
+      auto& [c, k] = replays.at(index);
+      if (result == nullptr) {
+        c->status = "error", c->reason = error;
+      } else {
+        set_figures(*c, *k.scenario, result->timeline, "simgrid", rates_);
+      }
+      if (observer_.on_candidate) observer_.on_candidate(*c);
+      k.scenario.reset();
+    });
   }
 
   const PlanSpec& o_;
   const models::Model& model_;
   const models::Hardware& hw_;
   ModelRates rates_;
+  const PlanObserver& observer_;
+  std::mutex mutex_;           // guards kept_ during the fast pass
+  std::mutex observer_mutex_;  // the observer's callbacks one at a time
+  std::map<Key, Kept> kept_;  // by key_of: the evaluator's figures
 };
 
 template <typename Load>
@@ -170,7 +183,7 @@ Error nothing_to_plan(const PlanSpec& o) {
 
 }  // namespace
 
-PlanResult run_plan(const PlanSpec& o) {
+PlanResult run_plan(const PlanSpec& o, const PlanObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.gpus < 1) throw Error("--gpus must be positive");
   if (o.global_batch < 1) throw Error("--global-batch must be positive");
@@ -190,7 +203,7 @@ PlanResult run_plan(const PlanSpec& o) {
   for (auto& c : all) {
     if (static_cast<int>(c.index % static_cast<std::size_t>(o.shards)) == o.shard) result.candidates.push_back(std::move(c));
   }
-  Planner(o, model, hw).run(result.candidates);
+  Planner(o, model, hw, observer).run(result.candidates);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -1,4 +1,5 @@
-// predict: one scenario's timeline from the engine that can answer it.
+// predict: one scenario's timeline from the engine that can answer it
+// (twin/engine.hpp chooses).
 //   fast     the timed evaluator (schedule/dry_run): exact without contention
 //   simgrid  the SimGrid replay (sim/), in a child process
 //   auto     the evaluator where the configuration provably has no
@@ -6,16 +7,13 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
+#include "models/summary.hpp"
 #include "schedule/timeline.hpp"
+#include "twin/engine.hpp"
 #include "twin/scenario.hpp"
 
 namespace pipetwin::twin {
-
-enum class Engine { Auto, SimGrid, Fast };
-Engine parse_engine(std::string_view name);  // "auto", "simgrid", "fast"; throws pipetwin::Error
-std::string_view engine_name(Engine engine);
 
 struct Prediction {
   schedule::Timeline timeline;
@@ -23,10 +21,13 @@ struct Prediction {
   std::string why;               // why that engine answered
 };
 
-// Throws pipetwin::Error, naming the reason, where the fast engine cannot
-// answer when asked for: D > 1 (the reductions are network messages).
-void check_fast_engine(const schedule::Program& program);
-
 Prediction predict(const Scenario& scenario, Engine engine);
+
+// The prediction's figures: step time, throughput, bubble, busy and idle time
+// per rank, peak memory per stage and per rank; named by its engine.
+models::RunSummary summarize(const Scenario& scenario, const Prediction& prediction);
+
+// The version of the SimGrid library the replays run on.
+std::string simgrid_version();
 
 }  // namespace pipetwin::twin

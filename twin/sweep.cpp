@@ -2,34 +2,29 @@
 // processes, the results file and its resumption.
 #include "twin/sweep.hpp"
 
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 #include <thread>
 
-#include "models/contention.hpp"
 #include "models/layer_graph.hpp"
-#include "models/partition.hpp"
-#include "models/stage_table.hpp"
 #include "models/summary.hpp"
-#include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
-#include "sim/simulator.hpp"
+#include "twin/simgrid_pool.hpp"
 
 namespace pipetwin::twin {
 namespace {
@@ -96,54 +91,77 @@ class Sweep {
     }
   }
 
-  SweepReport run(const SweepProgress& report_progress) {
+  SweepReport run(const SweepProgress& report_progress, const SweepRowCallback& on_row) {
     progress_ = report_progress;
+    on_row_ = on_row;
     const int jobs = o_.jobs > 0 ? o_.jobs : static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
     std::vector<std::size_t> todo;
     for (std::size_t i = 0; i < configs_.size(); ++i) {
       if (!ready_[i]) todo.push_back(i);
     }
     resumed_ = configs_.size() - todo.size();
-    // 1. The fast path, in this process, on `jobs` threads.
-    std::vector<std::size_t> for_simgrid;
-    if (o_.engine == Engine::SimGrid) {
-      for_simgrid = todo;
-    } else {
-      // No more threads than configurations; where the system refuses one
-      // (a thread limit), the ones started do the work.
-      const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
-      std::vector<std::vector<std::size_t>> deferred(threads);
-      std::atomic<std::size_t> next{0};
-      std::vector<std::thread> workers;
-      for (int w = 0; w < threads; ++w) {
-        try {
-          workers.emplace_back([&, w] {
-            for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) {
-              if (!evaluate_fast(todo[n])) deferred[w].push_back(todo[n]);
-            }
-          });
-        } catch (const std::system_error& e) {
-          if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
-          break;
-        }
+    // 1. Each configuration's scenario, built once, and its engine chosen
+    // (twin/engine.hpp), in this process on `jobs` threads: the fast path's
+    // answers are rows; those SimGrid must answer keep their scenario.
+    // No more threads than configurations; where the system refuses one (a
+    // thread limit), the ones started do the work.
+    const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < threads; ++w) {
+      try {
+        workers.emplace_back([&] {
+          for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) choose(todo[n]);
+        });
+      } catch (const std::system_error& e) {
+        if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
+        break;
       }
-      while (completed_ + deferred_ < todo.size()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    {
+      // Woken by each configuration chosen; the progress and the file at
+      // most every tenth of a second, and no wait once all are chosen.
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (chosen_ < todo.size()) {
+        changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return chosen_ == todo.size(); });
+        lock.unlock();
         progress(todo.size());
         maybe_write(false);
+        lock.lock();
       }
-      for (auto& t : workers) t.join();
-      for (const auto& d : deferred) for_simgrid.insert(for_simgrid.end(), d.begin(), d.end());
-      std::sort(for_simgrid.begin(), for_simgrid.end());
     }
-    // 2. SimGrid, `jobs` child processes at a time.
-    run_simgrid(for_simgrid, jobs, todo.size());
+    for (auto& t : workers) t.join();
+    // 2. SimGrid, `jobs` child processes at a time, in the rows' order.
+    std::sort(for_simgrid_.begin(), for_simgrid_.end(), [](const Deferred& a, const Deferred& b) { return a.index < b.index; });
+    SimGridPool pool(jobs);
+    for (auto& d : for_simgrid_) pool.add(d.index, simgrid_input(*d.scenario, d.choice));
+    std::map<std::size_t, const Scenario*> scenarios;
+    for (const auto& d : for_simgrid_) scenarios[d.index] = d.scenario.get();
+    pool.run([&](std::size_t i, const sim::SimResult* result, const std::string& error) {
+      if (result == nullptr) {
+        finish_row(i, "error", {}, error);
+      } else {
+        const Scenario& sc = *scenarios.at(i);
+        finish_row(i, "", models::summarize(result->timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid", &sc.program), "");
+        ++simgrid_;
+      }
+      progress(todo.size());
+      maybe_write(false);
+    });
+    for_simgrid_.clear();
     progress(todo.size());
     maybe_write(true);
     return {configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), not_runnable_.load()};
   }
 
  private:
+  // A configuration SimGrid answers: its scenario and its engine choice.
+  struct Deferred {
+    std::size_t index;
+    std::unique_ptr<Scenario> scenario;
+    EngineChoice choice;
+  };
+
   ScenarioSpec scenario_spec(const Config& c) const {
     ScenarioSpec s;
     s.schedule = c.schedule;
@@ -162,83 +180,29 @@ class Sweep {
     return s;
   }
 
-  std::unique_ptr<Scenario> scenario(std::size_t i) const {
-    return build_scenario(model_, hardware_, scenario_spec(configs_[i]), /*validate=*/false);
-  }
-
-  // Returns false when the configuration needs SimGrid (contention under --engine auto).
-  bool evaluate_fast(std::size_t i) {
+  // Builds configuration i's scenario and chooses its engine: a row where the
+  // fast path answers (or it cannot be built), otherwise kept for SimGrid.
+  void choose(std::size_t i) {
     try {
-      const auto sc = scenario(i);
-      if (o_.engine == Engine::Fast) check_fast_engine(sc->program);
-      const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-      auto run = schedule::evaluate(sc->program, table);
-      if (run.deadlocked()) throw Error("deadlock in the generated schedule");
-      if (o_.engine == Engine::Auto &&
-          !models::check_contention(run.timeline, sc->program, table, sc->hardware.topology).contention_free) {
-        ++deferred_;
-        return false;
+      auto sc = build_scenario(model_, hardware_, scenario_spec(configs_[i]), /*validate=*/false);
+      auto choice = choose_engine(*sc, o_.engine);
+      if (choice.engine == Engine::Fast) {
+        finish_row(i, "", models::summarize(choice.timeline, sc->samples, *sc->costs, sc->program.partition, "fast", &sc->program), "");
+        ++fast_;
+      } else {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for_simgrid_.push_back({i, std::move(sc), std::move(choice)});
       }
-      finish_row(i, "", models::summarize(run.timeline, sc->samples, *sc->costs, sc->program.partition, "fast", &sc->program), "");
-      ++fast_;
     } catch (const models::OutOfMemory& e) {
       finish_row(i, "oom", {}, e.what());
     } catch (const Error& e) {
       finish_row(i, "error", {}, e.what());
     }
-    return true;
-  }
-
-  void run_simgrid(const std::vector<std::size_t>& indices, int jobs, std::size_t total) {
-    struct Running {
-      std::size_t index;
-      sim::SimProcess process;
-      std::unique_ptr<Scenario> scenario;
-      std::string data;
-    };
-    std::deque<std::size_t> todo(indices.begin(), indices.end());
-    std::vector<Running> running;
-    while (!todo.empty() || !running.empty()) {
-      while (!todo.empty() && static_cast<int>(running.size()) < jobs) {
-        const std::size_t i = todo.front();
-        todo.pop_front();
-        try {
-          auto sc = scenario(i);
-          const auto table = models::stage_table(*sc->costs, sc->hardware, sc->program);
-          running.push_back({i, sim::start_simulation({sc->program, table, sc->hardware.topology}), std::move(sc), {}});
-        } catch (const models::OutOfMemory& e) {
-          finish_row(i, "oom", {}, e.what());
-        } catch (const Error& e) {
-          finish_row(i, "error", {}, e.what());
-        }
-      }
-      if (running.empty()) continue;
-      std::vector<pollfd> fds;
-      for (const auto& r : running) fds.push_back({r.process.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) throw Error("sweep: poll failed");
-      for (std::size_t j = running.size(); j-- > 0;) {
-        if (!(fds[j].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        char buf[1 << 16];
-        const ssize_t n = ::read(running[j].process.fd, buf, sizeof buf);
-        if (n > 0) {
-          running[j].data.append(buf, static_cast<std::size_t>(n));
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        Running done = std::move(running[j]);
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(j));
-        try {
-          const auto result = sim::finish_simulation(done.process, done.data);
-          const auto& sc = *done.scenario;
-          finish_row(done.index, "", models::summarize(result.timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid", &sc.program), "");
-          ++simgrid_;
-        } catch (const Error& e) {
-          finish_row(done.index, "error", {}, e.what());
-        }
-      }
-      progress(total);
-      maybe_write(false);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++chosen_;
     }
+    changed_.notify_one();
   }
 
   // --virtual applies to the generators with several stages per rank.
@@ -398,6 +362,14 @@ class Sweep {
     if (status.empty()) status = s.fits() ? "ok" : "oom";
     const bool ran = !s.busy_s.empty();
     if (!ran) ++not_runnable_;
+    if (on_row_) {
+      const Config& c = configs_[i];
+      SweepRow row{c.schedule, c.recompute, c.ranks, virtual_of(c.schedule), c.microbatches,
+                   c.microbatches * c.microbatch_size * c.data, c.tensor, c.data, status, ran, s.step_time_s,
+                   s.throughput, s.bubble, max_memory / 1e9, s.engine, why};
+      std::lock_guard<std::mutex> lock(row_mutex_);
+      on_row_(row);
+    }
     rows_[i] = head(configs_[i]) + "," + status + "," + (ran ? num(s.step_time_s) : "") + "," +
                (ran ? num(s.throughput) : "") + "," + (ran ? num(s.bubble) : "") + "," +
                (ran ? num(max_memory / 1e9) : "") + "," + s.engine + "," + csv_field(why) + "," + tail(configs_[i]);
@@ -426,21 +398,29 @@ class Sweep {
   }
 
   const SweepSpec& o_;
+  std::mutex mutex_;  // guards for_simgrid_ and chosen_
+  std::condition_variable changed_;
+  std::vector<Deferred> for_simgrid_;
+  std::size_t chosen_ = 0;
   models::Model model_;
   models::Hardware hardware_;
   std::vector<Config> configs_;
   std::vector<std::string> rows_, foreign_;
   std::unique_ptr<std::atomic<bool>[]> ready_;
-  std::atomic<std::size_t> completed_{0}, deferred_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
+  std::atomic<std::size_t> completed_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
   std::size_t resumed_ = 0;
   std::string inputs_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration write_interval_ = std::chrono::seconds(2);
   SweepProgress progress_;
+  SweepRowCallback on_row_;
+  std::mutex row_mutex_;  // on_row_ is called from the threads one at a time
 };
 
 }  // namespace
 
-SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress) { return Sweep(spec).run(progress); }
+SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress, const SweepRowCallback& on_row) {
+  return Sweep(spec).run(progress, on_row);
+}
 
 }  // namespace pipetwin::twin

@@ -39,8 +39,21 @@ struct SweepReport {
 // Called every fraction of a second while the sweep runs, and once at the end.
 using SweepProgress = std::function<void(std::size_t done, std::size_t total)>;
 
+// One configuration's result, as its CSV row says it (a stream of them: each
+// as it is computed, in no fixed order; resumed rows are not repeated).
+struct SweepRow {
+  std::string schedule, recompute;
+  int ranks = 1, virtual_stages = 1, microbatches = 1, batch = 1, tensor = 1, data = 1;
+  std::string status;  // ok, oom (does not fit), error (cannot be built or run)
+  bool ran = false;    // the figures below are a prediction (false: the reason says why not)
+  double step_time_s = 0, throughput_samples_per_s = 0, bubble_fraction = 0, max_stage_memory_gb = 0;
+  std::string engine, reason;
+};
+using SweepRowCallback = std::function<void(const SweepRow& row)>;
+
 // Throws pipetwin::Error naming the file or option at fault (a results file
-// of other inputs, a damaged row, an uneven batch).
-SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress = {});
+// of other inputs, a damaged row, an uneven batch). `on_row` is called once
+// per configuration computed, from one thread at a time.
+SweepReport run_sweep(const SweepSpec& spec, const SweepProgress& progress = {}, const SweepRowCallback& on_row = {});
 
 }  // namespace pipetwin::twin

@@ -1,0 +1,62 @@
+// choose_engine: the engine choice, and the names of the engines.
+#include "twin/engine.hpp"
+
+#include "models/contention.hpp"
+#include "models/stage_table.hpp"
+#include "schedule/error.hpp"
+#include "schedule/names.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetwin::twin {
+namespace {
+constexpr schedule::NameTable<Engine, 3> kEngines{
+    "engine", {{{Engine::Auto, "auto"}, {Engine::SimGrid, "simgrid"}, {Engine::Fast, "fast"}}}};
+}  // namespace
+
+Engine parse_engine(std::string_view name) { return kEngines.parse(name); }
+std::string_view engine_name(Engine engine) { return kEngines.name(engine); }
+const std::vector<std::string>& engine_names() {
+  static const auto names = kEngines.names();
+  return names;
+}
+
+void check_fast_engine(const schedule::Program& program) {
+  if (program.data_parallel <= 1) return;
+  // Its evaluator has no network: REDUCE_GRAD would take no time.
+  throw Error("--engine fast cannot predict D = " + std::to_string(program.data_parallel) +
+              ": the data-parallel gradient reductions (REDUCE_GRAD) are messages on the network, which the fast "
+              "evaluator does not model (they would take no time); use --engine simgrid or auto");
+}
+
+EngineChoice choose_engine(const Scenario& sc, Engine asked) {
+  EngineChoice c;
+  c.table = models::stage_table(*sc.costs, sc.hardware, sc.program);
+  if (asked == Engine::SimGrid) {
+    c.engine = Engine::SimGrid;
+    c.why = "asked for (--engine simgrid)";
+    return c;
+  }
+  if (asked == Engine::Fast) check_fast_engine(sc.program);
+  auto fast = schedule::evaluate(sc.program, c.table);
+  if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
+  const auto check = models::check_contention(fast.timeline, sc.program, c.table, sc.hardware.topology);
+  c.timeline = std::move(fast.timeline);
+  c.evaluated = true;
+  if (asked == Engine::Fast) {
+    c.engine = Engine::Fast;
+    c.why = check.contention_free ? check.reason : "asked for (--engine fast); it ignores contention: " + check.reason;
+  } else if (check.contention_free) {
+    c.engine = Engine::Fast;
+    c.why = check.reason;
+  } else {
+    c.engine = Engine::SimGrid;
+    c.why = "contention: " + check.reason;
+  }
+  return c;
+}
+
+sim::SimInput simgrid_input(const Scenario& sc, EngineChoice& choice) {
+  return {sc.program, std::move(choice.table), sc.hardware.topology};
+}
+
+}  // namespace pipetwin::twin

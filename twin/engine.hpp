@@ -1,0 +1,58 @@
+// engine: the one place where a Scenario's engine is chosen.
+//
+//   asked simgrid ----------------------------------------------> SimGrid
+//   asked fast    -> D > 1? refused -> evaluate -> deadlock? error -> Fast
+//   asked auto    ------------------> evaluate -> deadlock? error
+//                                        -> contention-free? -> Fast
+//                                        -> otherwise       -> SimGrid
+//
+// The fast path is the timed evaluator (schedule/dry_run): exact where the
+// configuration provably has no contention (models/contention). SimGrid (sim/)
+// replays the Program with the network's messages, in a child process
+// (twin/simgrid_pool.hpp keeps several in flight). predict, sweep, plan and
+// the calibration's replays all choose here.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schedule/dry_run.hpp"
+#include "schedule/timeline.hpp"
+#include "twin/scenario.hpp"
+
+namespace pipetwin::sim {
+struct SimInput;
+}
+
+namespace pipetwin::twin {
+
+enum class Engine { Auto, SimGrid, Fast };
+Engine parse_engine(std::string_view name);  // "auto", "simgrid", "fast"; throws pipetwin::Error
+std::string_view engine_name(Engine engine);
+const std::vector<std::string>& engine_names();  // the allowed values, for option lists
+
+// Throws pipetwin::Error, naming the reason, where the fast engine cannot
+// answer when asked for: D > 1 (the reductions are network messages).
+void check_fast_engine(const schedule::Program& program);
+
+struct EngineChoice {
+  Engine engine = Engine::Fast;  // the one that answers: Fast or SimGrid
+  std::string why;               // why that engine
+  // The evaluator's timeline: the answer where engine is Fast; where SimGrid
+  // must answer after an evaluation (contention), an estimate that leaves the
+  // contention and the data-parallel reductions' time out (plan ranks by it);
+  // empty where SimGrid was asked for.
+  schedule::Timeline timeline;
+  bool evaluated = false;                     // the evaluator ran (timeline holds its answer)
+  std::vector<schedule::StageCosts> table;    // the scenario's stage table, which SimGrid replays
+};
+
+// Throws pipetwin::Error on a deadlock (naming the rank) or where fast is
+// asked for and cannot answer; models::OutOfMemory passes through.
+EngineChoice choose_engine(const Scenario& scenario, Engine asked);
+
+// What SimGrid replays for a choice of SimGrid (its table moved out).
+sim::SimInput simgrid_input(const Scenario& scenario, EngineChoice& choice);
+
+}  // namespace pipetwin::twin
