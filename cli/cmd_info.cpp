@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "cli/executor.hpp"
-#include "sim/transfer_probe.hpp"
+#include "twin/executables.hpp"
+#include "twin/predict.hpp"
 
 namespace pipetwin::cli {
 
@@ -14,9 +14,9 @@ Run add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Versions of SimGrid, LibTorch, CUDA and NCCL this build uses");
   cmd->add_flag("--json", *json, "Machine-readable output");
   return [json] {
-    nlohmann::json j{{"simgrid", sim::simgrid_version()}};
-    j["plots"] = plots_dir();
-    j.update(executor_info());
+    nlohmann::json j{{"simgrid", twin::simgrid_version()}};
+    j["plots"] = twin::plots_dir();
+    j.update(twin::executor_info());
     if (*json) {
       std::printf("%s\n", j.dump(1).c_str());
     } else {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "schedule/program.hpp"
 #include "cli/scenario_options.hpp"
 #include "models/families.hpp"
 #include "models/layer_graph.hpp"
@@ -133,12 +134,12 @@ Run add_partition_command(CLI::App& app) {
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M (default 1)")->check(kPositive);
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy (default none, or the schedule file's)")
-      ->check(CLI::IsMember({"none", "full", "except-last"}));
+      ->check(CLI::IsMember(schedule::recompute_names()));
   cmd->add_option("--optimizer", o->optimizer, "Optimizer (its state counts in memory)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
+      ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
   cmd->add_option("--method", o->method, "optimal (exact), uniform (by layers), parameters (DeepSpeed-like)")
-      ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
+      ->check(CLI::IsMember(models::method_names()))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->parse_complete_callback([cmd, o] {

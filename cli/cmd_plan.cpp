@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "models/partition.hpp"
+#include "schedule/program.hpp"
 #include "schedule/generators.hpp"
 #include "twin/plan.hpp"
 
@@ -151,12 +153,12 @@ Run add_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--recompute", s.recompute, "Recompute policies tried, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->check(CLI::IsMember(schedule::recompute_names()))
       ->capture_default_str();
   cmd->add_option("--max-pp", s.max_pp, "K at most (default: the model's layers)")->check(kPositive);
   cmd->add_flag("--also-without-sequence-parallel", s.also_without_sequence_parallel,
                 "With T > 1, try sequence parallelism off too (it is always tried on)");
-  cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
   cmd->add_option("--top-sim", s.top_sim,
                   "The best N candidates' figures exact: those with contention (D > 1) among them replayed in SimGrid, in rounds")
       ->check(CLI::NonNegativeNumber)

@@ -14,7 +14,7 @@
 #include <filesystem>
 
 #include "cli/commands.hpp"
-#include "cli/executor.hpp"
+#include "twin/executables.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::cli {
@@ -41,11 +41,11 @@ struct Options {
 };
 
 int run(const Options& o, std::vector<std::string> args) {
-  const std::string py = plots_python();
+  const std::string py = twin::plots_python();
   if (::access(py.c_str(), X_OK) != 0) {
     throw Error("no Python at " + py + ": run scripts/setup.sh, or set PIPETWIN_VENV to the virtualenv holding matplotlib");
   }
-  const std::string script = plots_dir() + "/" + o.kind + ".py";
+  const std::string script = twin::plots_dir() + "/" + o.kind + ".py";
   if (!std::filesystem::exists(script)) {
     throw Error("no plot script " + script + " (set PIPETWIN_PLOTS_DIR to the plots/ folder of the source tree)");
   }

@@ -1,14 +1,13 @@
 // `pipetwin probe`: whether this host gives its processes the cores it shows
-// (exec/core_probe.hpp). A run's noise columns say what /proc/stat saw; this
+// (twin/probe.hpp). A run's noise columns say what /proc/stat saw; this
 // says what it cannot: a hypervisor that runs the guest's CPUs on fewer cores.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.hpp"
-#include "exec/core_probe.hpp"
-#include "schedule/error.hpp"
 #include "schedule/io.hpp"
+#include "twin/probe.hpp"
 
 namespace pipetwin::cli {
 
@@ -34,12 +33,7 @@ Run add_probe_command(CLI::App& app) {
   cmd->add_option("--json", o->json, "Write every round and the summary to this JSON file");
   cmd->add_flag("--quiet", o->quiet, "Print the summary line alone, not a line per round");
   return [o] {
-    int threads = o->threads;
-    if (threads == 0) {
-      threads = exec::host_cpus();
-      if (threads < 1) throw Error("probe: this host has no /proc/stat to count its CPUs: give --threads N");
-    }
-    const exec::CoreProbe p = exec::probe_cores(threads, o->rounds, o->seconds);
+    const twin::HostProbe p = twin::probe_host(o->threads, o->rounds, o->seconds);
     // The file first: where it cannot be written, the error alone.
     if (!o->json.empty()) schedule::write_file_atomic(o->json, p.to_json().dump(1) + "\n");
     if (!o->quiet) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "schedule/program.hpp"
 #include "models/families.hpp"
 #include "models/partition.hpp"
 #include "schedule/generators.hpp"
@@ -137,11 +138,11 @@ Run add_schedule_command(CLI::App& app) {
       ->check(kPositive)
       ->capture_default_str();
   cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->check(CLI::IsMember(schedule::recompute_names()))
       ->capture_default_str();
   cmd->add_option("--format,-f", o->format,
                   "Output: grid (dry-run table), text, csv (every action), json, pytorch-csv (what PyTorch's _load_csv reads)")
-      ->check(CLI::IsMember({"grid", "text", "csv", "json", "pytorch-csv"}))
+      ->check(CLI::IsMember(prepend("grid", schedule::format_names())))
       ->capture_default_str();
   cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
   cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");
@@ -150,7 +151,7 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--hardware", o->hardware, "Hardware preset or YAML, for --model")->needs(model);
   model->needs(cmd->get_option("--hardware"));
   cmd->add_option("--partition", o->partition, "Partition method, with --model")
-      ->check(CLI::IsMember({"optimal", "uniform", "parameters"}))
+      ->check(CLI::IsMember(models::method_names()))
       ->capture_default_str();
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch, with --model")
       ->check(kPositive)

@@ -4,10 +4,11 @@
 
 #include "cli/app.hpp"
 #include "cli/commands.hpp"
+#include "models/collectives.hpp"
+#include "twin/engine.hpp"
 #include "cli/scenario_options.hpp"
 #include "models/summary.hpp"
 #include "schedule/trace.hpp"
-#include "sim/transfer_probe.hpp"
 #include "twin/predict.hpp"
 
 namespace pipetwin::cli {
@@ -26,8 +27,7 @@ int run(const Options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto result = twin::predict(*sc, twin::parse_engine(o.engine));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string engine = result.engine == twin::Engine::SimGrid ? "simgrid " + sim::simgrid_version() : "fast critical path";
-  const auto summary = models::summarize(result.timeline, sc->samples, *sc->costs, sc->program.partition, engine, &sc->program);
+  const auto summary = twin::summarize(*sc, result);
   if (!o.trace.empty()) {
     auto meta = twin::trace_metadata(*sc, o.scenario, "pipetwin simulate");
     meta.sections = {{"summary", summary.to_json()}, {"engine_reason", result.why}};
@@ -63,13 +63,13 @@ Run add_simulate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("simulate", "Predict step time, bubble and memory of one configuration in SimGrid");
   add_scenario_options(cmd, o->scenario);
   cmd->add_option("--engine", o->engine, "auto (fast path when provably contention-free), simgrid or fast")
-      ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
+      ->check(CLI::IsMember(twin::engine_names()))
       ->capture_default_str();
   cmd->add_option("--collective", o->scenario.collective,
                   "All-reduce algorithm of the data- and tensor-parallel collectives: ring, tree (a binary tree, "
                   "reduce then broadcast, pipelined in chunks), or auto: the faster closed form for each message and "
                   "group (default auto)")
-      ->check(CLI::IsMember({"auto", "ring", "tree"}));
+      ->check(CLI::IsMember(models::collective_algorithm_names()));
   cmd->add_option("--trace", o->trace, "Write the predicted timeline as a Chrome trace (JSON)");
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   return [o] { return run(*o); };

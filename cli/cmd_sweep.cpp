@@ -6,6 +6,10 @@
 #include <cstdlib>
 
 #include "cli/commands.hpp"
+#include "models/collectives.hpp"
+#include "models/partition.hpp"
+#include "schedule/program.hpp"
+#include "twin/engine.hpp"
 #include "schedule/generators.hpp"
 #include "twin/sweep.hpp"
 
@@ -55,7 +59,7 @@ Run add_sweep_command(CLI::App& app) {
   cmd->add_option("--schedules,-s", spec.schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
   cmd->add_option("--recompute", spec.recompute, "Recompute policies, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "full", "except-last"}))
+      ->check(CLI::IsMember(schedule::recompute_names()))
       ->capture_default_str();
   cmd->add_option("--microbatch-size", spec.microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
       ->delimiter(',')
@@ -76,15 +80,15 @@ Run add_sweep_command(CLI::App& app) {
       ->excludes("--microbatch-size");
   cmd->add_option("--virtual,-v", spec.virtual_stages, "V for the generators with several stages per rank (interleaved-1f1b, interleaved-zb, looped-bfs)")->check(kPositive)->capture_default_str();
   cmd->add_option("--partition", spec.partition, "auto, uniform or parameters")
-      ->check(CLI::IsMember({"auto", "optimal", "uniform", "parameters"}))
+      ->check(CLI::IsMember(prepend("auto", models::method_names())))
       ->capture_default_str();
-  cmd->add_option("--optimizer", spec.optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "momentum", "adam"}))->capture_default_str();
+  cmd->add_option("--optimizer", spec.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
   cmd->add_option("--collective", spec.collective,
                   "All-reduce algorithm of every row's collectives: ring, tree or auto (the faster closed form)")
-      ->check(CLI::IsMember({"auto", "ring", "tree"}))
+      ->check(CLI::IsMember(models::collective_algorithm_names()))
       ->capture_default_str();
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
-      ->check(CLI::IsMember({"auto", "simgrid", "fast"}))
+      ->check(CLI::IsMember(twin::engine_names()))
       ->capture_default_str();
   cmd->add_option("--out,-o", spec.out,
                   "Results CSV (resumed if it exists and OUT.inputs shows the same model, hardware and options)")

@@ -36,6 +36,13 @@ inline const CLI::Validator kPositive(
     },
     "POSITIVE", "POSITIVE");
 
+// An option's allowed values: `first` (a spelling the option adds, such as
+// auto), then those of an enum's name table.
+inline std::vector<std::string> prepend(std::string first, std::vector<std::string> names) {
+  names.insert(names.begin(), std::move(first));
+  return names;
+}
+
 // The process's own arguments (main's argv), for commands that start copies of it.
 void set_command_line(int argc, char** argv);
 const std::vector<std::string>& command_line();

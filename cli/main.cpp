@@ -1,16 +1,16 @@
 // pipetwin: one binary, one subcommand per task; it links no LibTorch.
-// `run` is answered by the executor, pipetwin-exec (cli/executor.hpp).
+// `run` is answered by the executor, pipetwin-exec (twin/executables.hpp).
 #include <cstring>
 
 #include "cli/app.hpp"
-#include "cli/executor.hpp"
+#include "twin/executables.hpp"
 #include "schedule/error.hpp"
 
 int main(int argc, char** argv) {
   namespace pc = pipetwin::cli;
   if (argc >= 2 && std::strcmp(argv[1], "run") == 0) {
     try {
-      pc::hand_over_to_executor(argc, argv);
+      pipetwin::twin::hand_over_to_executor(argc, argv);
     } catch (const pipetwin::Error& e) {
       std::fprintf(stderr, "pipetwin: error: %s\n", pc::printable(e.what()).c_str());
       return 1;

@@ -2,6 +2,8 @@
 #include "cli/scenario_options.hpp"
 
 #include "cli/commands.hpp"
+#include "models/partition.hpp"
+#include "schedule/program.hpp"
 #include "schedule/generators.hpp"
 
 namespace pipetwin::cli {
@@ -49,12 +51,12 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--batch", o.batch, "Samples per mini-batch, all replicas (a multiple of M x D; default M x D)")
       ->check(kPositive);
   cmd->add_option("--recompute", o.recompute, "Re-materialization policy (default none, or the schedule file's)")
-      ->check(CLI::IsMember({"none", "full", "except-last"}));
+      ->check(CLI::IsMember(schedule::recompute_names()));
   cmd->add_option("--partition", o.partition,
                   "auto (optimal, the default), uniform, parameters, or a file: a schedule with a partition line, or "
                   "begin:end ranges");
   cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam"}))
+      ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
   // A generator needs the shape; a schedule file has its own.
   cmd->parse_complete_callback([cmd, &o] {

@@ -11,6 +11,7 @@
 
 #include "calibration/fit.hpp"
 #include "calibration/traces.hpp"
+#include "twin/microbench.hpp"
 #include "twin/predict.hpp"
 
 namespace pipetwin::twin {
@@ -30,5 +31,11 @@ struct Calibrated {
 // when the fitted hardware would not read back.
 Calibrated calibrate(const std::vector<calibration::TraceRun>& runs, const models::Hardware& base, Engine engine,
                      const std::string& out);
+
+// The report of a calibration of `runs` (load_calibration_runs) from `base`.
+nlohmann::json calibration_json(const CalibrateRequest& request, const std::vector<calibration::TraceRun>& runs,
+                                const Calibrated& calibrated);
+std::string calibration_text(const CalibrateRequest& request, const std::vector<calibration::TraceRun>& runs,
+                             const models::Hardware& base, const Calibrated& calibrated);
 
 }  // namespace pipetwin::twin

@@ -1,5 +1,5 @@
 // Finding the executor and the plot scripts; starting the executor.
-#include "cli/executor.hpp"
+#include "twin/executables.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +20,7 @@
 #define PIPETWIN_PLOTS_DIR "plots"
 #endif
 
-namespace pipetwin::cli {
+namespace pipetwin::twin {
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,4 +85,4 @@ nlohmann::json executor_info() {
   return j;
 }
 
-}  // namespace pipetwin::cli
+}  // namespace pipetwin::twin

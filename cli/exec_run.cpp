@@ -21,10 +21,14 @@
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "schedule/measured_costs.hpp"
+#include "schedule/names.hpp"
 #include "schedule/trace.hpp"
 
 namespace pipetwin::cli {
 namespace {
+
+// --malloc: whether freed memory stays in the process.
+constexpr schedule::NameTable<bool, 2> kHeaps{"malloc policy", {{{true, "keep"}, {false, "system"}}}};
 
 struct Options {
   twin::ScenarioSpec scenario;
@@ -172,7 +176,7 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   c.lr = o.lr;
   c.seed = o.seed;
   c.threads = o.threads;
-  c.keep_freed_memory = o.heap == "keep";
+  c.keep_freed_memory = kHeaps.parse(o.heap);
   c.timeout_s = o.timeout;
   c.save_weights = o.save_weights;
   const auto result = exec::run_rank(c, env);
@@ -216,7 +220,7 @@ Run add_run_command(CLI::App& app) {
   cmd->get_option("--hardware")->required(false)->description(
       "Hardware preset or YAML file, for the partition and the predicted memory (default: cpu)");
   cmd->add_option("--steps", o->steps, "Mini-batches to train")->check(CLI::Range(1, 1000000))->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->check(CLI::IsMember(exec::device_names()))->capture_default_str();
   cmd->add_option("--lr", o->lr, "Learning rate")
       ->check(kPositive)
       ->check(CLI::Validator(
@@ -229,7 +233,7 @@ Run add_run_command(CLI::App& app) {
   cmd->add_option("--malloc", o->heap,
                   "CPU ranks: keep (freed memory stays in the process, as a GPU's caching allocator keeps it) or "
                   "system (glibc's defaults: pages freed by a backward go back to the kernel and fault in again)")
-      ->check(CLI::IsMember({"keep", "system"}))->capture_default_str();
+      ->check(CLI::IsMember(kHeaps.names()))->capture_default_str();
   cmd->add_option("--trace", o->trace, "Write the measured timeline (median step) as a Chrome trace");
   cmd->add_option("--summary", o->summary_out, "Write the JSON summary to this file");
   cmd->add_option("--save-weights", o->save_weights, "Directory: every layer's weights after the last step");

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace pipetwin::cli {
+namespace pipetwin::twin {
 
 // PIPETWIN_EXEC when set, else `pipetwin-exec` next to this executable (in
 // the build's cli/ folder, or in PREFIX/bin after an install).
@@ -30,4 +30,4 @@ std::string plots_python();
 // {"executor": "unavailable: <why>"} when it cannot answer.
 nlohmann::json executor_info();
 
-}  // namespace pipetwin::cli
+}  // namespace pipetwin::twin
