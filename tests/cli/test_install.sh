@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # cmake --install into a temporary prefix gives a working pipetwin: its
 # executor found beside it (info, a real two-rank run), its plot scripts found
-# under PREFIX/share (a Gantt chart of that run), nothing read from the build.
+# under PREFIX/share (a Gantt chart of that run), nothing read from the build;
+# and the twin library: a program of its own (examples/library) configured
+# with find_package(pipetwin) against the prefix predicts the step that
+# `pipetwin simulate` does, and streams a sweep's rows.
 #   test_install.sh BUILD_DIR EXAMPLES_DIR
 set -euo pipefail
 build=$1 examples=$2
@@ -24,4 +27,16 @@ grep -q "\"plots\": \"$prefix/share/pipetwin/plots\"" <<<"$info" || fail "info d
 grep -q '^measured ' run.log || fail "run printed no measured line: $(cat run.log)"
 PIPETWIN_PLOTS_DIR= "$bin" plot gantt run.json --out gantt >plot.log 2>&1 || { cat plot.log; fail "pipetwin plot from the prefix"; }
 [ -s gantt.png ] || fail "no gantt.png"
-echo "ok: installed to a temporary prefix; info, run and plot work from it"
+[ -f "$prefix/lib/libpipetwin.so" ] && [ -f "$prefix/include/pipetwin/twin/pipetwin.hpp" ] ||
+  fail "no lib/libpipetwin.so or include/pipetwin/twin/pipetwin.hpp under $prefix"
+cmake -S "$examples/library" -B example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >example.log 2>&1 &&
+  cmake --build example >>example.log 2>&1 || { cat example.log; fail "examples/library against the installed library"; }
+./example/predict "$examples/transformer-small.yaml" cpu 1f1b 4 8 >library.out 2>&1 || { cat library.out; fail "the library example"; }
+"$bin" simulate --model "$examples/transformer-small.yaml" --hardware cpu -s 1f1b -k 4 -m 8 --json >simulate.json ||
+  fail "pipetwin simulate"
+want=$(python3 -c 'import json,sys; print("%.9g" % json.load(open(sys.argv[1]))["summary"]["step_time_s"])' simulate.json)
+got=$(awk '$1 == "step_time_s" {print $2}' library.out)
+[ -n "$got" ] && [ "$got" = "$want" ] || fail "the library predicts a step of '$got' s, simulate $want s: $(cat library.out)"
+grep -q '^rows 2$' library.out || fail "the library's sweep streamed no two rows: $(cat library.out)"
+[ -s sweep.csv ] || fail "the library's sweep wrote no sweep.csv"
+echo "ok: installed to a temporary prefix; info, run and plot work from it; the library predicts $got s as simulate does"
