@@ -20,7 +20,9 @@ README.md is under 200 lines, none of its paragraphs of prose (outside code
 blocks, tables, headings; a list item is one) is longer than 1000 characters
 (a history of measurements belongs under docs/, the README links it), and
 every Markdown file under docs/ is reached by links from README.md (no
-orphans).
+orphans), and every Markdown file under docs/ but outside docs/journal/ (the
+reference; the journal is the dated record of measurements) is under 600
+lines.
 
 Prints one line per failure, FILE:LINE: broken link TARGET (why), and exits 1;
 otherwise prints a one-line summary and exits 0. Standard library only.
@@ -33,6 +35,7 @@ from urllib.parse import unquote
 
 README_MAX_LINES = 199
 README_MAX_PARAGRAPH = 1000  # characters of one paragraph of prose
+REFERENCE_MAX_LINES = 599  # a page of docs/ outside docs/journal/
 EXTERNAL = re.compile(r"^(https?:|mailto:)", re.IGNORECASE)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -211,6 +214,12 @@ def main(argv):
                 failures.append(f"{rel}:{number}: broken link {target} ({why})")
             if resolved and resolved != source:
                 linked.setdefault(source, set()).add(resolved)
+        rel_parts = rel.split(os.sep)
+        if rel_parts[0] == "docs" and rel_parts[1:2] != ["journal"]:
+            lines = len(text.splitlines())
+            if lines > REFERENCE_MAX_LINES:
+                failures.append(f"{rel}:{lines}: {lines} lines (limit: under {REFERENCE_MAX_LINES + 1} for a "
+                                f"reference page; split it, or move dated measurements to docs/journal/)")
         if source == readme:
             readme_lines = len(text.splitlines())
             if readme_lines > README_MAX_LINES:
@@ -233,7 +242,8 @@ def main(argv):
         print(f"check_links: {len(failures)} failure(s)", file=sys.stderr)
         return 1
     print(f"check_links: {count} links ({anchored} with an anchor) in {len(files)} Markdown files, "
-          f"all resolve; README.md {readme_lines} lines; no orphan under docs/")
+          f"all resolve; README.md {readme_lines} lines; no orphan under docs/; every reference page "
+          f"under {REFERENCE_MAX_LINES + 1} lines")
     return 0
 
 
