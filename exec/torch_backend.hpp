@@ -14,6 +14,9 @@
 //   SEND_*  post an asynchronous c10d send;  RECV_*  wait for a c10d receive
 //      (Gloo: posted ahead, when the previous RECV of the rank's list runs;
 //      NCCL: posted by the RECV itself)
+//
+// Here the rank's stages and steps; the compute actions are in
+// torch_backend_compute.cpp, the transfers in torch_backend_transfer.cpp.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "exec/run.hpp"
+#include "exec/torch_clock.hpp"
 #include "exec/torch_comm.hpp"
 #include "exec/torch_data_parallel.hpp"
 #include "exec/torch_layers.hpp"
@@ -32,18 +36,6 @@
 #include "schedule/interpreter.hpp"
 
 namespace pipetwin::exec {
-
-// Times actions on rank 0's clock: host time on the CPU, CUDA events on GPUs.
-class ActionClock {
- public:
-  virtual ~ActionClock() = default;
-  virtual void begin_step() = 0;
-  virtual std::size_t start() = 0;
-  virtual void stop(std::size_t token) = 0;
-  // (start, end) of every token since begin_step().
-  virtual std::vector<std::pair<double, double>> resolve() = 0;
-};
-std::unique_ptr<ActionClock> make_clock(const Comm& comm, bool cuda);
 
 class TorchBackend final : public schedule::Backend {
  public:
@@ -77,6 +69,10 @@ class TorchBackend final : public schedule::Backend {
     WeightGradQueue deferred;        // linear weight gradients between I and W
     std::int64_t device_bytes = 0;   // CUDA: allocator growth across the forward
   };
+
+  // c10d tags leave room for this many tensors per message (tag()).
+  static constexpr int kMaxCutTensors = 64;
+  static std::string mb_name(int s, int mb) { return "stage " + std::to_string(s) + " micro-batch " + std::to_string(mb); }
 
   Stage& stage(int s);
   Stash& stash(int s, int mb, const char* op);
