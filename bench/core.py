@@ -95,8 +95,8 @@ class Side:
     def __init__(self, folder: str):
         self.folder, self.schedule, self.catalogue, self.passed, self.sweep, self.rows = folder, [], [], set(), [], set()
 
-    def schedule_once(self, tmp: str) -> None:
-        t, done = wall([os.path.join(self.folder, "cli/pipetwin"), "schedule", "-s", "1f1b", "-k", "4", "-m", "8"], tmp)
+    def schedule_once(self) -> None:
+        t, done = wall([os.path.join(self.folder, "cli/pipetwin"), "schedule", "-s", "1f1b", "-k", "4", "-m", "8"], ROOT)
         if done.returncode == 0:
             self.schedule.append(1000 * t)
         else:
@@ -120,7 +120,7 @@ class Side:
         if os.path.exists(csv):
             os.remove(csv)
         t, done = wall([os.path.join(self.folder, "cli/pipetwin"), "sweep"] + grid + ["--engine", "simgrid", "--out", csv],
-                       tmp)
+                       ROOT)
         if done.returncode != 0:
             log("core", f"{self.folder}: sweep failed: {done.stderr.strip()[-300:]}")
             return
@@ -167,7 +167,7 @@ def run(a) -> dict:
         print(f"bench core: before = {before_name}\n            after  = {after_dir}")
         print(f"load average at start: {loadavg()} ({os.cpu_count()} cores; the machine is shared and noisy:\n"
               "  the runs are interleaved so that both sides see the same noise; trust the ratios more than the numbers)")
-        interleave(a.repeats_schedule, before, after, lambda s: s.schedule_once(tmp))
+        interleave(a.repeats_schedule, before, after, lambda s: s.schedule_once())
         interleave(a.repeats, before, after, lambda s: s.catalogue_once(tmp))
         interleave(a.repeats, before, after, lambda s: s.sweep_once(tmp, grid))
         print(f"load average at end:   {loadavg()}")
