@@ -1,7 +1,7 @@
 // A plain LibTorch training loop over the same model as `pipetwin run`
 // (the same layers, data, optimizer and threads), without the schedule
 // interpreter, transfers, timing or memory accounting: the baseline that
-// scripts/bench_exec.sh sets beside `pipetwin run -k 1`.
+// `python -m bench exec` sets beside `pipetwin run -k 1`.
 //
 //   plain_loop MODEL.yaml M BATCH STEPS THREADS   -> median step time (s) on stdout
 #include <ATen/Parallel.h>

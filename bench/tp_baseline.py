@@ -1,7 +1,7 @@
 """PyTorch's own tensor parallelism on the model `pipetwin run -k 1 -t T` trains,
-for scripts/bench_parallel.sh: torch.distributed.tensor.parallel
+for `python -m bench parallel`: torch.distributed.tensor.parallel
 (parallelize_module, ColwiseParallel / RowwiseParallel on a 1-D DeviceMesh)
-over Gloo, T processes, the Transformer of bench/pipelining_baseline.py with
+over Gloo, T processes, the Transformer of bench/baseline_setup.py with
 each block split Megatron-LM's way: q, k, v and the MLP's first linear
 column-parallel, the attention output and the MLP's second linear
 row-parallel. (The fused QKV of pipetwin's block is three linears here: a
@@ -14,23 +14,21 @@ Adam and threads. Prints the median step time (seconds) of rank 0.
       --d-model 128 --d-ff 512 --heads 4 --seq-len 64 --vocab 1000 --layers 4
 """
 
-import argparse
 import math
 import os
-import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pipelining_baseline import Embedding, Head, loss_fn  # noqa: E402  (the same model)
+from baseline_setup import (Embedding, Head, batch_of, init_rank, launch, loss_fn, median_step,  # noqa: E402
+                            parser, target_perm)
 
 
 class Block(nn.Module):
@@ -54,9 +52,7 @@ class Block(nn.Module):
 
 
 def worker(rank, a, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=a.members)
+    init_rank(rank, a, port, a.members)
     mesh = init_device_mesh("cpu", (a.members,))
     torch.manual_seed(0)
     blocks = [Block(a.d_model, a.d_ff, a.heads) for _ in range(a.layers)]
@@ -66,13 +62,12 @@ def worker(rank, a, port, out):
         parallelize_module(blk, mesh, plan)
     model = nn.Sequential(Embedding(a.vocab, a.seq_len, a.d_model), *blocks, Head(a.d_model, a.vocab))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    perm = torch.randperm(a.vocab, generator=torch.Generator().manual_seed(1))
+    perm = target_perm(a)
     mb = a.batch // a.microbatches
     times = []
     dist.barrier()
     for step in range(a.steps):
-        g = torch.Generator().manual_seed(step + 2)
-        ids = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=g)
+        ids = batch_of(step, a)
         t0 = time.perf_counter()
         for i in range(a.microbatches):
             x = ids[i * mb:(i + 1) * mb]
@@ -83,27 +78,13 @@ def worker(rank, a, port, out):
             times.append(time.perf_counter() - t0)
     dist.barrier()
     if rank == 0:
-        out.put(statistics.median(times[2 if len(times) >= 5 else 1:]))  # warm-up left out as pipetwin run does
+        out.put(median_step(times))
     dist.destroy_process_group()
 
 
 def main():
-    p = argparse.ArgumentParser()
-    for name in ("members", "microbatches", "batch", "steps", "threads", "d-model", "d-ff", "heads", "seq-len", "vocab",
-                 "layers"):
-        p.add_argument("--" + name, type=int, required=True)
-    p.add_argument("--port", type=int, default=29811)
-    a = p.parse_args()
-    ctx = mp.get_context("spawn")
-    out = ctx.SimpleQueue()
-    procs = [ctx.Process(target=worker, args=(r, a, a.port, out)) for r in range(a.members)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join()
-    if any(proc.exitcode != 0 for proc in procs):
-        sys.exit("tensor-parallel baseline: a rank failed")
-    print(f"{out.get():.9f}")
+    a = parser("members", 29811).parse_args()
+    launch(worker, a, a.members, "tensor-parallel")
 
 
 if __name__ == "__main__":

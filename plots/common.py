@@ -14,9 +14,10 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 from dataclasses import dataclass
+
+from stats import median
 
 # --- errors -----------------------------------------------------------------
 
@@ -358,7 +359,7 @@ def recorded_bubble(meta: dict) -> tuple[float, int] | None:
             raise PlotError(f"otherData.measured.noise.first_counted_step is {first!r}, outside the {len(every)} "
                             "steps of measured.bubble_fractions")
     steps = every[first:]
-    return float(statistics.median(steps)), len(steps)
+    return float(median(steps)), len(steps)
 
 
 def analytic_bubble(k: int, m: int) -> float:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 import os
 import random
-import statistics
 
 from common import PlotError, TraceMeta, load_json, parser, run_main, write_text
+from stats import median
 
 
 def row(path: str) -> dict:
@@ -113,7 +113,7 @@ def pace_line(rows: list[dict]) -> list[str]:
         return []
     worst = max(rows, key=lambda r: r.get("pace_spread") or -1)
     return [f"The host's pace: over the runs of each configuration, the same compute took a median "
-            f"{100 * statistics.median(spreads):.0f}% more CPU time in its slowest run than in its fastest (worst "
+            f"{100 * median(spreads):.0f}% more CPU time in its slowest run than in its fastest (worst "
             f"{100 * worst['pace_spread']:.0f}%, {worst['name']}). Each rank's compute actions are timed on its own "
             "thread's CPU clock, so waiting for a core does not count: the work itself ran slower, and the model, "
             "calibrated at the pace of its own runs, cannot follow it.", ""]
@@ -149,7 +149,7 @@ def noise_alone(rows: list[dict], draws: int = DRAWS, seed: int = 1,
     medians over `draws` of the median and worst |error|, and the share of
     draws that meet the aims (step_aims: median and worst); None where no row
     carries an interval. Seeded: the same rows give the same figures.
-    (scripts/bench_cross_model.sh reads it too, with its own aims.)"""
+    (python -m bench cross_model and fidelity read it too, with their own aims.)"""
     steps = [r["known"] / 1.96 for r in rows if r["known"] and math.isfinite(r["known"])]
     bubbles = [r["bubble_known"] / 1.96 for r in rows if r["bubble_known"]]
     if not steps:
@@ -158,12 +158,12 @@ def noise_alone(rows: list[dict], draws: int = DRAWS, seed: int = 1,
     medians, worsts, met, bubble_met = [], [], 0, 0
     for _ in range(draws):
         e = [abs(rng.gauss(0, sd)) for sd in steps]
-        medians.append(statistics.median(e))
+        medians.append(median(e))
         worsts.append(max(e))
         met += medians[-1] <= step_aims[0] and worsts[-1] <= step_aims[1]
         if bubbles:
             bubble_met += max(abs(rng.gauss(0, sd)) for sd in bubbles) <= BUBBLE_AIM
-    return {"configurations": len(steps), "median": statistics.median(medians), "worst": statistics.median(worsts),
+    return {"configurations": len(steps), "median": median(medians), "worst": median(worsts),
             "step_aims_met": met / draws, "bubble_configurations": len(bubbles),
             "bubble_aim_met": bubble_met / draws if bubbles else None}
 
@@ -209,7 +209,7 @@ def probe_line(paths: list[str]) -> list[str]:
     steal = max(d["steal_share"] for d in docs)
     disturbed = sum(d.get("disturbed_rounds", 0) for d in docs)
     text = (f"The host's cores, probed around the runs (`pipetwin probe`, {rounds} rounds): {threads} threads together "
-            f"had {statistics.median(delivered):.2f} cores' worth of pace in the median round, under "
+            f"had {median(delivered):.2f} cores' worth of pace in the median round, under "
             f"{docs[0]['short_fraction'] * threads:.2f} in {short} of {rounds} (the least {min(delivered):.2f}); a core's pace alone spread "
             f"{spread:.2f}x from round to round; /proc/stat showed {100 * steal:.1f}% steal.")
     if disturbed:
@@ -260,9 +260,9 @@ def markdown(rows: list[dict], images: list[tuple[str, str]], calibrated_on: str
         within = sum(r["verdict"] == "within noise" for r in kept)
         bubbles_within = sum(r["bubble_verdict"] == "within noise" for r in kept)
         judged = sum(r["bubble_verdict"] in ("within noise", "model error") for r in kept)
-        lines += ["", f"Step time: median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}% "
+        lines += ["", f"Step time: median |error| {100 * median(errors):.1f}%, worst {100 * max(errors):.1f}% "
                       f"over {len(kept)} held-out configurations ({within} within their measurement's noise). Bubble: "
-                      f"median |error| {statistics.median(bubbles):.1f} points, worst {max(bubbles):.1f}"
+                      f"median |error| {median(bubbles):.1f} points, worst {max(bubbles):.1f}"
                       + (f" ({bubbles_within} of {judged} within how far the bubble moves from run to run)."
                          if judged else ".")
                   + (f" Peak stash per stage: worst {100 * max(stashes):.1f}%." if stashes else ""), ""]

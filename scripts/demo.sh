@@ -105,30 +105,8 @@ while [ $((rep + 2)) -le "$MAX_REPEATS" ]; do
   done
 done
 probe after
-python3 - "$OUT/runs" "${all_names[@]}" <<'EOF_PY'
-import shutil, sys
-sys.path.insert(0, "scripts")
-from trace_step import step_of
-from wide_repeats import busy, runs_of  # busy: what `pipetwin run` judged of the machine
-runs, names = sys.argv[1], sys.argv[2:]
-for name in names:
-    steps = [(step_of(f), f) for f in runs_of(runs, name)]  # in the runs' order
-    # The median of the repeats measured on a quiet machine, if any was.
-    quiet = [s for s in steps if not busy(s[1])]
-    if not quiet:
-        print(f"  {name}: every repeat ran on a busy machine: its comparison will say so; measure again on a quiet one")
-        quiet = steps
-    elif len(quiet) < len(steps):
-        print(f"  {name}: {len(steps) - len(quiet)} of {len(steps)} repeats ran on a busy machine, left out")
-    median = sorted(quiet, key=lambda s: s[0])[(len(quiet) - 1) // 2][1]
-    for ext in (".json", ".summary.json", ".txt"):
-        shutil.copyfile(median[:-len(".json")] + ext, f"{runs}/{name}{ext}")
-    # Every quiet repeat (the calibration's), and the others than the median (compare --repeats).
-    with open(f"{runs}/{name}.quiet", "w", encoding="utf-8") as f:
-        f.writelines(f"{q}\n" for _, q in quiet)
-    with open(f"{runs}/{name}.repeats", "w", encoding="utf-8") as f:
-        f.writelines(f"{q}\n" for _, q in quiet if q != median)
-EOF_PY
+# Each configuration's median quiet repeat, its quiet ones and the others.
+python3 scripts/quiet_median.py "$OUT/runs" "${all_names[@]}"
 
 traces=()
 for c in "${CALIBRATE[@]}"; do mapfile -t -O "${#traces[@]}" traces <"$OUT/runs/$(name_of "$c").quiet"; done

@@ -24,13 +24,15 @@ Environment: PIPETWIN_BUILD_DIR (default build). Writes under OUT/rescore/.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_partition  # noqa: E402
 from trace_step import step_of  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plots"))
+from stats import median  # noqa: E402
 
 RULES = ("all", "median", "middle", "fastest", "fastest2", "fastest-half")
 
@@ -123,7 +125,7 @@ def main():
                 kept, steps, bubbles = score(pipetwin, demo, rule, a.without)
             except (OSError, ValueError, KeyError, IndexError, subprocess.CalledProcessError) as e:
                 sys.exit(f"{demo}: not a demo's output to score again (runs/*.quiet, compare/*.json): {e}")
-            med, worst = statistics.median(map(abs, steps)), max(map(abs, steps))
+            med, worst = median(map(abs, steps)), max(map(abs, steps))
             bworst = max(map(abs, bubbles))
             medians.append(med), worsts.append(worst), bubble_worsts.append(bworst)
             met += med <= 5 and worst <= 10
@@ -131,10 +133,10 @@ def main():
             print(f"{rule:12s} {demo}: {kept} runs; steps " + " ".join(f"{e:+.1f}%" for e in steps) +
                   f" (median {med:.1f}%, worst {worst:.1f}%); bubbles " +
                   " ".join(f"{b:+.1f}" for b in bubbles) + f" (worst {bworst:.1f})")
-        print(f"{rule:12s} over {len(a.demos)}: step median {statistics.median(medians):.1f}% "
-              f"({min(medians):.1f}-{max(medians):.1f}), worst {statistics.median(worsts):.1f}% "
+        print(f"{rule:12s} over {len(a.demos)}: step median {median(medians):.1f}% "
+              f"({min(medians):.1f}-{max(medians):.1f}), worst {median(worsts):.1f}% "
               f"(at most {max(worsts):.1f}); step aims met in {met}, bubble worst "
-              f"{statistics.median(bubble_worsts):.1f} points, within 3 in {bubble_met}")
+              f"{median(bubble_worsts):.1f} points, within 3 in {bubble_met}")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,11 @@ over the first; then the median of those ratios over all of them. A trace
 that cannot be read ends the script with one line naming it and exit 1.
 """
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots"))
 import common  # noqa: E402  (plots/: the traces' reader)
+from stats import median  # noqa: E402
 
 COMPUTE = (*common.COMPUTE_OPS, "STEP")
 
@@ -48,12 +48,12 @@ def main(paths):
         for (rank, stage), (warm, evicted) in sorted(found.items()):
             if not warm or not evicted:
                 continue
-            a, b = statistics.median(warm), statistics.median(evicted)
+            a, b = median(warm), median(evicted)
             ratios.append(b / a - 1)
             print(f"{path} rank {rank} stage {stage}: {len(warm)} after a forward {a:.3f} ms, "
                   f"{len(evicted)} after another action {b:.3f} ms ({100 * ratios[-1]:+.1f}%)")
     if ratios:
-        print(f"median over {len(ratios)} rank-stages: {100 * statistics.median(ratios):+.1f}%")
+        print(f"median over {len(ratios)} rank-stages: {100 * median(ratios):+.1f}%")
     else:
         print("no rank ran both kinds of forward (gpipe has none after another action)")
 

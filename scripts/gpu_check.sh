@@ -78,12 +78,7 @@ part_memory() {
   env_sh
   mkdir -p "$OUT/memory"
   local t0=$SECONDS port=29500 running=0
-  mapfile -t GENS < <("$PT" schedule --list --json | python3 -c '
-import json, os, sys
-want = os.environ.get("GPU_CHECK_SCHEDULES", "").split(",")
-for g in json.load(sys.stdin):
-    if g["name"] != "pipedream" and (want == [""] or g["name"] in want):
-        print(g["name"], 2 if g.get("virtual_stages") or g.get("fixed_stages_per_rank", 0) == 2 else 1)')
+  mapfile -t GENS < <("$PT" schedule --list --json | python3 scripts/gpu_report.py generators)
   for g in "${GENS[@]}"; do
     read -r S V <<<"$g"
     port=$((port + 7))
@@ -97,38 +92,7 @@ for g in json.load(sys.stdin):
   done
   wait
   say "memory: $((SECONDS - t0)) s"
-  python3 - "$OUT/memory" "${GENS[@]}" <<'PY' | tee -a "$REPORT"
-import json, os, sys
-d = sys.argv[1]
-print("transformer-24 (bf16, Adam), K=4 M=8 micro-batch 4, four ranks on one GPU: peak allocated per rank,")
-print("measured (CUDA caching allocator) / predicted (simulate --hardware h100, memory_per_rank), GB")
-print(f"{'schedule':<17} {'V':>2}  {'rank 0':>15} {'rank 1':>15} {'rank 2':>15} {'rank 3':>15}  worst |err|  stash |err| max")
-errs = []
-for g in sys.argv[2:]:
-    s, v = g.split()
-    try:
-        summary = json.load(open(f"{d}/{s}.predicted.json"))["summary"]
-        # memory_per_rank where a rank holds several stages; else stage r is rank r's
-        pred = summary.get("memory_per_rank") or summary["memory_per_stage"]
-        measured = json.load(open(f"{d}/{s}.r0.json"))["measured"]  # rank 0 gathers every rank's
-    except (OSError, ValueError, KeyError) as e:
-        print(f"{s:<17} {v:>2}  no result ({e})")
-        continue
-    cells, worst, stash = [], 0.0, 0.0
-    for r in range(4):
-        m = next(x for x in measured["ranks"] if x["rank"] == r)["peak_allocated_bytes"]
-        p = pred[r]["peak_bytes"]
-        worst = max(worst, abs(m / p - 1))
-        cells.append(f"{m / 1e9:6.2f}/{p / 1e9:6.2f}")
-    for st in measured["stages"]:
-        if st.get("predicted_peak_stash_bytes", 0) > 0:
-            stash = max(stash, abs(st["peak_stash_bytes"] / st["predicted_peak_stash_bytes"] - 1))
-    errs.append(worst)
-    print(f"{s:<17} {v:>2}  " + " ".join(f"{c:>15}" for c in cells) + f"  {100 * worst:9.1f}%  {100 * stash:9.1f}%")
-if errs:
-    errs.sort()
-    print(f"rank peak |error| median {100 * errs[len(errs) // 2]:.1f}%  worst {100 * errs[-1]:.1f}% over {len(errs)} schedules")
-PY
+  python3 scripts/gpu_report.py memory "$OUT/memory" "${GENS[@]}" | tee -a "$REPORT"
 }
 
 part_timing() {
@@ -152,28 +116,7 @@ part_timing() {
     done
   done
   say "timing: $((SECONDS - t0)) s"
-  python3 - "$OUT/timing" "${configs[@]}" <<'PY' | tee -a "$REPORT"
-import json, sys
-d = sys.argv[1]
-print("transformer-24 (bf16, Adam), one rank on the GPU, gpipe K=1: step time (median of 5 steps after the first)")
-print(f"{'M':>2} {'mb':>3}  {'measured':>10}  {'h100 preset':>12} {'err':>7}  {'calibrated':>11} {'err':>7}  fit on")
-for cfg in sys.argv[2:]:
-    m, b = cfg.split()
-    try:
-        meas = json.load(open(f"{d}/m{m}_b{b}.summary.json"))["summary"]["step_time_s"]
-    except (OSError, ValueError, KeyError):
-        print(f"{m:>2} {b:>3}  no measurement")
-        continue
-    row = f"{m:>2} {b:>3}  {1e3 * meas:8.1f}ms"
-    for name in ("h100", "calibrated"):
-        try:
-            p = json.load(open(f"{d}/m{m}_b{b}.{name}.predicted.json"))["summary"]["step_time_s"]
-            row += f"  {1e3 * p:9.1f}ms {100 * (p / meas - 1):+6.1f}%"
-        except (OSError, ValueError, KeyError):
-            row += f"  {'-':>11} {'-':>7}"
-    fit = "yes" if (m, b) in (("1", "4"), ("2", "2"), ("4", "4")) else "held out"
-    print(row + "  " + fit)
-PY
+  python3 scripts/gpu_report.py timing "$OUT/timing" "${configs[@]}" | tee -a "$REPORT"
 }
 
 for part in "$@"; do

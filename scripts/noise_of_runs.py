@@ -13,7 +13,7 @@ run` records (otherData.measured.step_times_s of each trace):
     python3 scripts/noise_of_runs.py out/runs [more folders...]
 
 A folder holds repeats named NAME_rN.json (scripts/demo.sh's out/runs,
-scripts/bench_fidelity.sh's runs/). docs/calibration.md ("Noise") quotes it.
+python -m bench fidelity's out/fidelity/runs). docs/calibration.md ("Noise") quotes it.
 """
 import glob
 import json
@@ -25,6 +25,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_step import counted  # noqa: E402  (the warm-up each run recorded)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plots"))
+from stats import median  # noqa: E402
 
 
 def runs_of(folder: str) -> list[tuple[float, str, dict]]:
@@ -61,20 +64,20 @@ def report(folder: str) -> None:
         return
     ratios: list[list[float]] = []
     for steps in long_enough:
-        steady = statistics.median(steps[4:])
+        steady = median(steps[4:])
         for i, t in enumerate(steps):
             if len(ratios) <= i:
                 ratios.append([])
             ratios[i].append(t / steady)
     print(f"{folder}: {len(runs)} runs, {len({n for _, n, _ in runs})} configurations")
     print("  warm-up, each step over the run's steady steps (median over runs): "
-          + " ".join(f"{statistics.median(r):.3f}" for r in ratios[:8]))
+          + " ".join(f"{median(r):.3f}" for r in ratios[:8]))
     # From run to run: each run by the log of its median counted step (the
     # warm-up it recorded left out); over the configurations run 3 times or
     # more, a run's deviation from its configuration's mean, the sd pooled (n - 1).
     by_name: dict[str, list[float]] = {}
     for _, name, m in runs:
-        by_name.setdefault(name, []).append(math.log(statistics.median(counted(m, m["step_times_s"]))))
+        by_name.setdefault(name, []).append(math.log(median(counted(m, m["step_times_s"]))))
     kept = {n: v for n, v in by_name.items() if len(v) >= 3}
     if not kept:
         print("  from run to run: no configuration run 3 times or more")
@@ -90,7 +93,7 @@ def report(folder: str) -> None:
             deviation.append(kept[name][i] - statistics.mean(kept[name]))
     spreads = [math.exp(max(v) - min(v)) - 1 for v in kept.values()]
     line = (f"  from run to run: sd of a run's log deviation {100 * math.sqrt(squares / freedom):.1f}%; "
-            f"a configuration's repeats spread (max/min - 1) median {100 * statistics.median(spreads):.1f}%, "
+            f"a configuration's repeats spread (max/min - 1) median {100 * median(spreads):.1f}%, "
             f"worst {100 * max(spreads):.1f}% ({len(spreads)} with 3 or more)")
     if len(deviation) > 6:
         line += (f"; consecutive runs' deviations correlate {correlation(deviation[:-1], deviation[1:]):+.2f} "

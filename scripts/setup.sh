@@ -42,11 +42,8 @@ install_apt() {
 
 venv_ok() {
   [ -x "$PIPETWIN_VENV/bin/python" ] &&
-    "$PIPETWIN_VENV/bin/python" - "$TORCH_VERSION" <<'PY' 2>/dev/null
-import sys
-from importlib import metadata  # reads the installed metadata: no torch import, fast
-sys.exit(0 if metadata.version("torch") == sys.argv[1] and metadata.version("matplotlib") else 1)
-PY
+    # The installed metadata alone: no torch import, fast.
+    "$PIPETWIN_VENV/bin/python" -c 'import sys; from importlib import metadata as m; sys.exit(0 if m.version("torch") == sys.argv[1] and m.version("matplotlib") else 1)' "$TORCH_VERSION" 2>/dev/null
 }
 
 install_venv() {

@@ -17,17 +17,16 @@ is known to PRECISION where MAX runs allow it.
 """
 import glob
 import json
-import math
 import os
-import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "plots"))
+from stats import median_half_width  # noqa: E402
 from trace_step import step_of  # noqa: E402
 
 FEWEST = 5  # runs below which a median is not called known, however narrow its interval reads
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
 
 
 def runs_of(runs, name):
@@ -54,34 +53,29 @@ def busy(path):
     return judged
 
 
-def half_width(steps):
-    """95% half-width of the median of `steps`, relative to it; inf below 3
-    runs (compare's: t(n-1) x 1.2533 x 1.4826 x MAD / sqrt(n) / median)."""
-    n = len(steps)
-    if n < 3:
-        return math.inf
-    median = statistics.median(steps)
-    mad = statistics.median(abs(s - median) for s in steps)
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96 + 2.4 / (n - 1)
-    return t * 1.2533 * 1.4826 * mad / math.sqrt(n) / median
+def wide(runs, names, precision, most):
+    """The NAMES whose median is not yet known to PRECISION, while they have
+    fewer than MOST runs. Raises ValueError for a name without runs or a run
+    that is not a `pipetwin run` trace."""
+    out = []
+    for name in names:
+        files = runs_of(runs, name)
+        if not files:
+            raise ValueError(f"no runs of {name} in {runs}")
+        quiet = [f for f in files if not busy(f)] or files
+        if len(files) < most and (len(quiet) < FEWEST or median_half_width([step_of(f) for f in quiet]) > precision):
+            out.append(name)
+    return out
 
 
 def main(argv):
     if len(argv) < 4:
         sys.exit(__doc__)
-    runs, precision, most, names = argv[0], float(argv[1]), int(argv[2]), argv[3:]
-    for name in names:
-        files = runs_of(runs, name)
-        if not files:
-            sys.exit(f"wide_repeats.py: no runs of {name} in {runs}")
-        try:
-            quiet = [f for f in files if not busy(f)] or files
-            wide = len(files) < most and (len(quiet) < FEWEST
-                                          or half_width([step_of(f) for f in quiet]) > precision)
-        except ValueError as e:
-            sys.exit(f"wide_repeats.py: {e}")
-        if wide:
+    try:
+        for name in wide(argv[0], argv[3:], float(argv[1]), int(argv[2])):
             print(name)
+    except ValueError as e:
+        sys.exit(f"wide_repeats.py: {e}")
 
 
 if __name__ == "__main__":

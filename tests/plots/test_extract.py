@@ -22,6 +22,7 @@ import heatmap  # noqa: E402
 import memory  # noqa: E402
 import report  # noqa: E402
 import speedup  # noqa: E402
+import stats  # noqa: E402
 import trace_step  # noqa: E402
 import wide_repeats  # noqa: E402
 
@@ -148,12 +149,12 @@ class TraceScripts(Files):
         for r, ms in enumerate((100, 100.5, 130), 1):
             run("g", r, ms)
         steps = [100, 99, 101, 102, 98]
-        self.assertAlmostEqual(wide_repeats.half_width([s / 1e3 for s in steps]),
+        self.assertAlmostEqual(stats.median_half_width([s / 1e3 for s in steps]),
                                2.776 * 1.2533 * 1.4826 / 5 ** 0.5 / 100)
-        self.assertEqual(wide_repeats.half_width([1, 2]), float("inf"))
+        self.assertEqual(stats.median_half_width([1, 2]), float("inf"))
         self.assertEqual([os.path.basename(f) for f in wide_repeats.runs_of(self.dir.name, "c")],
                          ["c_r1.json", "c_r2.json", "c_r3.json", "c_r4.json", "c_r5.json", "c_r10.json"])
-        self.assertLess(wide_repeats.half_width([0.100, 0.1005, 0.130]), 0.10)
+        self.assertLess(stats.median_half_width([0.100, 0.1005, 0.130]), 0.10)
         r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "9", "a", "b", "c", "g")
         self.assertEqual((r.returncode, r.stdout), (0, "b\ng\n"), r.stderr)
         r = self.run_script("wide_repeats.py", self.dir.name, "0.10", "3", "g")

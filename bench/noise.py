@@ -1,5 +1,6 @@
-"""How a load beside a run moves its step, and what the run records of it:
-the measurements behind calibration/noise.hpp's kBusyShare and
+"""A load beside a run: how it moves the step, and what the run records of it.
+
+The measurements behind calibration/noise.hpp's kBusyShare and
 kLoadSensitivity.
 
 One configuration (transformer-small, 1f1b, K=2, M=8, batch 16, 9 steps,
@@ -11,18 +12,19 @@ took as the run recorded it (with its resolution), and the step's slowdown
 against the quiet runs' median; then, per level, the medians, and the
 median ratio slowdown / others' share over the loaded runs.
 
-    python3 scripts/bench_noise.py [--repeats 3] [--pipetwin build/cli/pipetwin]
+    python -m bench noise [--repeats 3] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench.common import ensure_build
+from stats import median
 
 HOG = """
 import sys, time
@@ -36,14 +38,14 @@ while time.time() < end:
 """
 
 
-def run_once(pipetwin: str, duty: float) -> dict:
+def run_once(pipetwin: str, duty: float, steps: int) -> dict:
     hog = None
     if duty > 0:
         hog = subprocess.Popen([sys.executable, "-c", HOG, str(duty), "120"])
         time.sleep(0.3)
     try:
         out = subprocess.run([pipetwin, "run", "--model", "examples/transformer-small.yaml", "-s", "1f1b", "-k", "2",
-                              "-m", "8", "--batch", "16", "--steps", "9", "--threads", "1", "--json"],
+                              "-m", "8", "--batch", "16", "--steps", str(steps), "--threads", "1", "--json"],
                              check=True, capture_output=True, text=True).stdout
     finally:
         if hog:
@@ -52,37 +54,41 @@ def run_once(pipetwin: str, duty: float) -> dict:
     return json.loads(out)["measured"]["noise"]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p):
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--pipetwin", default=os.environ.get("PIPETWIN_BINARY", "build/cli/pipetwin"))
-    a = p.parse_args()
+    p.add_argument("--steps", type=int, default=9)
+
+
+def run(a) -> dict:
     duties = [0.0, 0.05, 0.1, 0.2, 0.4, 1.0]
+    if a.quick:  # one repeat, quiet and fully loaded, of three steps
+        a.repeats, a.steps, duties = 1, 3, [0.0, 1.0]
+    pipetwin = ensure_build()
     runs: dict[float, list[dict]] = {d: [] for d in duties}
     for rep in range(a.repeats):
         for d in duties:
-            n = run_once(a.pipetwin, d)
+            n = run_once(pipetwin, d, a.steps)
             runs[d].append(n)
             print(f"repeat {rep + 1} duty {d:4.2f}: step {1e3 * n['step_median_s']:6.1f} ms, others "
                   f"{100 * (n['other_share'] + n['steal_share']):5.1f}% (+-{100 * n['share_resolution']:.1f}%), "
                   f"busy {n['busy']}", flush=True)
-    quiet = statistics.median(n["step_median_s"] for n in runs[0.0])
+    quiet = median(n["step_median_s"] for n in runs[0.0])
     print(f"\nquiet median step {1e3 * quiet:.1f} ms over {a.repeats} runs")
     print("duty  others' share (median)  step (median)  slowdown  busy runs")
-    ratios = []
+    ratios, figures = [], {"quiet_step_s": quiet, "levels": []}
     for d in duties:
         shares = [n["other_share"] + n["steal_share"] for n in runs[d]]
         steps = [n["step_median_s"] for n in runs[d]]
-        slow = statistics.median(steps) / quiet - 1
+        slow = median(steps) / quiet - 1
         busy = sum(n["busy"] for n in runs[d])
-        print(f"{d:4.2f}  {100 * statistics.median(shares):21.1f}%  {1e3 * statistics.median(steps):10.1f} ms  "
+        print(f"{d:4.2f}  {100 * median(shares):21.1f}%  {1e3 * median(steps):10.1f} ms  "
               f"{100 * slow:+7.1f}%  {busy}/{len(runs[d])}")
+        figures["levels"].append({"duty": d, "others_share": median(shares), "step_s": median(steps),
+                                  "slowdown": slow, "busy_runs": busy, "runs": len(runs[d])})
         if d > 0:
             ratios += [(s / quiet - 1) / sh for s, sh in zip(steps, shares) if sh > 0]
     if ratios:
-        print(f"\nslowdown / others' share over the loaded runs: median {statistics.median(ratios):.2f} "
+        print(f"\nslowdown / others' share over the loaded runs: median {median(ratios):.2f} "
               f"(from {min(ratios):.2f} to {max(ratios):.2f}, {len(ratios)} runs)")
-
-
-if __name__ == "__main__":
-    main()
+        figures["slowdown_per_share"] = median(ratios)
+    return figures

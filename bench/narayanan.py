@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Published GPU runs side by side: Narayanan et al. (SC'21), Table 1.
 
 Each row of bench/narayanan-sc21.csv (a GPT trained on Selene with tensor
@@ -36,16 +35,16 @@ fastest with the preset's own curve, before calibrating (what `pipetwin plan`
 would answer), among b in {1, 2, 4} and, where K > 1, the interleavings the
 paper ran (V > 1 dividing the layers per rank, as Megatron-LM requires).
 """
-import argparse
 import concurrent.futures
 import csv
 import json
 import math
 import os
-import statistics
 import subprocess
-import sys
 import time
+
+from bench.common import BenchError, ensure_build
+from stats import median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -164,7 +163,7 @@ class Bench:
                 best[r["name"]] = (b, v, res["step"])
         for r in self.table:
             if r["name"] not in best:
-                sys.exit("bench_narayanan: no micro-batch size and V of row %s fits in memory" % r["name"])
+                raise BenchError("no micro-batch size and V of row %s fits in memory" % r["name"])
         return best
 
     def fit(self, cal, best):
@@ -202,7 +201,7 @@ class Bench:
             mem = best_mem(mx)
             fits.append((err(mx, mem), mx, half, mem))
         if not fits:
-            sys.exit("bench_narayanan: no calibration simulation succeeded")
+            raise BenchError("no calibration simulation succeeded")
         return min(fits)[1:]
 
 
@@ -210,9 +209,10 @@ def report(table, final, best, fitted):
     print()
     print("| model | T | K | D | GPUs | batch | b | V | paper TFLOP/s | predicted | error | role | sim wall s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    errors = []
+    errors, figures = [], {"rows": []}
     for r, res in zip(table, final):
         if "error" in res:
+            figures["rows"].append({"name": r["name"], "error": res["error"]})
             print("| %s | failed: %s |" % (r["name"], res["error"]))
             continue
         pred = tflops(r, res["step"])
@@ -223,15 +223,17 @@ def report(table, final, best, fitted):
         print("| %s | %d | %d | %d | %d | %d | %d | %d | %g | %.1f | %+.1f%% | %s | %.1f |" % (
             r["name"], r["t"], r["k"], r["d"], r["gpus"], r["batch"], best[r["name"]][0], best[r["name"]][1],
             r["paper"], pred, 100 * e, role, res["wall"]))
+        figures["rows"].append({"name": r["name"], "paper_tflops": r["paper"], "predicted_tflops": pred,
+                                "error": e, "role": role, "b": best[r["name"]][0], "v": best[r["name"]][1]})
     if errors:
         print()
         print("predicted rows: median error %.1f%%, worst %.1f%% (%d rows)" % (
-            100 * statistics.median(errors), 100 * max(errors), len(errors)))
+            100 * median(errors), 100 * max(errors), len(errors)))
+        figures.update(median_error=median(errors), worst_error=max(errors))
+    return figures
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pipetwin", default=os.path.join(ROOT, "build", "cli", "pipetwin"))
+def add_arguments(ap):
     ap.add_argument("--rows", default=os.path.join(ROOT, "bench", "narayanan-sc21.csv"))
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "narayanan"))
     ap.add_argument("--calibrate", default="1.7B,18.4B,145.6B", help="rows fitted (names as in the table)")
@@ -242,16 +244,22 @@ def main():
                     help="split the norms and dropouts over T (the paper's runs of 2021 did not)")
     ap.add_argument("--posted-sends", action="store_true",
                     help="let a pipeline send fly while its sender goes on (Megatron-LM of 2021 waited for each)")
-    a = ap.parse_args()
+
+
+def run(a) -> dict:
+    a.pipetwin = ensure_build()
     global BLOCKING_SENDS
     BLOCKING_SENDS = not a.posted_sends
     os.makedirs(a.out, exist_ok=True)
     table = rows(a.rows)
+    if a.quick:  # the two smallest rows, the first fitted
+        table = table[:2]
+        a.calibrate = table[0]["name"]
     names = [r["name"] for r in table]
     fitted = a.calibrate.split(",")
     for n in fitted:
         if n not in names:
-            sys.exit("bench_narayanan: --calibrate names row %s, not in %s (%s)" % (n, a.rows, ", ".join(names)))
+            raise BenchError("--calibrate names row %s, not in %s (%s)" % (n, a.rows, ", ".join(names)))
     bench = Bench(a, table)
     best = bench.shapes()
     print("shapes (the preset's fastest that fit): " +
@@ -259,8 +267,7 @@ def main():
     eff_max, half, mem = bench.fit([r for r in table if r["name"] in fitted], best)
     print("calibrated on %s: max %.4f, half_flops %.3g, memory_efficiency %.4f" % (", ".join(fitted), eff_max, half, mem))
     hw = write_hardware(a.out, eff_max, half, mem)
-    report(table, bench.run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table]), best, fitted)
+    figures = report(table, bench.run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table]), best, fitted)
+    figures["fit"] = {"rows": fitted, "max": eff_max, "half_flops": half, "memory_efficiency": mem}
+    return figures
 
-
-if __name__ == "__main__":
-    main()
