@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -139,8 +140,8 @@ class Planner {
           continue;
         }
       }
-      pool.add(c->index, simgrid_input(*k.scenario, k.choice));
-      replays.emplace(c->index, std::pair(c, std::move(k)));
+      auto& kept = replays.emplace(c->index, std::pair(c, std::move(k))).first->second.second;
+      pool.add(c->index, [&kept] { return std::optional<sim::SimInput>(simgrid_input(*kept.scenario, kept.choice)); });
     }
     pool.run([&](std::size_t index, const sim::SimResult* result, const std::string& error) {
       auto& [c, k] = replays.at(index);

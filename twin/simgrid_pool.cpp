@@ -14,7 +14,7 @@ namespace pipetwin::twin {
 
 SimGridPool::SimGridPool(int jobs) : jobs_(std::max(1, jobs)) {}
 
-void SimGridPool::add(std::size_t id, sim::SimInput input) { todo_.push_back({id, std::move(input)}); }
+void SimGridPool::add(std::size_t id, Make make) { todo_.push_back({id, std::move(make)}); }
 
 void SimGridPool::run(const Done& done) {
   struct Running {
@@ -28,7 +28,8 @@ void SimGridPool::run(const Done& done) {
       Queued q = std::move(todo_.front());
       todo_.pop_front();
       try {
-        running.push_back({q.id, sim::start_simulation(q.input), {}});
+        const auto input = q.make();
+        if (input) running.push_back({q.id, sim::start_simulation(*input), {}});
       } catch (const Error& e) {
         done(q.id, nullptr, e.what());
       }

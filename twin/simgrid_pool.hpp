@@ -3,12 +3,16 @@
 // that need SimGrid; it starts them as slots free, reads each child's output
 // as it comes (poll, no sleep) and reports each result as it finishes.
 //
-//   add(id, input) ... add(id, input)  -> run(on_done)  -> on_done(id, result | error), in finishing order
+//   add(id, make) ... add(id, make)  -> run(on_done)  -> on_done(id, result | error), in finishing order
+//
+// Each input is made when its slot frees, not before: every replay forks this
+// process, whose size its fork copies, so it holds only the inputs in flight.
 #pragma once
 
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "sim/simulator.hpp"
@@ -19,7 +23,11 @@ class SimGridPool {
  public:
   explicit SimGridPool(int jobs);
 
-  void add(std::size_t id, sim::SimInput input);
+  // `make` returns the input to replay, or nothing where the configuration
+  // is settled without SimGrid (it reported it itself); a pipetwin::Error it
+  // throws is reported as that id's error.
+  using Make = std::function<std::optional<sim::SimInput>()>;
+  void add(std::size_t id, Make make);
   std::size_t pending() const { return todo_.size(); }
 
   // Replays everything added, calling `done` with the id and the result, or
@@ -31,7 +39,7 @@ class SimGridPool {
  private:
   struct Queued {
     std::size_t id;
-    sim::SimInput input;
+    Make make;
   };
   int jobs_;
   std::deque<Queued> todo_;

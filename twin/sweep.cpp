@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -102,49 +103,44 @@ class Sweep {
     resumed_ = configs_.size() - todo.size();
     // 1. Each configuration's scenario, built once, and its engine chosen
     // (twin/engine.hpp), in this process on `jobs` threads: the fast path's
-    // answers are rows; those SimGrid must answer keep their scenario.
-    // No more threads than configurations; where the system refuses one (a
-    // thread limit), the ones started do the work.
-    const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> workers;
-    for (int w = 0; w < threads; ++w) {
-      try {
-        workers.emplace_back([&] {
-          for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) choose(todo[n]);
-        });
-      } catch (const std::system_error& e) {
-        if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
-        break;
-      }
+    // answers are rows; those SimGrid must answer keep their scenario. With
+    // --engine simgrid nothing is chosen here: each scenario is built in
+    // step 2 as its replay starts (a replay forks this process, so it holds
+    // only the scenarios in flight).
+    if (o_.engine == Engine::SimGrid) {
+      for (const std::size_t i : todo) for_simgrid_.push_back({i, nullptr, {}});
+    } else {
+      choose_all(todo, jobs);
     }
-    {
-      // Woken by each configuration chosen; the progress and the file at
-      // most every tenth of a second, and no wait once all are chosen.
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (chosen_ < todo.size()) {
-        changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return chosen_ == todo.size(); });
-        lock.unlock();
-        progress(todo.size());
-        maybe_write(false);
-        lock.lock();
-      }
-    }
-    for (auto& t : workers) t.join();
     // 2. SimGrid, `jobs` child processes at a time, in the rows' order.
     std::sort(for_simgrid_.begin(), for_simgrid_.end(), [](const Deferred& a, const Deferred& b) { return a.index < b.index; });
+    std::map<std::size_t, Deferred*> deferred;
     SimGridPool pool(jobs);
-    for (auto& d : for_simgrid_) pool.add(d.index, simgrid_input(*d.scenario, d.choice));
-    std::map<std::size_t, const Scenario*> scenarios;
-    for (const auto& d : for_simgrid_) scenarios[d.index] = d.scenario.get();
+    for (auto& d : for_simgrid_) {
+      deferred[d.index] = &d;
+      pool.add(d.index, [this, &d]() -> std::optional<sim::SimInput> {
+        if (!d.scenario) {
+          try {
+            d.scenario = build_scenario(model_, hardware_, scenario_spec(configs_[d.index]), /*validate=*/false);
+            d.choice = choose_engine(*d.scenario, Engine::SimGrid);
+          } catch (const models::OutOfMemory& e) {
+            finish_row(d.index, "oom", {}, e.what());
+            return std::nullopt;
+          }
+        }
+        return simgrid_input(*d.scenario, d.choice);
+      });
+    }
     pool.run([&](std::size_t i, const sim::SimResult* result, const std::string& error) {
+      Deferred& d = *deferred.at(i);
       if (result == nullptr) {
         finish_row(i, "error", {}, error);
       } else {
-        const Scenario& sc = *scenarios.at(i);
+        const Scenario& sc = *d.scenario;
         finish_row(i, "", models::summarize(result->timeline, sc.samples, *sc.costs, sc.program.partition, "simgrid", &sc.program), "");
         ++simgrid_;
       }
+      d.scenario.reset();
       progress(todo.size());
       maybe_write(false);
     });
@@ -178,6 +174,37 @@ class Sweep {
     s.optimizer = o_.optimizer;
     s.collective = o_.collective;
     return s;
+  }
+
+  // choose() for each of `todo` on `jobs` threads; the progress and the file
+  // at most every tenth of a second meanwhile, and no wait once all are chosen.
+  void choose_all(const std::vector<std::size_t>& todo, int jobs) {
+    // No more threads than configurations; where the system refuses one (a
+    // thread limit), the ones started do the work.
+    const int threads = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(jobs), std::max<std::size_t>(1, todo.size())));
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < threads; ++w) {
+      try {
+        workers.emplace_back([&] {
+          for (std::size_t n; (n = next.fetch_add(1)) < todo.size();) choose(todo[n]);
+        });
+      } catch (const std::system_error& e) {
+        if (workers.empty()) throw Error(std::string("sweep: cannot start a thread: ") + e.what());
+        break;
+      }
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (chosen_ < todo.size()) {
+        changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return chosen_ == todo.size(); });
+        lock.unlock();
+        progress(todo.size());
+        maybe_write(false);
+        lock.lock();
+      }
+    }
+    for (auto& t : workers) t.join();
   }
 
   // Builds configuration i's scenario and chooses its engine: a row where the
