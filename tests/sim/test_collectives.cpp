@@ -5,6 +5,7 @@
 // tensor-parallel group's collectives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ double reduction_alone(int D, double bytes, int chunks, const pm::Topology& topo
   in.program = ps::insert_gradient_reductions(std::move(p));
   ps::StageCosts c;
   c.reduce_bytes = bytes;
-  c.reduce_tree_chunks = chunks;
+  c.reduce_collective = chunks > 0 ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce;
+  c.reduce_chunks = std::max(1, chunks);
   in.stages = {c};
   in.topology = topo;
   return pipetwin::sim::simulate(in).timeline.makespan();
@@ -139,14 +141,19 @@ TEST(Collectives, TheStageCostsChooseEachStagesAlgorithm) {
     const auto want = pm::choose_all_reduce(pm::Collective::Auto, link, link, bytes, 16);
     EXPECT_EQ(want, m == &small ? pm::Collective::Tree : pm::Collective::Ring) << bytes;
     EXPECT_EQ(c.reduce_algorithm(0, n, 0), want);
-    EXPECT_EQ(c.reduce_tree_chunks(0, n, 0), want == pm::Collective::Tree ? pm::tree_chunks(link, bytes, 16) : 0);
+    EXPECT_EQ(c.reduce_collective(0, n, 0),
+              want == pm::Collective::Tree ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce);
+    EXPECT_EQ(c.reduce_chunks(0, n, 0), want == pm::Collective::Tree ? pm::tree_chunks(link, bytes, 16) : 1);
     const pm::StageCostModel tree(*m, hw, request(1, 16, pm::Collective::Tree));
     EXPECT_EQ(tree.reduce_algorithm(0, n, 0), pm::Collective::Tree);
-    EXPECT_GT(tree.reduce_tree_chunks(0, n, 0), 0);
+    EXPECT_EQ(tree.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::TreeAllReduce);
+    EXPECT_GT(tree.reduce_chunks(0, n, 0), 0);
     const pm::StageCostModel ring(*m, hw, request(1, 16, pm::Collective::Ring));
-    EXPECT_EQ(ring.reduce_tree_chunks(0, n, 0), 0);
+    EXPECT_EQ(ring.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::RingAllReduce);
+    EXPECT_EQ(ring.reduce_chunks(0, n, 0), 1);
     const pm::StageCostModel zero1(*m, hw, request(1, 16, pm::Collective::Tree, true));
     EXPECT_EQ(zero1.reduce_algorithm(0, n, 0), pm::Collective::Ring);
+    EXPECT_EQ(zero1.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::RingReduceScatter);
   }
 }
 
