@@ -36,6 +36,12 @@ c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::
     case A::RingAllGather:
       check_parts(out.numel(), in.numel(), n, "an all-gather");
       return group._allgather_base(out, in);
+    case A::AllToAll: {
+      check_parts(in.numel(), in.numel() / n, n, "an all-to-all");
+      check_parts(out.numel(), in.numel() / n, n, "an all-to-all");
+      std::vector<std::int64_t> equal;  // none given: n equal parts
+      return group.alltoall_base(out, in, equal, equal);
+    }
   }
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no call in the executor");
 }

@@ -18,6 +18,8 @@ namespace pipetwin::exec {
 //   all-reduce       `in` summed over the group, in place (`out` unused)
 //   reduce-scatter   `in`, n equal parts, summed; this member's part into `out`
 //   all-gather       every member's `in` into `out`, n parts in member order
+//   all-to-all       `in`, n equal parts, part j to member j; `out` (as
+//                    large) part i from member i
 // Throws pipetwin::Error where the sizes do not fit the operation.
 c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::CollectiveAlgorithm algorithm,
                                                 at::Tensor& in, at::Tensor& out);

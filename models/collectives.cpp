@@ -120,6 +120,23 @@ void tree_round(int member, int members, double bytes, int chunks, int round, st
   }
 }
 
+// All-to-all: in one round, every member sends ⌈bytes / n⌉ to each of the
+// n - 1 others and receives as much from each, all at once. On a
+// full-bisection topology (each member one port, both ways, into a
+// non-blocking switch: `link` is the route between two members, the
+// bandwidth one port's) each port carries (n - 1) of those parts each way,
+// side by side:
+//   latency + (n - 1) · ⌈bytes / n⌉ / bandwidth
+// ((n - 1)/n · bytes / bandwidth when n divides the bytes).
+double all_to_all_seconds(const Link& link, double bytes, int members, int) {
+  if (members <= 1) return 0;
+  return link.latency_s + (members - 1) * std::ceil(bytes / members) / link.bandwidth;
+}
+void all_to_all_round(int member, int members, double bytes, int, int, std::vector<Message>& out) {
+  for (int i = 1; i < members; ++i) out.push_back({Way::Receive, (member + members - i) % members, 0});
+  for (int i = 1; i < members; ++i) out.push_back({Way::Send, (member + i) % members, bytes / members});
+}
+
 // The table: one row per schedule::CollectiveAlgorithm, in its order.
 const CollectiveEntry kCollectives[] = {
     {CollectiveAlgorithm::RingAllReduce, "ring all-reduce",
@@ -135,6 +152,7 @@ const CollectiveEntry kCollectives[] = {
      [](const Link& l, double b, int n, int) { return ring_pass_seconds(l, b, n, n - 1); },
      [](int n, int) { return n - 1; },
      [](int m, int n, double b, int, int, std::vector<Message>& out) { ring_round(m, n, b, out); }},
+    {CollectiveAlgorithm::AllToAll, "all-to-all", all_to_all_seconds, [](int, int) { return 1; }, all_to_all_round},
 };
 
 }  // namespace

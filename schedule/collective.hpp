@@ -11,6 +11,7 @@ enum class CollectiveAlgorithm {
   TreeAllReduce,      // reduce up a binary tree, broadcast down, in chunks
   RingReduceScatter,  // n-1 rounds around a ring (ZeRO-1's gradients)
   RingAllGather,      // n-1 rounds around a ring (ZeRO-1's weights)
+  AllToAll,           // every pair exchanges bytes / n, all at once (expert parallelism's tokens)
 };
 
 }  // namespace pipetwin::schedule

@@ -75,7 +75,8 @@ std::string differs(const at::Tensor& got, const at::Tensor& want, const char* w
 }  // namespace
 
 // Rank r contributes r + 1 (all-reduce), arange(3·2) + 10r (reduce-scatter:
-// its part of the sum), r (all-gather); every rank predicts the result.
+// its part of the sum), r (all-gather), arange(3) + 10r (all-to-all: part j
+// to rank j); every rank predicts the result.
 TEST(Collectives, EachAlgorithmsCallRunsAcrossProcessesOverGloo) {
   const auto statuses = on_ranks([](int r, c10d::Backend& g) {
     const auto f = at::TensorOptions().dtype(at::kFloat);
@@ -91,6 +92,10 @@ TEST(Collectives, EachAlgorithmsCallRunsAcrossProcessesOverGloo) {
     at::Tensor mine = at::full({2}, static_cast<double>(r), f), all = at::empty({kRanks * 2}, f);
     pe::start_collective(g, A::RingAllGather, mine, all)->wait();
     wrong += differs(all, at::tensor({0.f, 0.f, 1.f, 1.f, 2.f, 2.f}), "all-gather");
+    // All-to-all: rank r sends 10r + j to rank j, so it receives 10i + r from each rank i.
+    at::Tensor parts = at::arange(kRanks, f) + 10.0 * r, received = at::empty({kRanks}, f);
+    pe::start_collective(g, A::AllToAll, parts, received)->wait();
+    wrong += differs(received, 10 * at::arange(kRanks, f) + r, "all-to-all");
     // Sizes that do not fit: refused before the call, naming the operation.
     at::Tensor odd = at::empty({5}, f);
     try {

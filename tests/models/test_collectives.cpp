@@ -16,7 +16,7 @@ using Way = pm::Message::Way;
 
 namespace {
 
-const std::vector<A> kAll = {A::RingAllReduce, A::TreeAllReduce, A::RingReduceScatter, A::RingAllGather};
+const std::vector<A> kAll = {A::RingAllReduce, A::TreeAllReduce, A::RingReduceScatter, A::RingAllGather, A::AllToAll};
 
 // Every member's messages: (from, to) of each send, and of each receive.
 using Pairs = std::vector<std::pair<int, int>>;
@@ -72,8 +72,55 @@ TEST(Collectives, EachRowsSendsAreItsPeersReceives) {
       EXPECT_EQ(sends, receives) << pm::collective(a).name << " n=" << n;
       const double want = a == A::RingAllReduce   ? n * 2.0 * (n - 1) * 1e6 / n
                           : a == A::TreeAllReduce ? 2.0 * (n - 1) * 1e6
+                          : a == A::AllToAll      ? n * (n - 1) * (1e6 / n)
                                                   : n * (n - 1.0) * 1e6 / n;
       EXPECT_NEAR(sent, want, 1e-6) << pm::collective(a).name << " n=" << n;
     }
+  }
+}
+
+// All-to-all over n members, each with one port {latency, bandwidth} into a
+// non-blocking switch: each member sends ⌈bytes / n⌉ to each of the n - 1
+// others at once through its port:
+//   latency + (n - 1) · ⌈bytes / n⌉ / bandwidth.
+TEST(Collectives, AllToAllIsOneLatencyAndTheBytesThatLeaveEachMember) {
+  const pm::Link port{3e-6, 25e9};
+  const auto& row = pm::collective(A::AllToAll);
+  EXPECT_EQ(row.name, "all-to-all");
+  // 8 members of 64 MB: 7 parts of 8 MB through each port at 25 GB/s, 2.24 ms, and one latency.
+  EXPECT_DOUBLE_EQ(row.seconds(port, 64e6, 8, 1), 3e-6 + 7 * 8e6 / 25e9);
+  EXPECT_NEAR(row.seconds(port, 64e6, 8, 1), 2.243e-3, 1e-15);
+  // 10 bytes over 4 members: parts of 3 bytes (whole bytes, as the replay's messages).
+  EXPECT_DOUBLE_EQ(row.seconds(port, 10, 4, 1), 3e-6 + 3 * 3 / 25e9);
+  EXPECT_EQ(row.seconds(port, 64e6, 1, 1), 0);
+  // The bandwidth term is (n-1)/n of the message: half of it over 2, nearly all of it over 64.
+  for (const int n : {2, 4, 16, 64}) {
+    EXPECT_NEAR(row.seconds(port, 64e6, n, 1) - port.latency_s, (n - 1.0) / n * 64e6 / 25e9, 1e-15) << n;
+  }
+  EXPECT_LT(row.seconds(port, 64e6, 8, 1), pm::ring_all_reduce_seconds(port, 64e6, 8));
+}
+
+// One round: each member receives from and sends bytes / n to every other
+// member, each peer once.
+TEST(Collectives, AllToAllIsOneRoundBetweenEveryPair) {
+  const auto& row = pm::collective(A::AllToAll);
+  const int n = 5;
+  EXPECT_EQ(row.rounds(n, 1), 1);
+  for (int m = 0; m < n; ++m) {
+    std::vector<pm::Message> round;
+    row.round(m, n, 1e6, 1, 0, round);
+    std::vector<int> to, from;
+    for (const auto& msg : round) {
+      (msg.way == Way::Send ? to : from).push_back(msg.peer);
+      if (msg.way == Way::Send) EXPECT_DOUBLE_EQ(msg.bytes, 2e5);
+    }
+    std::sort(to.begin(), to.end());
+    std::sort(from.begin(), from.end());
+    std::vector<int> others;
+    for (int p = 0; p < n; ++p) {
+      if (p != m) others.push_back(p);
+    }
+    EXPECT_EQ(to, others) << m;
+    EXPECT_EQ(from, others) << m;
   }
 }
