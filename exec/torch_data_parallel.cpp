@@ -1,6 +1,7 @@
 // DataParallel: a stage's gradient reduction over its data group, and ZeRO-1.
 #include "exec/torch_data_parallel.hpp"
 
+#include "exec/torch_collectives.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::exec {
@@ -80,13 +81,10 @@ int DataParallel::reduce(Stage& stage) {
   p.flat = flatten_grads(params, shard_optimizer_ ? where_.data : 1);
   rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
   stage_bytes_[stage.index()] = rec.bytes;
-  if (shard_optimizer_) {
-    p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
-    p.work = group_->_reduce_scatter_base(p.shard, p.flat);
-  } else {
-    std::vector<at::Tensor> one{p.flat};
-    p.work = group_->allreduce(one);
-  }
+  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
+  p.work = start_collective(*group_, shard_optimizer_ ? schedule::CollectiveAlgorithm::RingReduceScatter
+                                                      : schedule::CollectiveAlgorithm::RingAllReduce,
+                            p.flat, p.shard);
   // Its end, when the collective completes: a thread waits for it (its
   // error, if any, is the STEP's to report).
   p.watcher = std::make_shared<std::thread>([work = p.work, end = rec.end, comm = &comm_] {
@@ -146,7 +144,7 @@ void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
   sh.weights.mutable_grad() = at::Tensor();
   at::Tensor gathered = at::empty({sh.chunk * where_.data}, shard_grad.options().requires_grad(false));
   at::Tensor mine = sh.weights.detach().to(shard_grad.scalar_type());
-  group_->_allgather_base(gathered, mine)->wait();
+  start_collective(*group_, schedule::CollectiveAlgorithm::RingAllGather, mine, gathered)->wait();
   std::int64_t offset = 0;
   for (auto& w : params) {
     w.detach().copy_(gathered.narrow(0, offset, w.numel()).view_as(w));

@@ -1,4 +1,5 @@
-// All-reduce closed forms (ring, tree) and the choice between them.
+// The collectives' table (closed forms, message patterns) and the
+// all-reduce's choice between the ring and the tree.
 #include "models/collectives.hpp"
 
 #include <algorithm>
@@ -11,14 +12,14 @@
 namespace pipetwin::models {
 
 namespace {
-constexpr schedule::NameTable<Collective, 3> kCollectives{
+constexpr schedule::NameTable<Collective, 3> kAllReduceChoices{
     "collective algorithm", {{{Collective::Auto, "auto"}, {Collective::Ring, "ring"}, {Collective::Tree, "tree"}}}};
 }  // namespace
 
-std::string_view collective_name(Collective c) { return kCollectives.name(c); }
-Collective parse_collective(std::string_view name) { return kCollectives.parse(name); }
+std::string_view collective_name(Collective c) { return kAllReduceChoices.name(c); }
+Collective parse_collective(std::string_view name) { return kAllReduceChoices.parse(name); }
 const std::vector<std::string>& collective_algorithm_names() {
-  static const auto names = kCollectives.names();
+  static const auto names = kAllReduceChoices.names();
   return names;
 }
 
@@ -74,6 +75,90 @@ Link data_group_link(const Topology& topology, int width, int replicas, int rank
   }
   if (worst.bandwidth == 0) worst.bandwidth = 1e300;  // one replica: nothing crosses
   return worst;
+}
+
+namespace {
+
+using Way = Message::Way;
+
+// Rings: `steps` rounds, each sending bytes / n to the next member and
+// receiving from the previous one.
+double ring_pass_seconds(const Link& link, double bytes, int members, int steps) {
+  if (members <= 1) return 0;
+  return steps * (link.latency_s + std::ceil(bytes / members) / link.bandwidth);
+}
+void ring_round(int member, int members, double bytes, std::vector<Message>& out) {
+  out.push_back({Way::Send, (member + 1) % members, bytes / members});
+  out.push_back({Way::Receive, (member + members - 1) % members, 0});
+}
+
+// The tree (heap order): rounds 0 .. C reduce, round r receiving chunk r
+// from the children while it sends chunk r - 1 to the parent; rounds C + 1
+// .. 2C + 1 broadcast, receiving chunk b from the parent while it sends
+// chunk b - 1 to the children (b = r - C - 1).
+int tree_rounds(int, int chunks) { return 2 * (std::max(1, chunks) + 1); }
+void tree_round(int member, int members, double bytes, int chunks, int round, std::vector<Message>& out) {
+  chunks = std::max(1, chunks);
+  const double chunk = bytes / chunks;
+  const bool reducing = round <= chunks;
+  const int k = reducing ? round : round - chunks - 1;
+  const bool has_parent = member > 0;
+  const int parent = (member - 1) / 2;
+  if (reducing) {
+    for (const int c : {2 * member + 1, 2 * member + 2}) {
+      if (c < members && k < chunks) out.push_back({Way::Receive, c, 0});
+    }
+    if (has_parent && k >= 1) out.push_back({Way::Send, parent, chunk});
+  } else {
+    if (has_parent && k < chunks) out.push_back({Way::Receive, parent, 0});
+    for (const int c : {2 * member + 1, 2 * member + 2}) {
+      if (c < members && k >= 1) out.push_back({Way::Send, c, chunk});
+    }
+  }
+}
+
+// All-to-all: in one round, every member sends ⌈bytes / n⌉ to each of the
+// n - 1 others and receives as much from each, all at once. On a
+// full-bisection topology (each member one port, both ways, into a
+// non-blocking switch: `link` is the route between two members, the
+// bandwidth one port's) each port carries (n - 1) of those parts each way,
+// side by side:
+//   latency + (n - 1) · ⌈bytes / n⌉ / bandwidth
+// ((n - 1)/n · bytes / bandwidth when n divides the bytes).
+double all_to_all_seconds(const Link& link, double bytes, int members, int) {
+  if (members <= 1) return 0;
+  return link.latency_s + (members - 1) * std::ceil(bytes / members) / link.bandwidth;
+}
+void all_to_all_round(int member, int members, double bytes, int, int, std::vector<Message>& out) {
+  for (int i = 1; i < members; ++i) out.push_back({Way::Receive, (member + members - i) % members, 0});
+  for (int i = 1; i < members; ++i) out.push_back({Way::Send, (member + i) % members, bytes / members});
+}
+
+// The table: one row per schedule::CollectiveAlgorithm, in its order.
+const CollectiveEntry kCollectives[] = {
+    {CollectiveAlgorithm::RingAllReduce, "ring all-reduce",
+     [](const Link& l, double b, int n, int) { return ring_all_reduce_seconds(l, b, n); },
+     [](int n, int) { return 2 * (n - 1); },
+     [](int m, int n, double b, int, int, std::vector<Message>& out) { ring_round(m, n, b, out); }},
+    {CollectiveAlgorithm::TreeAllReduce, "tree all-reduce", tree_all_reduce_seconds, tree_rounds, tree_round},
+    {CollectiveAlgorithm::RingReduceScatter, "ring reduce-scatter",
+     [](const Link& l, double b, int n, int) { return ring_pass_seconds(l, b, n, n - 1); },
+     [](int n, int) { return n - 1; },
+     [](int m, int n, double b, int, int, std::vector<Message>& out) { ring_round(m, n, b, out); }},
+    {CollectiveAlgorithm::RingAllGather, "ring all-gather",
+     [](const Link& l, double b, int n, int) { return ring_pass_seconds(l, b, n, n - 1); },
+     [](int n, int) { return n - 1; },
+     [](int m, int n, double b, int, int, std::vector<Message>& out) { ring_round(m, n, b, out); }},
+    {CollectiveAlgorithm::AllToAll, "all-to-all", all_to_all_seconds, [](int, int) { return 1; }, all_to_all_round},
+};
+
+}  // namespace
+
+const CollectiveEntry& collective(CollectiveAlgorithm algorithm) {
+  for (const auto& row : kCollectives) {
+    if (row.algorithm == algorithm) return row;
+  }
+  throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no row in the table");
 }
 
 std::string collective_names(const std::vector<Collective>& used) {

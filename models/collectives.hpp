@@ -1,6 +1,8 @@
-// All-reduce algorithms and their closed forms: NCCL's ring, and its tree
-// modelled simply; the choice between them by predicted time, as NCCL's tuner
-// chooses by its own.
+// The collectives as one table (schedule::CollectiveAlgorithm): each row
+// its name, its closed form and its message pattern, which sim/ replays on
+// the platform's routes as it reads it. And the all-reduce's two algorithms,
+// NCCL's ring and its tree modelled simply; the choice between them by
+// predicted time, as NCCL's tuner chooses by its own.
 //
 // The tree stands for NCCL's double binary tree (two trees, each carrying half
 // the data, every rank a leaf in one of them) as one binary tree: member i's
@@ -21,9 +23,41 @@
 #include <vector>
 
 #include "models/hardware.hpp"
+#include "schedule/collective.hpp"
 
 namespace pipetwin::models {
 
+using schedule::CollectiveAlgorithm;
+
+// One message of a member's round: sent to, or received from, member `peer`
+// of the group (0 .. n-1), of `bytes` (a fraction; the replay rounds it up
+// to a whole byte, at least 1).
+struct Message {
+  enum class Way { Send, Receive };
+  Way way = Way::Send;
+  int peer = 0;
+  double bytes = 0;
+};
+
+// A collective's row. A member's part is `rounds` rounds; in each it posts
+// its messages in their order, then waits for all of them; its next round
+// starts when they are done. Over n members each holding `bytes`, with
+// `chunks` the pipelining of the algorithms that have one (1 otherwise).
+struct CollectiveEntry {
+  CollectiveAlgorithm algorithm;
+  std::string_view name;
+  // Its closed form: alone, the time to the last member's end, with `link`
+  // the route between two members, every member's messages of a round on a
+  // path of their own (where a round sends several at once, each member's
+  // one port into a non-blocking switch). 0 for one member.
+  double (*seconds)(const Link& link, double bytes, int members, int chunks);
+  int (*rounds)(int members, int chunks);
+  // Member `member`'s round `round` (0 .. rounds - 1): its messages, appended to `out`.
+  void (*round)(int member, int members, double bytes, int chunks, int round, std::vector<Message>& out);
+};
+const CollectiveEntry& collective(CollectiveAlgorithm algorithm);
+
+// The all-reduce's algorithm as a request asks for it (auto: the faster).
 enum class Collective { Auto, Ring, Tree };
 std::string_view collective_name(Collective c);      // auto, ring, tree
 Collective parse_collective(std::string_view name);  // throws pipetwin::Error naming the valid ones

@@ -192,8 +192,13 @@ Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
   return choose_all_reduce(collective_, link, link, bytes, data_parallel_);
 }
 
-int StageCostModel::reduce_tree_chunks(int i, int j, int s) const {
-  if (reduce_algorithm(i, j, s) != Collective::Tree) return 0;
+CollectiveAlgorithm StageCostModel::reduce_collective(int i, int j, int s) const {
+  if (shard_optimizer_) return CollectiveAlgorithm::RingReduceScatter;
+  return reduce_algorithm(i, j, s) == Collective::Tree ? CollectiveAlgorithm::TreeAllReduce : CollectiveAlgorithm::RingAllReduce;
+}
+
+int StageCostModel::reduce_chunks(int i, int j, int s) const {
+  if (reduce_collective(i, j, s) != CollectiveAlgorithm::TreeAllReduce) return 1;
   return tree_chunks(data_links_.at(rank_of(s)), reduce_bytes(i, j) * tensor_parallel_, data_parallel_);
 }
 

@@ -66,11 +66,14 @@ class StageCostModel {
   const std::vector<Collective>& tp_algorithms() const { return tp_used_; }  // those the layers' collectives use
   // Data parallelism: the algorithm of stage s's all-reduce over its data
   // group (the request's, or with auto the faster closed form on
-  // data_group_link; ZeRO-1's reduce-scatter is a ring), and the tree's chunk
-  // count (0 for a ring). A group's T devices reduce their shares side by
-  // side: T · reduce_bytes on the group's merged route.
+  // data_group_link; ZeRO-1's reduce-scatter is a ring); the collective that
+  // its REDUCE_GRAD runs (the ring or tree all-reduce, ZeRO-1's ring
+  // reduce-scatter), and the chunks it pipelines its bytes in (the tree's;
+  // 1 for a ring). A group's T devices reduce their shares side by side:
+  // T · reduce_bytes on the group's merged route.
   Collective reduce_algorithm(int i, int j, int s) const;
-  int reduce_tree_chunks(int i, int j, int s) const;
+  CollectiveAlgorithm reduce_collective(int i, int j, int s) const;
+  int reduce_chunks(int i, int j, int s) const;
   int tensor_parallel() const { return tensor_parallel_; }
   // Data parallelism: the bytes one device of stage s all-reduces over its
   // data group per step (its share of the stage's gradients), and with ZeRO-1

@@ -65,7 +65,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.first_forward_extra_s = costs.cold_forward_s(i, j, s);
     t.reduce_bytes = costs.reduce_bytes(i, j);
     t.gather_bytes = costs.gather_bytes(i, j);
-    t.reduce_tree_chunks = costs.reduce_tree_chunks(i, j, s);
+    t.reduce_collective = costs.reduce_collective(i, j, s);
+    t.reduce_chunks = costs.reduce_chunks(i, j, s);
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;

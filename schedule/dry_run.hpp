@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "schedule/collective.hpp"
 #include "schedule/program.hpp"
 #include "schedule/timeline.hpp"
 
@@ -44,9 +45,12 @@ struct StageCosts {
   // leaves both out (REDUCE_GRAD takes no time there).
   double reduce_bytes = 0;
   double gather_bytes = 0;
-  // The all-reduce's algorithm (models' choice): a binary tree, reduce then
-  // broadcast, pipelined in this many chunks; 0: a ring.
-  int reduce_tree_chunks = 0;
+  // The collective of REDUCE_GRAD (models' choice: the ring or the tree
+  // all-reduce; with ZeRO-1, Program::shard_optimizer, sim/ runs the ring
+  // reduce-scatter whatever this says), and the chunks that a tree pipelines
+  // its bytes in.
+  CollectiveAlgorithm reduce_collective = CollectiveAlgorithm::RingAllReduce;
+  int reduce_chunks = 1;
   // Tensor parallelism: the share of forward_s (and recompute_s) and of
   // backward_s (and input_grad_s) that is the tensor group's collectives,
   // which sim/ on a shared host spends waiting, without a core.

@@ -1,4 +1,4 @@
-// Ring and tree collectives as SimGrid mailbox messages.
+// run_collective: a row of the collectives' table as SimGrid mailbox messages.
 #include "sim/collectives.hpp"
 
 #include <algorithm>
@@ -16,58 +16,46 @@ namespace {
 int payload = 0;
 }  // namespace
 
-void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag, const RoundWork& work) {
-  const auto box = [&](int to, int i) {
-    return sg4::Mailbox::by_name(tag + "/" + std::to_string(stage) + "/" + std::to_string(to) + "/" + std::to_string(i));
-  };
-  const double bytes = work.host != nullptr ? 1.0 : std::max(1.0, std::ceil(chunk));
-  for (int i = 0; i < steps; ++i) {
-    if (work.host != nullptr && chunk * work.seconds_per_byte > 0) {
-      sg4::Exec::init()->set_flops_amount(chunk * work.seconds_per_byte * kSpeed)->set_host(work.host)->set_bound(kSpeed)
-          ->start()->wait();
+void run_collective(const models::CollectiveEntry& entry, const std::string& tag, int group, int member, int members,
+                    double bytes, int chunks, const RoundWork& work) {
+  using Way = models::Message::Way;
+  if (members <= 1) return;
+  const std::string prefix = tag + "/" + std::to_string(group) + "/";
+  const auto box = [&](int from, int to) { return sg4::Mailbox::by_name(prefix + std::to_string(from) + ">" + std::to_string(to)); };
+  std::vector<models::Message> round;
+  std::vector<int*> sinks;
+  std::vector<sg4::CommPtr> posted;
+  const int rounds = entry.rounds(members, chunks);
+  for (int r = 0; r < rounds; ++r) {
+    round.clear();
+    entry.round(member, members, bytes, chunks, r, round);
+    if (round.empty()) continue;
+    if (work.host != nullptr) {
+      double sent = 0;
+      for (const auto& m : round) sent += m.way == Way::Send ? m.bytes : 0;
+      if (sent * work.seconds_per_byte > 0) {
+        sg4::Exec::init()->set_flops_amount(sent * work.seconds_per_byte * kSpeed)->set_host(work.host)->set_bound(kSpeed)
+            ->start()->wait();
+      }
     }
-    auto put = box((replica + 1) % D, i)->put_async(&payload, static_cast<uint64_t>(bytes));
-    box(replica, i)->get<int>();
-    put->wait();
-  }
-}
-
-void tree(int stage, int replica, int D, int chunks, double bytes, const std::string& tag) {
-  const auto size = static_cast<uint64_t>(std::max(1.0, std::ceil(bytes / chunks)));
-  // One mailbox per tree edge and phase, named by its child: each edge's
-  // chunks go one after the other, so they match in order.
-  const auto box = [&](const char* phase, int child) {
-    return sg4::Mailbox::by_name(tag + "/" + std::to_string(stage) + "/" + phase + "/" + std::to_string(child));
-  };
-  std::vector<int> children;
-  for (const int c : {2 * replica + 1, 2 * replica + 2}) {
-    if (c < D) children.push_back(c);
-  }
-  std::vector<int*> sinks(children.size());
-  // Reduce: chunk k from every child, then chunk k to the parent, with the
-  // children's chunk k + 1 already asked for.
-  std::vector<sg4::CommPtr> from_children;
-  const auto ask_children = [&] {
-    from_children.clear();
-    for (std::size_t c = 0; c < children.size(); ++c) from_children.push_back(box("up", children[c])->get_async<int>(&sinks[c]));
-  };
-  ask_children();
-  for (int k = 0; k < chunks; ++k) {
-    sg4::Comm::wait_all(from_children);
-    if (k + 1 < chunks) ask_children();
-    if (replica > 0) box("up", replica)->put(&payload, size);
-  }
-  // Broadcast: chunk k from the parent (chunk k + 1 asked for at once), then to every child.
-  int* sink = nullptr;
-  sg4::CommPtr from_parent = replica > 0 ? box("down", replica)->get_async<int>(&sink) : nullptr;
-  for (int k = 0; k < chunks; ++k) {
-    if (from_parent) {
-      from_parent->wait();
-      from_parent = k + 1 < chunks ? box("down", replica)->get_async<int>(&sink) : nullptr;
+    sinks.assign(round.size(), nullptr);
+    posted.clear();
+    for (std::size_t i = 0; i < round.size(); ++i) {
+      const auto& m = round[i];
+      if (m.way == Way::Send) {
+        const double size = work.host != nullptr ? 1.0 : std::max(1.0, std::ceil(m.bytes));
+        posted.push_back(box(member, m.peer)->put_async(&payload, static_cast<uint64_t>(size)));
+      } else {
+        posted.push_back(box(m.peer, member)->get_async<int>(&sinks[i]));
+      }
     }
-    std::vector<sg4::CommPtr> to_children;
-    for (const int c : children) to_children.push_back(box("down", c)->put_async(&payload, size));
-    sg4::Comm::wait_all(to_children);
+    // The later way's run first, each run in its order.
+    for (std::size_t end = round.size(); end > 0;) {
+      std::size_t begin = end - 1;
+      while (begin > 0 && round[begin - 1].way == round[end - 1].way) --begin;
+      for (std::size_t i = begin; i < end; ++i) posted[i]->wait();
+      end = begin;
+    }
   }
 }
 

@@ -1,37 +1,37 @@
-// The data-parallel collectives as the messages of their algorithm, between
-// the replicas of one stage on the platform's routes (sim/ internal; called
-// from an actor of the running SimGrid engine). Both ends meet, as in a
-// collective: each message starts when its receiver has asked for it.
+// A collective as the messages of its pattern (models/collectives.hpp's
+// table), between the members of a group on the platform's routes (sim/
+// internal; called from an actor of the running SimGrid engine). Both ends
+// meet, as in a collective: each message starts when its receiver has asked
+// for it.
 #pragma once
 
 #include <simgrid/s4u.hpp>
 #include <string>
 
+#include "models/collectives.hpp"
+
 namespace pipetwin::sim {
 
-// Where a ring's rounds do their work on cores (a shared host's calibrated
-// collectives, models::Topology::collective): each round first runs chunk x
-// seconds_per_byte of one core's work on `host`, sharing its cores with
-// whatever else computes there, then sends a message that costs only the
-// link's latency. No host: the message carries the chunk over the route.
+// Where a collective's rounds do their work on cores (a shared host's
+// calibrated collectives, models::Topology::collective): each round first
+// runs its sends' bytes x seconds_per_byte of one core's work on `host`,
+// sharing its cores with whatever else computes there, then sends messages
+// that cost only the link's latency. No host: each message carries its bytes
+// over the route.
 struct RoundWork {
   simgrid::s4u::Host* host = nullptr;
   double seconds_per_byte = 0;
 };
 
-// A ring over the data group of one stage: `steps` rounds, each sending
-// `chunk` bytes (a whole number) to the next replica and waiting for the
-// previous one's; an all-reduce, 2(D-1) rounds of bytes / D, takes 2(D-1) ·
-// (latency + ⌈bytes / D⌉ / bandwidth) alone.
-void ring(int stage, int replica, int D, int steps, double chunk, const std::string& tag, const RoundWork& work = {});
-
-// A binary tree over the data group (replica i's parent (i - 1) / 2): the
-// bytes in `chunks` chunks of ⌈bytes / chunks⌉, reduced up to replica 0, then
-// broadcast down, each phase pipelined (a replica forwards chunk k while it
-// receives chunk k + 1). Alone, on a link per tree edge, it takes
-// 2(h + chunks - 1) · (latency + chunk / bandwidth), h = ⌊log2 D⌋
-// (models::tree_all_reduce_seconds); a replica returns once it has every
-// chunk back (the root first, the deepest leaves last).
-void tree(int stage, int replica, int D, int chunks, double bytes, const std::string& tag);
+// Member `member` of `members` runs its rounds of `entry` over `bytes` (the
+// row's pattern, in `chunks` where it pipelines): in each round it posts its
+// messages in their order, then waits for them, the later way first (the
+// sends when its receives came first, and the other way round). Each ordered
+// pair of members has its mailbox, named by `tag` and `group` (so that
+// collectives in flight at once keep apart); a pair's messages match in order.
+// Alone, every message on a link of its own, the slowest member ends at the
+// row's closed form (entry.seconds).
+void run_collective(const models::CollectiveEntry& entry, const std::string& tag, int group, int member, int members,
+                    double bytes, int chunks, const RoundWork& work = {});
 
 }  // namespace pipetwin::sim

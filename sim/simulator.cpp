@@ -1,9 +1,6 @@
-// simulate(): the SimGrid replay (platform, actors, backend) and the child
-// process that runs it.
+// simulate_here(): the SimGrid replay (platform, actors, backend); the child
+// process that runs it is sim/process.cpp.
 #include "sim/simulator.hpp"
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -24,7 +21,6 @@
 #include "sim/collectives.hpp"
 #include "sim/cores.hpp"
 #include "sim/platform.hpp"
-#include "sim/wire.hpp"
 
 namespace sg4 = simgrid::s4u;
 namespace ps = pipetwin::schedule;
@@ -125,26 +121,24 @@ class SimBackend final : public ps::Backend {
   // REDUCE_GRAD: the stage's gradients all-reduced over its data group (with
   // ZeRO-1, reduce-scattered) by an actor of its own, from now on, while the
   // rank goes on; the stage's STEP waits for it. Its timed action ends when
-  // this replica's part of the ring or tree (the stage costs' choice) does.
+  // this replica's part of the collective (the stage costs' choice) does.
   void reduce(const ps::Action& a) {
     const int D = in_.program.data_parallel, s = a.stage.value;
+    const ps::StageCosts& costs = in_.stages.at(s);
     // Each of the group's T devices reduces its own share over its own link:
     // the group's merged route carries T shares (Topology::route_group).
-    const double bytes = in_.stages.at(s).reduce_bytes * in_.program.tensor_parallel;
+    const double bytes = costs.reduce_bytes * in_.program.tensor_parallel;
     out_.push_back({a, sg4::Engine::get_clock(), sg4::Engine::get_clock()});
     if (D <= 1 || bytes <= 0) return;
     const std::size_t at = out_.size() - 1;
-    const int steps = in_.program.shard_optimizer ? D - 1 : 2 * (D - 1);
-    const int chunks = in_.program.shard_optimizer ? 0 : in_.stages.at(s).reduce_tree_chunks;  // 0: a ring
+    const auto& entry = models::collective(in_.program.shard_optimizer ? ps::CollectiveAlgorithm::RingReduceScatter
+                                                                      : costs.reduce_collective);
+    const int chunks = costs.reduce_chunks;
     auto& out = out_;
     const int replica = replica_;
     pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
-                             [&out, at, s, replica, D, steps, chunks, bytes](const RoundWork& work) {
-                               if (chunks > 0) {
-                                 tree(s, replica, D, chunks, bytes, "RT");
-                               } else {
-                                 ring(s, replica, D, steps, bytes / D, "RG", work);
-                               }
+                             [&out, &entry, at, s, replica, D, chunks, bytes](const RoundWork& work) {
+                               run_collective(entry, "R", s, replica, D, bytes, chunks, work);
                                out[at].end = sg4::Engine::get_clock();
                              });
   }
@@ -171,8 +165,9 @@ class SimBackend final : public ps::Backend {
     if (D <= 1 || bytes <= 0) return;
     give_core();  // a ring waits for its peers: no core held meanwhile
     const int replica = replica_;
+    const auto& entry = models::collective(ps::CollectiveAlgorithm::RingAllGather);
     collective("gather" + std::to_string(s) + "/" + std::to_string(replica),
-               [s, replica, D, bytes](const RoundWork& work) { ring(s, replica, D, D - 1, bytes / D, "AG", work); })
+               [&entry, s, replica, D, bytes](const RoundWork& work) { run_collective(entry, "AG", s, replica, D, bytes, 1, work); })
         ->join();
     out_.back().end = sg4::Engine::get_clock();
   }
@@ -395,89 +390,6 @@ ps::Timeline simulate_here(const SimInput& in) {
     if (replicas[d].makespan() > replicas[slowest].makespan()) slowest = d;
   }
   return std::move(replicas[slowest]);
-}
-
-SimProcess start_simulation(const SimInput& in) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw Error("simulation: cannot create a pipe");
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child < 0) throw Error("simulation: cannot fork the simulation process");
-  if (child == 0) {
-    ::close(fds[0]);
-    // SimGrid reports a deadlock at critical level on stderr; ours travels through the pipe.
-    if (!std::getenv("PIPETWIN_SIM_LOG")) std::freopen("/dev/null", "w", stderr);
-    std::string out;
-    int status = 0;
-    try {
-      out = encode(simulate_here(in));
-    } catch (const std::exception& e) {
-      out = e.what();
-      status = 1;
-    }
-    std::string framed;
-    put<int32_t>(framed, status);
-    framed += out;
-    for (std::size_t off = 0; off < framed.size();) {
-      const ssize_t n = ::write(fds[1], framed.data() + off, framed.size() - off);
-      if (n <= 0) ::_exit(3);
-      off += static_cast<std::size_t>(n);
-    }
-    ::close(fds[1]);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  return {child, fds[0]};
-}
-
-SimResult finish_simulation(const SimProcess& process, const std::string& data) {
-  ::close(process.fd);
-  int wstatus = 0;
-  ::waitpid(process.pid, &wstatus, 0);
-  if (WIFSIGNALED(wstatus)) {
-    throw Error("simulation: the simulation process died of signal " + std::to_string(WTERMSIG(wstatus)));
-  }
-  std::size_t pos = 0;
-  const int status = take<int32_t>(data, pos);
-  if (status != 0) throw Error(data.substr(pos));
-  SimResult result;
-  result.timeline = decode(data.substr(pos));
-  return result;
-}
-
-namespace {
-
-SimResult simulate_once(const SimInput& in) {
-  const SimProcess process = start_simulation(in);
-  std::string data;
-  char buf[1 << 16];
-  for (ssize_t n; (n = ::read(process.fd, buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-  return finish_simulation(process, data);
-}
-
-}  // namespace
-
-SimResult simulate(const SimInput& in) {
-  const auto t0 = std::chrono::steady_clock::now();
-  SimResult result;
-  try {
-    result = simulate_once(in);
-  } catch (const Error& e) {
-    if (std::string(e.what()).find("died of signal") == std::string::npos || in.maxmin_precision >= 1e-5) throw;
-    std::fprintf(stderr, "pipetwin: note: SimGrid's solver failed on its own rounding (%s); replayed at its default "
-                         "precision, 1e-5\n", e.what());
-    SimInput looser = in;
-    looser.maxmin_precision = 1e-5;
-    result = simulate_once(looser);
-  }
-  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return result;
 }
 
 }  // namespace pipetwin::sim

@@ -5,6 +5,7 @@
 // tensor-parallel group's collectives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ double reduction_alone(int D, double bytes, int chunks, const pm::Topology& topo
   in.program = ps::insert_gradient_reductions(std::move(p));
   ps::StageCosts c;
   c.reduce_bytes = bytes;
-  c.reduce_tree_chunks = chunks;
+  c.reduce_collective = chunks > 0 ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce;
+  c.reduce_chunks = std::max(1, chunks);
   in.stages = {c};
   in.topology = topo;
   return pipetwin::sim::simulate(in).timeline.makespan();
@@ -139,14 +141,19 @@ TEST(Collectives, TheStageCostsChooseEachStagesAlgorithm) {
     const auto want = pm::choose_all_reduce(pm::Collective::Auto, link, link, bytes, 16);
     EXPECT_EQ(want, m == &small ? pm::Collective::Tree : pm::Collective::Ring) << bytes;
     EXPECT_EQ(c.reduce_algorithm(0, n, 0), want);
-    EXPECT_EQ(c.reduce_tree_chunks(0, n, 0), want == pm::Collective::Tree ? pm::tree_chunks(link, bytes, 16) : 0);
+    EXPECT_EQ(c.reduce_collective(0, n, 0),
+              want == pm::Collective::Tree ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce);
+    EXPECT_EQ(c.reduce_chunks(0, n, 0), want == pm::Collective::Tree ? pm::tree_chunks(link, bytes, 16) : 1);
     const pm::StageCostModel tree(*m, hw, request(1, 16, pm::Collective::Tree));
     EXPECT_EQ(tree.reduce_algorithm(0, n, 0), pm::Collective::Tree);
-    EXPECT_GT(tree.reduce_tree_chunks(0, n, 0), 0);
+    EXPECT_EQ(tree.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::TreeAllReduce);
+    EXPECT_GT(tree.reduce_chunks(0, n, 0), 0);
     const pm::StageCostModel ring(*m, hw, request(1, 16, pm::Collective::Ring));
-    EXPECT_EQ(ring.reduce_tree_chunks(0, n, 0), 0);
+    EXPECT_EQ(ring.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::RingAllReduce);
+    EXPECT_EQ(ring.reduce_chunks(0, n, 0), 1);
     const pm::StageCostModel zero1(*m, hw, request(1, 16, pm::Collective::Tree, true));
     EXPECT_EQ(zero1.reduce_algorithm(0, n, 0), pm::Collective::Ring);
+    EXPECT_EQ(zero1.reduce_collective(0, n, 0), ps::CollectiveAlgorithm::RingReduceScatter);
   }
 }
 
@@ -196,4 +203,65 @@ TEST(Collectives, AReplayWhoseSolverFailsOnItsRoundingIsReplayedAtTheDefaultPrec
     const auto result = pipetwin::sim::simulate(in);
     EXPECT_GT(result.timeline.makespan(), 0) << "precision " << precision;
   }
+}
+
+namespace {
+
+// PCIe switches of `per_switch` devices: each device one port {latency,
+// bandwidth} each way into its switch (non-blocking inside), the switches
+// joined through their bridges to the host {latency, bridge_bandwidth}.
+pm::Topology switches(int per_switch, double latency_s, double bandwidth, double bridge_bandwidth) {
+  pm::Topology t;
+  t.kind = pm::TopologyKind::PcieTree;
+  t.devices_per_switch = per_switch;
+  t.intra = {latency_s, bandwidth};
+  t.bridge = {latency_s, bridge_bandwidth};
+  return t;
+}
+
+// One stage, D replicas, nothing but an all-to-all of `bytes` over the data group.
+double all_to_all_alone(int D, double bytes, const pm::Topology& topo) {
+  auto p = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
+  p.data_parallel = D;
+  SimInput in;
+  in.program = ps::insert_gradient_reductions(std::move(p));
+  ps::StageCosts c;
+  c.reduce_bytes = bytes;
+  c.reduce_collective = ps::CollectiveAlgorithm::AllToAll;
+  in.stages = {c};
+  in.topology = topo;
+  return pipetwin::sim::simulate(in).timeline.makespan();
+}
+
+}  // namespace
+
+// Every member on one switch (full bisection): its n - 1 messages share its
+// port both ways, each at bandwidth / (n - 1), so the replay ends at the
+// closed form on the route between two members {2 · latency, bandwidth}:
+// 2 · latency + (n - 1) · ⌈bytes / n⌉ / bandwidth.
+TEST(Collectives, AllToAllOnANonBlockingSwitchIsTheClosedForm) {
+  const double lat = 2e-6, bw = 25e9;
+  const pm::Link route{2 * lat, bw};
+  for (const int D : {2, 3, 4, 8, 16}) {
+    for (const double bytes : {1e3, 1e8, 3.3e9}) {
+      const double got = all_to_all_alone(D, bytes, switches(16, lat, bw, bw));
+      const double want = pm::collective(ps::CollectiveAlgorithm::AllToAll).seconds(route, bytes, D, 1);
+      EXPECT_NEAR(got, want, 1e-9 * want) << "D=" << D << " bytes=" << bytes;
+    }
+  }
+}
+
+// Two switches of two members, their bridges at half a port's bandwidth:
+// the four messages that leave a switch share its bridge (a quarter of it
+// each), so the step waits for the bridge, not the ports: 4 · latency +
+// (bytes / 4) / (bridge / 4), twice the bytes / bandwidth, against the
+// closed form's 2 · latency + 3/4 · bytes / bandwidth on one switch.
+TEST(Collectives, AllToAllAcrossASharedBridgeWaitsForIt) {
+  const double lat = 2e-6, bw = 25e9, bytes = 4e8;
+  const double got = all_to_all_alone(4, bytes, switches(2, lat, bw, bw / 2));
+  EXPECT_NEAR(got, 4 * lat + (bytes / 4) / (bw / 2 / 4), 1e-9 * got);
+  const double alone = pm::collective(ps::CollectiveAlgorithm::AllToAll).seconds({2 * lat, bw}, bytes, 4, 1);
+  EXPECT_NEAR(alone, 2 * lat + 0.75 * bytes / bw, 1e-12);
+  EXPECT_GT(got, 2.5 * alone);
+  EXPECT_NEAR(all_to_all_alone(4, bytes, switches(4, lat, bw, bw / 2)), alone, 1e-9 * alone);  // one switch: no bridge
 }
