@@ -34,7 +34,7 @@ std::string Hardware::describe_devices(int ranks) const {
 }
 
 Hardware load_hardware(const std::string& name_or_path) {
-  const auto& names = preset_names();
+  const auto names = preset_names();
   if (std::find(names.begin(), names.end(), name_or_path) != names.end()) return preset(name_or_path);
   if (!std::filesystem::exists(name_or_path)) {
     std::string list;

@@ -34,8 +34,10 @@ struct Hardware {
   std::string describe_devices(int ranks) const;
 };
 
-const std::vector<std::string>& preset_names();
-Hardware preset(const std::string& name);  // throws, listing the valid names
+// The presets (models/presets.hpp: a user's folders, then presets/*.yaml
+// embedded), by name; one loaded by name (throws, listing the valid names).
+std::vector<std::string> preset_names();
+Hardware preset(const std::string& name);
 Hardware hardware_from_yaml(const YamlFields& fields);
 // The hardware as a self-contained YAML file (no preset) that
 // hardware_from_yaml() reads back to the same values (17 significant digits).
