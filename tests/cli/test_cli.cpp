@@ -369,7 +369,8 @@ TEST_F(Cli, APresetsFolderComesFirstBeforeOrAfterTheCommand) {
   EXPECT_TRUE(has(listed.out, "24 GB  " + path("mine/tiny.yaml"))) << listed.out;
   // After the command too; the user's a100 (1 MB) wins over the built-in one.
   const auto sim = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 2 -m 4 --presets-dir " + path("mine"));
-  EXPECT_TRUE(has(sim.out, "OUT OF MEMORY")) << sim.out;
+  EXPECT_EQ(sim.code, 1) << sim.out;
+  EXPECT_TRUE(has(sim.out, "needs 0.011 GB of 0.001 GB")) << sim.out;
   const auto plain = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 2 -m 4");
   EXPECT_EQ(plain.code, 0) << plain.out;
   EXPECT_TRUE(has(plain.out, "verdict      fits in memory")) << plain.out;
