@@ -103,18 +103,20 @@ int run_app(int argc, char** argv, const std::string& description, const std::ve
   CLI::App app{description};
   app.set_version_flag("--version", "pipetwin 0.1.0");
   app.require_subcommand(1);
-  // Options of the app, given before or after the command (its fallthrough).
+  // Options of the app, given before the command or after it (fallthrough, below).
   std::vector<std::string> presets_dirs;
   app.add_option("--presets-dir", presets_dirs,
                  "Folder of hardware presets (NAME.yaml), searched before the built-in ones (repeatable; also "
                  "PIPETWIN_PRESETS, colon-separated)")
       ->check(CLI::ExistingDirectory);
-  app.fallthrough();
   std::map<const CLI::App*, Run> runs;
   for (const AddCommand add : commands) {
     auto run = add(app);
     runs[app.get_subcommands({}).back()] = std::move(run);
-    app.get_subcommands({}).back()->fallthrough();
+    // The app's options after the command too, except where the command
+    // hands what it does not know to another program (plot's extras).
+    CLI::App* sub = app.get_subcommands({}).back();
+    if (!sub->get_allow_extras()) sub->fallthrough();
   }
   // Commands another executable answers: listed in the help, never parsed here.
   for (const auto& [name, text] : elsewhere) app.add_subcommand(name, text);
