@@ -2,10 +2,13 @@
 #include "cli/app.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
+#include "models/presets.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 
@@ -42,6 +45,25 @@ int dispatch(const CLI::App& app, const std::map<const CLI::App*, Run>& runs) {
     return code == 0 ? 1 : code;
   }
   return code;
+}
+
+// --presets-dir's folders go first in PIPETWIN_PRESETS, where the presets are
+// looked up (models/presets.hpp) and which the processes this one starts (the
+// executor, the ranks, calibrate's runs) inherit.
+void put_presets_dirs_first(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return;
+  std::string list;
+  for (const auto& d : dirs) {
+    const std::string path = std::filesystem::absolute(d).lexically_normal().string();
+    if (path.find(':') != std::string::npos) {
+      throw Error("--presets-dir: the folder '" + d + "' holds a ':', which separates the folders of " +
+                  models::kPresetsEnv);
+    }
+    list += (list.empty() ? "" : ":") + path;
+  }
+  const char* old = std::getenv(models::kPresetsEnv);
+  if (old != nullptr && *old != '\0') list += ":" + std::string(old);
+  ::setenv(models::kPresetsEnv, list.c_str(), 1);
 }
 
 }  // namespace
@@ -81,10 +103,20 @@ int run_app(int argc, char** argv, const std::string& description, const std::ve
   CLI::App app{description};
   app.set_version_flag("--version", "pipetwin 0.1.0");
   app.require_subcommand(1);
+  // Options of the app, given before the command or after it (fallthrough, below).
+  std::vector<std::string> presets_dirs;
+  app.add_option("--presets-dir", presets_dirs,
+                 "Folder of hardware presets (NAME.yaml), searched before the built-in ones (repeatable; also "
+                 "PIPETWIN_PRESETS, colon-separated)")
+      ->check(CLI::ExistingDirectory);
   std::map<const CLI::App*, Run> runs;
   for (const AddCommand add : commands) {
     auto run = add(app);
     runs[app.get_subcommands({}).back()] = std::move(run);
+    // The app's options after the command too, except where the command
+    // hands what it does not know to another program (plot's extras).
+    CLI::App* sub = app.get_subcommands({}).back();
+    if (!sub->get_allow_extras()) sub->fallthrough();
   }
   // Commands another executable answers: listed in the help, never parsed here.
   for (const auto& [name, text] : elsewhere) app.add_subcommand(name, text);
@@ -96,6 +128,7 @@ int run_app(int argc, char** argv, const std::string& description, const std::ve
     return code == 0 ? 0 : 2;
   }
   try {
+    put_presets_dirs_first(presets_dirs);
     return dispatch(app, runs);
   } catch (const pipetwin::Error& e) {
     std::fprintf(stderr, "pipetwin: error: %s\n", printable(e.what()).c_str());

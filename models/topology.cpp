@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "models/hardware.hpp"
+#include "models/topology.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::models {

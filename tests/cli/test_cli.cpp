@@ -342,6 +342,50 @@ TEST_F(Cli, InfoNamesTheDependencies) {
   }
 }
 
+TEST_F(Cli, InfoPresetsListsEachWithItsFiguresSourceAndFile) {
+  const auto r = run("info --presets");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "presets: no folder")) << r.out;
+  for (const char* line : {"a100            A100 SXM4 80GB          312       19.5    80 GB  embedded",
+                           "cpu             cpu core               0.05       0.05    24 GB  embedded",
+                           "  source: NVIDIA Selene: DGX A100 80 GB nodes"}) {
+    EXPECT_TRUE(has(r.out, line)) << line << "\n" << r.out;
+  }
+  const auto j = run("info --presets --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  EXPECT_TRUE(has(j.out, "\"path\": \"embedded:presets/dgx-h100.yaml\"")) << j.out;
+  EXPECT_TRUE(has(j.out, "\"peak_flops_half\": 989000000000000.0")) << j.out;
+}
+
+TEST_F(Cli, APresetsFolderComesFirstBeforeOrAfterTheCommand) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
+  std::filesystem::create_directories(path("mine"));
+  pipetwin::schedule::write_file_atomic(path("mine/a100.yaml"), "preset: a100\ndevice: {memory_gb: 0.001}\n");
+  pipetwin::schedule::write_file_atomic(path("mine/tiny.yaml"), "preset: cpu\nsource: a tiny host\n");
+  const auto listed = run("--presets-dir " + path("mine") + " info --presets");
+  ASSERT_EQ(listed.code, 0) << listed.out;
+  EXPECT_TRUE(has(listed.out, "presets: " + path("mine") + ", then the embedded ones")) << listed.out;
+  EXPECT_TRUE(has(listed.out, "0.001 GB  " + path("mine/a100.yaml"))) << listed.out;
+  EXPECT_TRUE(has(listed.out, "24 GB  " + path("mine/tiny.yaml"))) << listed.out;
+  // After the command too; the user's a100 (1 MB) wins over the built-in one.
+  const auto sim = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 2 -m 4 --presets-dir " + path("mine"));
+  EXPECT_EQ(sim.code, 1) << sim.out;
+  EXPECT_TRUE(has(sim.out, "needs 0.011 GB of 0.001 GB")) << sim.out;
+  const auto plain = run("simulate --model " + model + " --hardware a100 -s 1f1b -k 2 -m 4");
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  EXPECT_TRUE(has(plain.out, "verdict      fits in memory")) << plain.out;
+  // The environment variable, and a malformed file there named with its field.
+  pipetwin::schedule::write_file_atomic(path("mine/tiny.yaml"), "preset: cpu\ndevice:\n  memory_gb: lots\n");
+  const auto bad = run_shell("PIPETWIN_PRESETS=" + path("mine") + " " + PIPETWIN_BINARY + " simulate --model " + model +
+                             " --hardware tiny -s 1f1b -k 2 -m 4 2>&1");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_TRUE(has(bad.out, "error: " + path("mine/tiny.yaml") + ":3: field 'device.memory_gb': expected a number"))
+      << bad.out;
+  const auto missing = run("--presets-dir " + path("none") + " info --presets");
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_TRUE(has(missing.out, "--presets-dir")) << missing.out;
+}
+
 TEST_F(Cli, SweepWithAFixedBatchSplitsItIntoMMicroBatches) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
   const auto r = run("sweep --model " + model + " --hardware cpu -k 1,2 -m 1,2,4 -s 1f1b --batch 16 --out " + path("b.csv"));

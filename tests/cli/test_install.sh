@@ -15,6 +15,11 @@ cmake --install "$build" --prefix "$prefix" >"$prefix/install.log" 2>&1 || { cat
 bin=$prefix/bin/pipetwin
 [ -x "$bin" ] && [ -x "$prefix/bin/pipetwin-exec" ] || fail "no bin/pipetwin and bin/pipetwin-exec under $prefix"
 [ -f "$prefix/share/pipetwin/plots/gantt.py" ] || fail "no share/pipetwin/plots/gantt.py"
+# The presets beside the binary (each also embedded in it), readable as a presets folder.
+presets=$prefix/share/pipetwin/presets
+[ -f "$presets/a100.yaml" ] && [ -f "$presets/selene.yaml" ] || fail "no share/pipetwin/presets/*.yaml"
+listed=$("$bin" --presets-dir "$presets" info --presets) || fail "info --presets with the installed presets"
+grep -q "^selene .* $presets/selene.yaml\$" <<<"$listed" || fail "info --presets does not find $presets/selene.yaml: $listed"
 work=$prefix/work
 mkdir -p "$work"
 cd "$work"  # nothing relative to the source tree or the build

@@ -253,8 +253,9 @@ TEST_F(ClusterFiles, AFileOverridesANodePresetsNetwork) {
   EXPECT_DOUBLE_EQ(h.topology.oversubscription, 2);
   EXPECT_EQ(h.topology.nics_per_host, 8);  // kept from the preset
   EXPECT_EQ(hops(h.topology.route(0, 16 * 8)), (Names{"n0-nic0@25", "leaf0-rail0-up@200", "leaf1-rail0-up@200", "n16-nic0@25"}));
-  // examples/selene.yaml spells the preset out.
-  const auto s = pm::load_hardware(std::string(PIPETWIN_EXAMPLES_DIR) + "/selene.yaml");
+  // The selene preset is dgx-a100-80gb's nodes on a rail network of 20-node pods.
+  const auto s = pm::load_hardware(
+      write("selene.yaml", "preset: dgx-a100-80gb\nname: selene\ntopology: {network: rail, nodes_per_leaf: 20}\n"));
   EXPECT_EQ(s.topology, pm::preset("selene").topology);
   EXPECT_EQ(s.device, pm::preset("selene").device);
   // A cluster from scratch, 4 GPUs and 1 NIC a node.
