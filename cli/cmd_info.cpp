@@ -54,9 +54,18 @@ Run add_info_command(CLI::App& app) {
   auto presets = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("info", "Versions of SimGrid, LibTorch, CUDA and NCCL this build uses");
   cmd->add_flag("--json", *json, "Machine-readable output");
-#include "models/presets.hpp"
-#include "twin/executables.hpp"
-#include "twin/predict.hpp"
+  cmd->add_flag("--presets", *presets,
+                "The hardware presets instead: name, device, peak FLOP/s, memory, where each is found, its source");
+  return [json, presets] {
+    if (*presets) {
+      const nlohmann::json list = presets_json();
+      if (*json) std::printf("%s\n", list.dump(1).c_str());
+      else print_presets(list);
+      return 0;
+    }
+    nlohmann::json j{{"simgrid", twin::simgrid_version()}};
+    j["plots"] = twin::plots_dir();
+    j.update(twin::executor_info());
     if (*json) {
       std::printf("%s\n", j.dump(1).c_str());
     } else {
