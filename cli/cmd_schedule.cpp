@@ -52,7 +52,7 @@ std::string grid_report(const ps::ValidationReport& report) {
     out << " (analytic (K-1)/(M+K-1) = " << percent(static_cast<double>(K - 1) / (M + K - 1)) << ")";
   }
   out << "\nidle per rank:";
-  for (int r = 0; r < K; ++r) out << " " << percent(t.idle_fraction(ps::RankId{r}));
+  for (const double idle : t.idle_fractions()) out << " " << percent(idle);
   out << "\npeak stashed micro-batches per stage:";
   for (const auto& m : report.memory) {
     out << " " << m.peak_activations;

@@ -74,11 +74,11 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
   s.step_time_s = t.makespan();
   s.samples = samples;
   s.throughput = s.step_time_s > 0 ? samples / s.step_time_s : 0;
-  s.bubble = t.bubble_fraction();
-  for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) {
-    s.busy_s.push_back(t.busy(schedule::RankId{r}));
-    s.idle.push_back(t.idle_fraction(schedule::RankId{r}));
-  }
+  s.idle = t.idle_fractions();
+  double idle_sum = 0;
+  for (const double idle : s.idle) idle_sum += idle;
+  s.bubble = s.idle.empty() ? 0 : idle_sum / static_cast<double>(s.idle.size());  // bubble_fraction(), from the same pass
+  for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) s.busy_s.push_back(t.busy(schedule::RankId{r}));
   for (int st = 0; st < static_cast<int>(ranges.size()); ++st) {
     const auto& stash = costs.stash(st);
     s.memory.push_back({costs.memory_bytes(ranges[st].begin, ranges[st].end, st), costs.capacity_bytes(st),

@@ -26,10 +26,18 @@ double Timeline::idle_fraction(RankId r) const {
   return span > 0 ? 1.0 - busy(r) / span : 0.0;
 }
 
+std::vector<double> Timeline::idle_fractions() const {
+  const double span = makespan();
+  std::vector<double> idle;
+  idle.reserve(ranks.size());
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) idle.push_back(span > 0 ? 1.0 - busy(RankId{r}) / span : 0.0);
+  return idle;
+}
+
 double Timeline::bubble_fraction() const {
   if (ranks.empty()) return 0;
   double sum = 0;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) sum += idle_fraction(RankId{r});
+  for (const double idle : idle_fractions()) sum += idle;
   return sum / static_cast<double>(ranks.size());
 }
 

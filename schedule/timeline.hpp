@@ -22,6 +22,9 @@ struct Timeline {
   double busy(RankId r) const;
   // 1 - busy / makespan: the rank's share of the step spent waiting.
   double idle_fraction(RankId r) const;
+  // Every rank's idle fraction, in one pass over the actions (the makespan
+  // found once, not once per rank).
+  std::vector<double> idle_fractions() const;
   // Mean idle fraction over all ranks: the bubble overhead.
   double bubble_fraction() const;
 };

@@ -76,6 +76,10 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
   const auto run = ps::dry_run(program());
   const double steps = run.timeline.makespan();
   const int K = s.K, M = s.M, V = s.V;
+  // The one-pass list is each rank's idle_fraction, bit for bit.
+  const auto idle = run.timeline.idle_fractions();
+  ASSERT_EQ(idle.size(), run.timeline.ranks.size());
+  for (int r = 0; r < static_cast<int>(idle.size()); ++r) EXPECT_EQ(idle[r], run.timeline.idle_fraction(ps::RankId{r}));
   if (s.name == "gpipe" || s.name == "1f1b" || s.name == "pipedream") {
     EXPECT_DOUBLE_EQ(steps, 2.0 * (M + K - 1));
     // Idle share of every rank, and so the bubble: (K-1)/(M+K-1) with F = B.
