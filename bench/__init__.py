@@ -12,6 +12,7 @@ Python.
 # In --list's order.
 BENCHMARKS = (
     "core",
+    "binaries",
     "sweep",
     "exec",
     "parallel",
