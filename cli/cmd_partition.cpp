@@ -8,10 +8,9 @@
 #include "schedule/program.hpp"
 #include "cli/scenario_options.hpp"
 #include "models/families.hpp"
-#include "models/layer_graph.hpp"
 #include "models/partition.hpp"
 #include "schedule/error.hpp"
-#include "schedule/generators.hpp"
+#include "twin/partition.hpp"
 #include "twin/scenario.hpp"
 
 namespace pipetwin::cli {
@@ -20,8 +19,7 @@ namespace {
 namespace pm = pipetwin::models;
 
 struct Options {
-  std::string model, hardware, schedule = "gpipe", recompute, method = "optimal", optimizer = "adam";
-  int ranks = 0, microbatches = 0, virtual_stages = 0, microbatch_size = 1;  // 0: not given
+  twin::PartitionSpec spec;
   bool json = false;
 };
 
@@ -71,31 +69,16 @@ std::string table(const pm::Model& m, const pm::Partition& p) {
 }
 
 int run(const Options& o) {
-  const pm::Model model = pm::load_model(o.model);
-  const pm::Hardware hw = pm::load_hardware(o.hardware);
-  pm::PartitionRequest r;
-  twin::ScenarioSpec spec;
-  spec.schedule = o.schedule;
-  spec.ranks = o.ranks;
-  spec.virtual_stages = o.virtual_stages;
-  spec.microbatches = o.microbatches > 0 || twin::is_schedule_file(o.schedule) ? o.microbatches : 1;
-  spec.recompute = o.recompute;
-  r.program = twin::scenario_program(pm::in_topological_order(model), spec);
-  r.microbatch_size = o.microbatch_size;
-  r.optimizer = pm::parse_optimizer(o.optimizer);
-  const auto method = pm::parse_method(o.method);
-  const auto chosen = pm::partition_model(model, hw, r, method);
-  std::vector<pm::Partition> others;
-  for (auto m : {pm::Method::Optimal, pm::Method::Uniform, pm::Method::Parameters}) {
-    if (m == method) continue;
-    try {
-      others.push_back(pm::partition_model(model, hw, r, m));
-    } catch (const pipetwin::Error&) {  // no other method fits either: nothing to compare with
-    }
-  }
+  const auto report = twin::partition_report(o.spec);
+  const pm::Model& model = report.model;
+  const pm::Hardware& hw = report.hardware;
+  const pm::PartitionRequest& r = report.request;
+  const auto method = report.method;
+  const auto& chosen = report.chosen;
+  const auto& others = report.others;
   if (o.json) {
     nlohmann::json j{{"model", model.name},     {"hardware", hw.name},           {"ranks", r.ranks()},
-                     {"stages", r.stages()},    {"schedule", o.schedule},        {"microbatches", r.microbatches()},
+                     {"stages", r.stages()},    {"schedule", o.spec.schedule},        {"microbatches", r.microbatches()},
                      {"microbatch_size", r.microbatch_size}, {"partition", to_json(chosen)}};
     for (const auto& p : others) j["compare"].push_back(to_json(p));
     std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -104,7 +87,7 @@ int run(const Options& o) {
   std::printf("%s (%zu layers, %.1fM parameters, %s) on %s, %s, M=%d, micro-batch %d, recompute %s: %s partition\n",
               model.name.c_str(), model.layers.size(), model.params() / 1e6,
               std::string(pm::precision_name(model.precision)).c_str(), hw.describe_devices(r.ranks()).c_str(),
-              o.schedule.c_str(), r.microbatches(), r.microbatch_size, o.recompute.c_str(),
+              o.spec.schedule.c_str(), r.microbatches(), r.microbatch_size, o.spec.recompute.c_str(),
               std::string(pm::method_name(method)).c_str());
   std::printf("%s", table(model, chosen).c_str());
   for (const auto& p : others) {
@@ -123,27 +106,27 @@ int run(const Options& o) {
 Run add_partition_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("partition", "Split a model's layers over K ranks, balancing stage time within memory");
-  cmd->add_option("--model", o->model, "Model spec (YAML, or a Hugging Face config.json)")->required();
-  cmd->add_option("--hardware", o->hardware, "Hardware preset name or YAML file")->required();
-  cmd->add_option("--ranks,-k", o->ranks, "Ranks K (with a generator)")->check(kPositive);
-  cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (default 1)")->check(kPositive);
-  cmd->add_option("--schedule,-s", o->schedule,
+  cmd->add_option("--model", o->spec.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
+  cmd->add_option("--hardware", o->spec.hardware, "Hardware preset name or YAML file")->required();
+  cmd->add_option("--ranks,-k", o->spec.ranks, "Ranks K (with a generator)")->check(kPositive);
+  cmd->add_option("--virtual,-v", o->spec.virtual_stages, "Stages per rank V (default 1)")->check(kPositive);
+  cmd->add_option("--schedule,-s", o->spec.schedule,
                   "Schedule generator or file (decides the placement and the activations each stage stashes)")
       ->check(schedule_check())
       ->capture_default_str();
-  cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M (default 1)")->check(kPositive);
-  cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
-  cmd->add_option("--recompute", o->recompute, "Re-materialization policy (default none, or the schedule file's)")
+  cmd->add_option("--microbatches,-m", o->spec.microbatches, "Micro-batches M (default 1)")->check(kPositive);
+  cmd->add_option("--microbatch-size", o->spec.microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
+  cmd->add_option("--recompute", o->spec.recompute, "Re-materialization policy (default none, or the schedule file's)")
       ->check(CLI::IsMember(schedule::recompute_names()));
-  cmd->add_option("--optimizer", o->optimizer, "Optimizer (its state counts in memory)")
+  cmd->add_option("--optimizer", o->spec.optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();
-  cmd->add_option("--method", o->method, "optimal (exact), uniform (by layers), parameters (DeepSpeed-like)")
+  cmd->add_option("--method", o->spec.method, "optimal (exact), uniform (by layers), parameters (DeepSpeed-like)")
       ->check(CLI::IsMember(models::method_names()))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->parse_complete_callback([cmd, o] {
-    if (!twin::is_schedule_file(o->schedule) && cmd->count("--ranks") == 0) {
+    if (!twin::is_schedule_file(o->spec.schedule) && cmd->count("--ranks") == 0) {
       throw CLI::RequiredError("--ranks (with a schedule generator)");
     }
   });
