@@ -30,20 +30,26 @@ pm::Topology links(double latency_s, double bandwidth) {
   return t;
 }
 
-// One stage, D replicas, nothing but the reduction of `bytes`: a tree in
-// `chunks` chunks, or a ring (chunks 0).
-double reduction_alone(int D, double bytes, int chunks, const pm::Topology& topo) {
+// One stage, D replicas, nothing but one collective of `bytes` over the
+// data group (the stage's REDUCE_GRAD run as `algorithm`, in `chunks`).
+double collective_alone(int D, double bytes, ps::CollectiveAlgorithm algorithm, int chunks, const pm::Topology& topo) {
   auto p = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
   p.data_parallel = D;
   SimInput in;
   in.program = ps::insert_gradient_reductions(std::move(p));
   ps::StageCosts c;
   c.reduce_bytes = bytes;
-  c.reduce_collective = chunks > 0 ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce;
-  c.reduce_chunks = std::max(1, chunks);
+  c.reduce_collective = algorithm;
+  c.reduce_chunks = chunks;
   in.stages = {c};
   in.topology = topo;
   return pipetwin::sim::simulate(in).timeline.makespan();
+}
+
+// The reduction alone: a tree in `chunks` chunks, or a ring (chunks 0).
+double reduction_alone(int D, double bytes, int chunks, const pm::Topology& topo) {
+  return collective_alone(D, bytes, chunks > 0 ? ps::CollectiveAlgorithm::TreeAllReduce : ps::CollectiveAlgorithm::RingAllReduce,
+                          std::max(1, chunks), topo);
 }
 
 }  // namespace
@@ -221,16 +227,7 @@ pm::Topology switches(int per_switch, double latency_s, double bandwidth, double
 
 // One stage, D replicas, nothing but an all-to-all of `bytes` over the data group.
 double all_to_all_alone(int D, double bytes, const pm::Topology& topo) {
-  auto p = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
-  p.data_parallel = D;
-  SimInput in;
-  in.program = ps::insert_gradient_reductions(std::move(p));
-  ps::StageCosts c;
-  c.reduce_bytes = bytes;
-  c.reduce_collective = ps::CollectiveAlgorithm::AllToAll;
-  in.stages = {c};
-  in.topology = topo;
-  return pipetwin::sim::simulate(in).timeline.makespan();
+  return collective_alone(D, bytes, ps::CollectiveAlgorithm::AllToAll, 1, topo);
 }
 
 }  // namespace
