@@ -11,6 +11,17 @@ namespace pipetwin::twin {
 namespace {
 constexpr schedule::NameTable<Engine, 3> kEngines{
     "engine", {{{Engine::Auto, "auto"}, {Engine::SimGrid, "simgrid"}, {Engine::Fast, "fast"}}}};
+
+// Where the fast engine cannot answer when asked for: D > 1 (the reductions
+// are network messages).
+void check_fast_engine(const schedule::Program& program) {
+  if (program.data_parallel <= 1) return;
+  // Its evaluator has no network: REDUCE_GRAD would take no time.
+  throw Error("--engine fast cannot predict D = " + std::to_string(program.data_parallel) +
+              ": the data-parallel gradient reductions (REDUCE_GRAD) are messages on the network, which the fast "
+              "evaluator does not model (they would take no time); use --engine simgrid or auto");
+}
+
 }  // namespace
 
 Engine parse_engine(std::string_view name) { return kEngines.parse(name); }
@@ -18,14 +29,6 @@ std::string_view engine_name(Engine engine) { return kEngines.name(engine); }
 const std::vector<std::string>& engine_names() {
   static const auto names = kEngines.names();
   return names;
-}
-
-void check_fast_engine(const schedule::Program& program) {
-  if (program.data_parallel <= 1) return;
-  // Its evaluator has no network: REDUCE_GRAD would take no time.
-  throw Error("--engine fast cannot predict D = " + std::to_string(program.data_parallel) +
-              ": the data-parallel gradient reductions (REDUCE_GRAD) are messages on the network, which the fast "
-              "evaluator does not model (they would take no time); use --engine simgrid or auto");
 }
 
 EngineChoice choose_engine(const Scenario& sc, Engine asked) {
@@ -41,7 +44,6 @@ EngineChoice choose_engine(const Scenario& sc, Engine asked) {
   if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
   const auto check = models::check_contention(fast.timeline, sc.program, c.table, sc.hardware.topology);
   c.timeline = std::move(fast.timeline);
-  c.evaluated = true;
   if (asked == Engine::Fast) {
     c.engine = Engine::Fast;
     c.why = check.contention_free ? check.reason : "asked for (--engine fast); it ignores contention: " + check.reason;

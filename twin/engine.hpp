@@ -32,10 +32,6 @@ Engine parse_engine(std::string_view name);  // "auto", "simgrid", "fast"; throw
 std::string_view engine_name(Engine engine);
 const std::vector<std::string>& engine_names();  // the allowed values, for option lists
 
-// Throws pipetwin::Error, naming the reason, where the fast engine cannot
-// answer when asked for: D > 1 (the reductions are network messages).
-void check_fast_engine(const schedule::Program& program);
-
 struct EngineChoice {
   Engine engine = Engine::Fast;  // the one that answers: Fast or SimGrid
   std::string why;               // why that engine
@@ -44,7 +40,6 @@ struct EngineChoice {
   // contention and the data-parallel reductions' time out (plan ranks by it);
   // empty where SimGrid was asked for.
   schedule::Timeline timeline;
-  bool evaluated = false;                     // the evaluator ran (timeline holds its answer)
   std::vector<schedule::StageCosts> table;    // the scenario's stage table, which SimGrid replays
 };
 

@@ -28,7 +28,6 @@ class SimGridPool {
   // throws is reported as that id's error.
   using Make = std::function<std::optional<sim::SimInput>()>;
   void add(std::size_t id, Make make);
-  std::size_t pending() const { return todo_.size(); }
 
   // Replays everything added, calling `done` with the id and the result, or
   // with nullptr and the error's message where the replay failed; `done` may
