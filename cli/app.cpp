@@ -9,10 +9,23 @@
 #include <map>
 
 #include "models/presets.hpp"
+#include "models/recompute.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 
 namespace pipetwin::cli {
+
+const CLI::Validator kRecomputeChoice(
+    [](std::string& value) -> std::string {
+      try {
+        models::parse_recompute_choice(value);
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return {};
+    },
+    "RECOMPUTE", "RECOMPUTE");
+
 namespace {
 
 std::vector<std::string> g_command_line;

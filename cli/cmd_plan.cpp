@@ -151,9 +151,9 @@ Run add_plan_command(CLI::App& app) {
       ->delimiter(',')
       ->check(kPositive)
       ->capture_default_str();
-  cmd->add_option("--recompute", s.recompute, "Recompute policies tried, comma-separated")
+  cmd->add_option("--recompute", s.recompute, "Recompute choices tried, comma-separated: none, full, except-last, selective, uniform[:N], block:N")
       ->delimiter(',')
-      ->check(CLI::IsMember(schedule::recompute_names()))
+      ->check(kRecomputeChoice)
       ->capture_default_str();
   cmd->add_option("--max-pp", s.max_pp, "K at most (default: the model's layers)")->check(kPositive);
   cmd->add_flag("--also-without-sequence-parallel", s.also_without_sequence_parallel,

@@ -57,9 +57,9 @@ Run add_sweep_command(CLI::App& app) {
   std::vector<std::string> names;
   for (const auto& g : schedule::generators()) names.emplace_back(g.name);
   cmd->add_option("--schedules,-s", spec.schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
-  cmd->add_option("--recompute", spec.recompute, "Recompute policies, comma-separated")
+  cmd->add_option("--recompute", spec.recompute, "Recompute choices, comma-separated: none, full, except-last, selective, uniform[:N], block:N")
       ->delimiter(',')
-      ->check(CLI::IsMember(schedule::recompute_names()))
+      ->check(kRecomputeChoice)
       ->capture_default_str();
   cmd->add_option("--microbatch-size", spec.microbatch_sizes, "Samples per micro-batch, comma-separated (batch = M x this)")
       ->delimiter(',')

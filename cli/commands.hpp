@@ -36,6 +36,10 @@ inline const CLI::Validator kPositive(
     },
     "POSITIVE", "POSITIVE");
 
+// A recompute choice (models/recompute.hpp): none, full, except-last,
+// selective, uniform[:N], block:N; a refusal names the valid spellings.
+extern const CLI::Validator kRecomputeChoice;
+
 // An option's allowed values: `first` (a spelling the option adds, such as
 // auto), then those of an enum's name table.
 inline std::vector<std::string> prepend(std::string first, std::vector<std::string> names) {

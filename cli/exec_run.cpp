@@ -247,6 +247,12 @@ Run add_run_command(CLI::App& app) {
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
     const auto sc = twin::build_scenario(o->scenario);
     exec::check_runnable(sc->model, sc->program);
+    // The executor checkpoints whole stages (torchgpipe's modes): the layer
+    // methods and selective recompute are simulated, not run.
+    if (sc->program.recompute == schedule::RecomputePolicy::Selective || sc->request.checkpoint.by_layer()) {
+      throw Error("--recompute " + sc->recompute_name() +
+                  ": simulated only; the executor recomputes whole stages (none, full, except-last)");
+    }
     const int ranks = static_cast<int>(sc->program.num_devices());
     check_outputs(*o);
     exec::check_device(exec::parse_device(o->device), ranks);

@@ -50,8 +50,8 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_flag("--zero1", o.shard_optimizer, "With D > 1: the optimizer state sharded over the data group (ZeRO-1)");
   cmd->add_option("--batch", o.batch, "Samples per mini-batch, all replicas (a multiple of M x D; default M x D)")
       ->check(kPositive);
-  cmd->add_option("--recompute", o.recompute, "Re-materialization policy (default none, or the schedule file's)")
-      ->check(CLI::IsMember(schedule::recompute_names()));
+  cmd->add_option("--recompute", o.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N (default none, or the schedule file's)")
+      ->check(kRecomputeChoice);
   cmd->add_option("--partition", o.partition,
                   "auto (optimal, the default), uniform, parameters, or a file: a schedule with a partition line, or "
                   "begin:end ranges");

@@ -69,6 +69,13 @@ struct Device {
   double peak_flops_half = 0;  // bf16 / fp16 (tensor cores, MXU)
   Efficiency efficiency;
   double memory_bytes = 0;
+  // What the model's tensors cannot use of memory_bytes: a fixed part (the
+  // CUDA context, NCCL's buffers, the library workspaces) and a share of
+  // what the tensors take (the caching allocator's fragmentation). Hardware
+  // YAML memory_reserve_gb and memory_reserve_fraction; 0: none.
+  double memory_reserve_bytes = 0;
+  double memory_reserve_fraction = 0;
+  double reserve_bytes(double used) const { return memory_reserve_bytes + memory_reserve_fraction * used; }
   double memory_bandwidth = 0;   // bytes/s
   // The share of memory_bandwidth a layer's elementwise kernels achieve
   // (LayerCost::forward_traffic): in (0, 1].

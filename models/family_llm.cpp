@@ -133,6 +133,7 @@ LayerCost embedding_cost(const LlmSpec& t, Precision precision) {
   c.forward_flops = learned ? s * h : 0;
   c.weight_grad_flops = s * h;
   c.params = llm_embedding_params(t);
+  c.tp_replicated_params = learned ? t.positions_table() * t.hidden : 0;  // the table is not split
   c.stashed_elems = t.dropout ? as_elems(s * h, precision) : 0;
   c.output_elems = t.seq_len * t.hidden;
   // Vocabulary-parallel (Megatron-LM): one all-reduce of the output; its dropout mask stays whole.
@@ -158,6 +159,8 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   c.input_grad_flops = 2 * s * matrices + 8 * s * s * h;
   c.weight_grad_flops = 2 * s * matrices;
   c.params = llm_block_params(t);
+  // Whole on every member of a tensor group: the norms and the biases added after the row-parallel matrices.
+  c.tp_replicated_params = 2 * norm_params(t) + (t.bias || t.attention_bias ? t.hidden : 0) + (t.bias ? t.hidden : 0);
   c.stashed_elems = as_elems(s * (b * (stash.whole_elems + stash.split_elems) + stash.mask_bytes) + core, precision);
   c.output_elems = t.seq_len * t.hidden;
   // Attention and MLP each column- then row-parallel: an all-reduce after
@@ -190,6 +193,12 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   c.backward_traffic_replicated = s * bwd_whole;
   c.forward_traffic = s * (fwd_whole + (gelu ? 2 : 3) * f * b + rope + scores_fwd);
   c.backward_traffic = s * (bwd_whole + (gelu ? 3 : 5) * f * b + rope + scores_bwd);
+  // Selective recompute: the core's stash freed, its QKᵀ and AV and its
+  // scores' traffic re-run in the backward (under flash attention the
+  // fused kernel's forward again, with nothing freed).
+  c.selective_elems = as_elems(core, precision);
+  c.selective_flops = 4 * s * s * h;
+  c.selective_traffic = s * scores_fwd;
   return c;
 }
 
@@ -201,6 +210,7 @@ LayerCost head_cost(const LlmSpec& t, Precision precision) {
   c.input_grad_flops = 2 * s * h * V;
   c.weight_grad_flops = 2 * s * h * V;
   c.params = llm_head_params(t);
+  c.tp_replicated_params = norm_params(t);  // the final norm
   c.stashed_elems = 2 * t.seq_len * t.hidden + as_elems(4 * s * V, precision);
   c.output_elems = 1;  // the loss
   c.weight_grad_elems = t.seq_len * (t.hidden + t.vocab);  // the normed input, the logits' gradient

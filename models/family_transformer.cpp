@@ -75,6 +75,9 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     b.cost.weight_grad_replicated_elems = 4 * t.seq_len * t.d_model;
     // The softmax's backward output and its scaled copy, a s x s each.
     b.cost.backward_workspace_bytes = 2 * a * s * s * bytes_per_element(precision);
+    // Selective recompute: the scores not kept, QKᵀ and AV re-run in the backward.
+    b.cost.selective_elems = static_cast<std::int64_t>(a * s * s);
+    b.cost.selective_flops = 4 * s * s * d;
     m.layers.push_back(b);
   }
 

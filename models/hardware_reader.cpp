@@ -108,13 +108,18 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
                                  "memory_efficiency",     "blocking_sends",      "overlap_factor",
-                                 "weight_stream_us_per_mb"};
+                                 "weight_stream_us_per_mb", "memory_reserve_gb",   "memory_reserve_fraction"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.line("name");
   if (y.has("peak_flops_fp32")) d.peak_flops_fp32 = y.positive_number("peak_flops_fp32");
   if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
+  if (y.has("memory_reserve_gb")) d.memory_reserve_bytes = y.non_negative_number("memory_reserve_gb") * kGB;
+  if (y.has("memory_reserve_fraction")) {
+    d.memory_reserve_fraction = y.non_negative_number("memory_reserve_fraction");
+    if (d.memory_reserve_fraction >= 1) y.fail("memory_reserve_fraction", "is a share of the tensors' memory and must be below 1");
+  }
   if (y.has("memory_bandwidth_gbps")) d.memory_bandwidth = y.positive_number("memory_bandwidth_gbps") * kGB;
   if (y.has("blocking_sends")) d.blocking_sends = y.boolean_or("blocking_sends", false);
   if (y.has("overlap_factor")) {

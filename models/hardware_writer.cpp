@@ -33,6 +33,8 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   field("peak_flops_fp32", yaml_number(d.peak_flops_fp32));
   field("peak_flops_half", yaml_number(d.peak_flops_half));
   field("memory_gb", yaml_number(d.memory_bytes / kGB));
+  if (d.memory_reserve_bytes > 0) field("memory_reserve_gb", yaml_number(d.memory_reserve_bytes / kGB));
+  if (d.memory_reserve_fraction > 0) field("memory_reserve_fraction", yaml_number(d.memory_reserve_fraction));
   if (d.memory_bandwidth > 0) field("memory_bandwidth_gbps", yaml_number(d.memory_bandwidth / kGB));
   field("memory_efficiency", yaml_number(d.memory_efficiency));
   field("blocking_sends", d.blocking_sends ? "true" : "false");

@@ -97,6 +97,9 @@ struct LayerCost {
   int tp_forward_collectives = 0, tp_backward_collectives = 0;
   std::int64_t tp_collective_elems = 0;
   std::int64_t tp_replicated_elems = 0;
+  // Of params, those every device of the group holds whole (the norms, the
+  // biases after row-parallel matrices, a learned position table).
+  std::int64_t tp_replicated_params = 0;
   // Memory-bound traffic per sample, in bytes read and written by the
   // layer's elementwise kernels (norms, activations, dropouts, residual adds,
   // rotary positions, the softmax of a materialized score matrix, the
@@ -109,6 +112,14 @@ struct LayerCost {
   // (Device::traffic_seconds).
   double forward_traffic = 0, backward_traffic = 0;
   double forward_traffic_replicated = 0, backward_traffic_replicated = 0;
+  // Selective recompute (Megatron-LM's, Korthikanti et al. 2022): the
+  // attention core (QKᵀ, softmax, dropout, AV) is not kept but re-run inside
+  // the layer's backward. Per sample: the elements of stashed_elems it frees
+  // (the score matrices; none under flash attention, which keeps none), and
+  // the forward FLOPs and elementwise traffic it re-runs; all split over a
+  // tensor group with the layer's heads.
+  std::int64_t selective_elems = 0;
+  double selective_flops = 0, selective_traffic = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 

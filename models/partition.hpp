@@ -15,6 +15,7 @@
 #include "models/collectives.hpp"
 #include "models/hardware.hpp"
 #include "models/model.hpp"
+#include "models/recompute.hpp"
 #include "schedule/error.hpp"
 #include "schedule/program.hpp"
 
@@ -43,6 +44,9 @@ struct PartitionRequest {
   // The all-reduces' algorithm (data-parallel and tensor-parallel): auto picks
   // the faster closed form for each message and group (models/collectives.hpp).
   Collective collective = Collective::Auto;
+  // What a checkpointed micro-batch keeps and re-runs (models/recompute.hpp):
+  // the whole stage, or Megatron-LM's layer groups (with the Program's full).
+  LayerCheckpoint checkpoint;
   int ranks() const { return program.num_ranks; }
   int stages() const { return program.num_stages(); }
   int microbatches() const { return program.num_microbatches; }

@@ -90,7 +90,13 @@ void StageCostModel::time_layers(int k, double b) {
         forward_nograd_[k][l] + floored(pass_seconds(Pass::ForwardNoGrad)) + fwd_comm + fwd_mem;
     recompute_[k][l + 1] =
         recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
-    input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem;
+    // Selective recompute re-runs the attention core inside the backward: its
+    // share of the layer's recompute, and its traffic.
+    const double selective = recompute_policy_ == schedule::RecomputePolicy::Selective && c.selective_flops > 0
+                                 ? (c.forward_flops > 0 ? pass_seconds(Pass::Recompute) * c.selective_flops / c.forward_flops : 0) +
+                                       traffic(c.selective_traffic, 0)
+                                 : 0;
+    input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem + selective;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
   }
 }
@@ -101,12 +107,20 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       microbatch_size_(r.microbatch_size),
       optimizer_(r.optimizer),
       recompute_policy_(r.recompute()),
+      checkpoint_(r.checkpoint),
       tensor_parallel_(r.program.tensor_parallel),
       data_parallel_(r.program.data_parallel),
       sequence_parallel_(r.program.sequence_parallel),
       shard_optimizer_(r.program.shard_optimizer) {
   collective_ = r.collective;
   const int n = static_cast<int>(m.layers.size());
+  if (checkpoint_.by_layer()) {
+    if (recompute_policy_ != schedule::RecomputePolicy::Full) {
+      throw Error("recompute by layer (uniform, block) checkpoints every micro-batch: it needs the schedule's recompute "
+                  "full, not " + std::string(schedule::recompute_name(recompute_policy_)));
+    }
+    if (checkpoint_.layers < 1) throw Error("recompute by layer: the layer count N must be at least 1");
+  }
   const int T = tensor_parallel_;
   init_tensor_parallel(r.microbatch_size);
   const int K = r.ranks();
@@ -138,16 +152,38 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   workspace_.assign(n, 0);
   for (int l = 0; l < n; ++l) {
     const auto& c = m.layers[l].cost;
-    workspace_[l] = c.backward_workspace_bytes / (c.tensor_split ? T : 1);
-    params_[l + 1] = params_[l] + static_cast<double>(c.params) / T;
+    const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective;
+    // Selective recompute: the core's scores are back while the backward runs.
+    workspace_[l] = (c.backward_workspace_bytes +
+                     (selective ? static_cast<double>(c.selective_elems) * bytes_per_element(m.precision) : 0)) /
+                    (c.tensor_split ? T : 1);
+    const double whole_params = static_cast<double>(c.tp_replicated_params);
+    params_[l + 1] = params_[l] + (static_cast<double>(c.params) - whole_params) / T + whole_params;
     // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
     const double whole = sequence_parallel_ ? 0 : static_cast<double>(c.tp_replicated_elems);
-    stashed_[l + 1] = stashed_[l] + whole + (static_cast<double>(c.stashed_elems) - whole) / T;
+    const double freed = selective ? static_cast<double>(c.selective_elems) : 0;
+    stashed_[l + 1] = stashed_[l] + whole + (static_cast<double>(c.stashed_elems) - freed - whole) / T;
     // Whole with sequence parallelism too: the executor keeps the gathered input.
     const double w_whole = static_cast<double>(c.weight_grad_replicated_elems);
     weight_grad_stash_[l + 1] = weight_grad_stash_[l] + w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
   }
   cut_ = m.cut_elems();
+  // Megatron-LM and torchtitan checkpoint the blocks: never the embedding,
+  // the output head or the loss.
+  const auto recomputable = [&](int l) {
+    switch (m.layers[l].kind) {
+      case LayerKind::Embedding:
+      case LayerKind::LlmEmbedding:
+      case LayerKind::LmHead:
+      case LayerKind::LlmHead:
+      case LayerKind::ClassifierHead: return false;
+      default: return true;
+    }
+  };
+  first_recomputable_.assign(n + 1, n);
+  end_recomputable_.assign(n + 1, 0);
+  for (int l = n - 1; l >= 0; --l) first_recomputable_[l] = recomputable(l) ? l : first_recomputable_[l + 1];
+  for (int l = 0; l < n; ++l) end_recomputable_[l + 1] = recomputable(l) ? l + 1 : end_recomputable_[l];
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
   stash_counts_ = schedule::account_memory(r.program);
 }
@@ -204,7 +240,10 @@ int StageCostModel::reduce_chunks(int i, int j, int s) const {
 
 double StageCostModel::tp_collective_s(int i, int j, int) const {
   double t = tp_forward_[j] - tp_forward_[i] + tp_backward_[j] - tp_backward_[i];
-  if (recompute_policy_ != schedule::RecomputePolicy::None) t += tp_forward_[j] - tp_forward_[i];  // the recompute's
+  if (checkpoints()) {
+    const auto [a, e] = recomputed_layers(i, j);
+    t += tp_forward_[e] - tp_forward_[a];  // the recompute's
+  }
   return t;
 }
 
@@ -233,15 +272,31 @@ double StageCostModel::cold_forward_s(int i, int j, int s) const {
                                       : 0;
 }
 
+std::pair<int, int> StageCostModel::recomputed_layers(int i, int j) const {
+  if (!checkpoint_.by_layer()) return {i, j};
+  const int a = first_recomputable_[i], e = end_recomputable_[j];
+  if (a >= e) return {i, i};
+  return {a, checkpoint_.method == Checkpoint::Block ? std::min(e, a + checkpoint_.layers) : e};
+}
+
 double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
   // Checkpointed micro-batches run their forward without autograd (with
   // except-last, all but the last one: the stage's F is counted as theirs).
-  return recompute_policy_ == schedule::RecomputePolicy::None ? forward_s(i, j, s) : forward_nograd_s(i, j, s);
+  if (!checkpoints()) return forward_s(i, j, s);
+  if (!checkpoint_.by_layer()) return forward_nograd_s(i, j, s);
+  const auto [a, e] = recomputed_layers(i, j);
+  return forward_s(i, j, s) - sum(forward_, a, e, s) + sum(forward_nograd_, a, e, s);
+}
+
+double StageCostModel::recompute_action_s(int i, int j, int s) const {
+  if (!checkpoint_.by_layer()) return recompute_s(i, j, s);
+  const auto [a, e] = recomputed_layers(i, j);
+  return recompute_s(a, e, s);
 }
 
 double StageCostModel::compute_s(int i, int j, int s) const {
   double t = scheduled_forward_s(i, j, s) + backward_s(i, j, s);
-  if (recompute_policy_ != schedule::RecomputePolicy::None) t += recompute_s(i, j, s);
+  if (checkpoints()) t += recompute_action_s(i, j, s);
   return t;
 }
 
@@ -276,6 +331,39 @@ double StageCostModel::activation_bytes(int i, int j) const {
   return i > 0 && i < j && !model_.layers[i].cost.keeps_input ? layers + input_bytes(i) : layers;
 }
 
+double StageCostModel::stash_range_bytes(int i, int j) const {
+  return (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
+}
+
+double StageCostModel::checkpoint_stash_bytes(int i, int j) const {
+  if (!checkpoint_.by_layer()) return input_bytes(i);
+  const auto [a, e] = recomputed_layers(i, j);
+  if (a == e) return activation_bytes(i, j);  // nothing here is recomputed
+  // The layers it does not recompute keep their stash (the stage's received
+  // input with them where the first of them does not keep it).
+  double bytes = stash_range_bytes(i, a) + stash_range_bytes(e, j);
+  if (a > i && i > 0 && !model_.layers[i].cost.keeps_input) bytes += input_bytes(i);
+  // Each checkpoint keeps its input: every group's (uniform), every layer's (block).
+  const int step = checkpoint_.method == Checkpoint::Uniform ? checkpoint_.layers : 1;
+  for (int g = a; g < e; g += step) bytes += input_bytes(g);
+  return bytes;
+}
+
+double StageCostModel::whole_stash_bytes(int i, int j) const {
+  if (!checkpoint_.by_layer()) return activation_bytes(i, j);
+  const auto [a, e] = recomputed_layers(i, j);
+  if (a == e) return activation_bytes(i, j);
+  // Re-materialized one checkpoint at a time: the largest one's stash on
+  // top of the checkpoints (less its input, kept already).
+  const int step = checkpoint_.method == Checkpoint::Uniform ? checkpoint_.layers : 1;
+  double largest = 0;
+  for (int g = a; g < e; g += step) {
+    const double kept_input = model_.layers[g].cost.keeps_input ? input_bytes(g) : 0;
+    largest = std::max(largest, stash_range_bytes(g, std::min(e, g + step)) - kept_input);
+  }
+  return checkpoint_stash_bytes(i, j) + largest;
+}
+
 double StageCostModel::weight_grad_bytes(int i, int j) const {
   return (weight_grad_stash_[j] - weight_grad_stash_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
 }
@@ -288,10 +376,19 @@ double StageCostModel::workspace_bytes(int i, int j) const {
 
 // The stash peaks where a backward starts (every schedule runs one there
 // before it frees a micro-batch): its working memory comes on top.
-double StageCostModel::memory_bytes(int i, int j, int s) const {
+double StageCostModel::memory_bytes(int i, int j, int s) const { return memory_parts(i, j, s).total(); }
+
+StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) const {
   const auto& st = stash_counts_.at(s);
-  return static_bytes(i, j, s) + st.peak_bytes(activation_bytes(i, j), input_bytes(i), weight_grad_bytes(i, j)) +
-         workspace_bytes(i, j);
+  const double p = params_[j] - params_[i];
+  MemoryParts m;
+  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions;
+  m.gradients = p * bytes_per_element(model_.gradients());
+  m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;
+  m.activations = st.peak_bytes(whole_stash_bytes(i, j), checkpoint_stash_bytes(i, j), weight_grad_bytes(i, j));
+  m.workspace = workspace_bytes(i, j);
+  m.reserve = device_of(s).reserve_bytes(m.total());
+  return m;
 }
 
 }  // namespace pipetwin::models

@@ -3,6 +3,7 @@
 // make every query O(1); the partitioner and the simulator share this model.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "models/hardware.hpp"
@@ -34,8 +35,16 @@ class StageCostModel {
   double backward_s(int i, int j, int s) const {
     return sum(input_grad_, i, j, s) + sum(weight_grad_, i, j, s) + action(Pass::Backward, i, j, s);
   }
-  // The forward that F runs under this request's recompute policy.
+  // The forward that F runs under this request's recompute policy: without
+  // autograd where it checkpoints (by layer: only the layers it recomputes).
   double scheduled_forward_s(int i, int j, int s) const;
+  // What R runs: the stage's recompute, or by layer (uniform, block) only
+  // the layers it checkpoints (never the embedding, the head or the loss).
+  double recompute_action_s(int i, int j, int s) const;
+  // The layers [begin, end) of [i, j) that a checkpointed micro-batch
+  // re-runs: all of them for the whole stage; by layer, the recomputable
+  // ones (uniform) or the first N of them (block).
+  std::pair<int, int> recomputed_layers(int i, int j) const;
   // The extra of the stage's first forward in a step: its weights read at the
   // device's cold_weights_bandwidth (0 where it has none).
   double cold_forward_s(int i, int j, int s) const;
@@ -85,10 +94,26 @@ class StageCostModel {
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
   // checkpointed stage inputs.
   double memory_bytes(int i, int j, int s) const;
+  // Its parts at the stage's peak: the weights (every version kept), the
+  // gradients, the optimizer state (fp32 master copy and moments, sharded
+  // under ZeRO-1), the stashed activations, a backward's workspace and the
+  // device's reserve on the sum of the others.
+  struct MemoryParts {
+    double weights = 0, gradients = 0, optimizer = 0, activations = 0, workspace = 0, reserve = 0;
+    double total() const { return weights + gradients + optimizer + activations + workspace + reserve; }
+  };
+  MemoryParts memory_parts(int i, int j, int s) const;
   // Its parts: what does not depend on the micro-batches in flight, one whole
   // stashed micro-batch, one checkpointed stage input.
   double static_bytes(int i, int j, int s) const;
   double activation_bytes(int i, int j) const;
+  // A stashed micro-batch's bytes in the stash's two states: whole (never
+  // checkpointed, or re-materialized for its backward) and checkpointed.
+  // For the whole stage these are activation_bytes and input_bytes; by layer
+  // a checkpointed micro-batch keeps each group's input and the layers it
+  // does not recompute, and a re-materialized one adds its largest group.
+  double whole_stash_bytes(int i, int j) const;
+  double checkpoint_stash_bytes(int i, int j) const;
   // What a micro-batch keeps between its I and its W (deferred weight gradients).
   double weight_grad_bytes(int i, int j) const;
   // The largest working memory of a backward of one of the layers [i, j).
@@ -113,6 +138,14 @@ class StageCostModel {
   int microbatch_size_ = 1;
   Optimizer optimizer_ = Optimizer::Adam;
   schedule::RecomputePolicy recompute_policy_ = schedule::RecomputePolicy::None;
+  bool checkpoints() const {
+    return recompute_policy_ == schedule::RecomputePolicy::Full || recompute_policy_ == schedule::RecomputePolicy::ExceptLast;
+  }
+  LayerCheckpoint checkpoint_;
+  // By layer: the first recomputable layer at or after p, and one past the
+  // last recomputable layer before p ([p] for p in 0..n).
+  std::vector<int> first_recomputable_, end_recomputable_;
+  double stash_range_bytes(int i, int j) const;  // layers [i, j)' own stash, one micro-batch
   std::vector<int> stage_rank_;  // [stage]
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]

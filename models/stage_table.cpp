@@ -60,7 +60,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.input_grad_s = costs.input_grad_s(i, j, s);
     t.weight_grad_s = costs.weight_grad_s(i, j, s);
     t.backward_s = costs.backward_s(i, j, s);
-    t.recompute_s = costs.recompute_s(i, j, s);
+    t.recompute_s = costs.recompute_action_s(i, j, s);
     t.step_s = costs.step_s(i, j, s);
     t.first_forward_extra_s = costs.cold_forward_s(i, j, s);
     t.reduce_bytes = costs.reduce_bytes(i, j);

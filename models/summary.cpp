@@ -27,7 +27,7 @@ namespace {
 double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
   const auto [i, j] = p.partition.at(s);
   return costs.static_bytes(i, j, s) + schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(),
-                                                             costs.activation_bytes(i, j), costs.input_bytes(i),
+                                                             costs.whole_stash_bytes(i, j), costs.checkpoint_stash_bytes(i, j),
                                                              costs.weight_grad_bytes(i, j));
 }
 
@@ -42,28 +42,51 @@ bool is_backward(schedule::Op op) { return op == schedule::Op::B || op == schedu
 
 }  // namespace
 
-std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule::Program& p, const StageCostModel& costs) {
+std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& t, const schedule::Program& p,
+                                                         const StageCostModel& costs) {
   schedule::StashTracker tracker(p);
-  std::vector<double> peak(t.ranks.size(), 0);
+  std::vector<StageCostModel::MemoryParts> peak(t.ranks.size());
   const auto workspace = backward_workspaces(p, costs);
   for (std::size_t r = 0; r < t.ranks.size(); ++r) {
     const auto stages = p.stages_of(schedule::RankId{static_cast<int>(r)});
-    const auto total = [&] {
+    if (stages.empty()) continue;
+    StageCostModel::MemoryParts fixed;  // weights, gradients, optimizer state: all the step
+    for (const auto s : stages) {
+      const auto [i, j] = p.partition.at(s.value);
+      const auto parts = costs.memory_parts(i, j, s.value);
+      fixed.weights += parts.weights, fixed.gradients += parts.gradients, fixed.optimizer += parts.optimizer;
+    }
+    const auto stashed = [&] {
       double bytes = 0;
-      for (const auto s : stages) bytes += stage_bytes(tracker, p, costs, s.value);
+      for (const auto s : stages) bytes += stage_bytes(tracker, p, costs, s.value) - costs.static_bytes(p.partition.at(s.value).begin, p.partition.at(s.value).end, s.value);
       return bytes;
     };
-    peak[r] = total();
+    double most = -1;
+    const auto consider = [&](double activations, double work) {
+      if (activations + work <= most) return;
+      most = activations + work;
+      peak[r] = fixed;
+      peak[r].activations = activations, peak[r].workspace = work;
+    };
+    consider(stashed(), 0);
     // A rank's stages live on it alone: its own order is a time order for all of them.
     for (const auto& a : t.ranks[r]) {
       if (!schedule::is_compute(a.action.op)) continue;
       // A backward's working memory, on top of the stash it starts from.
-      if (is_backward(a.action.op)) peak[r] = std::max(peak[r], total() + workspace[a.action.stage.value]);
+      if (is_backward(a.action.op)) consider(stashed(), workspace[a.action.stage.value]);
       tracker.apply(a.action);
-      peak[r] = std::max(peak[r], total());
+      consider(stashed(), 0);
     }
+    // The device's reserve once, on all of it (a rank's stages share its device).
+    peak[r].reserve = costs.device_of(stages.front().value).reserve_bytes(peak[r].total());
   }
   return peak;
+}
+
+std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule::Program& p, const StageCostModel& costs) {
+  std::vector<double> out;
+  for (const auto& parts : rank_peak_parts(t, p, costs)) out.push_back(parts.total());
+  return out;
 }
 
 RunSummary summarize(const schedule::Timeline& t, double samples, const StageCostModel& costs,
@@ -81,16 +104,17 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
   for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) s.busy_s.push_back(t.busy(schedule::RankId{r}));
   for (int st = 0; st < static_cast<int>(ranges.size()); ++st) {
     const auto& stash = costs.stash(st);
-    s.memory.push_back({costs.memory_bytes(ranges[st].begin, ranges[st].end, st), costs.capacity_bytes(st),
-                        stash.peak_activations, stash.peak_inputs, stash.weight_versions});
+    const auto parts = costs.memory_parts(ranges[st].begin, ranges[st].end, st);
+    s.memory.push_back({parts.total(), costs.capacity_bytes(st), stash.peak_activations, stash.peak_inputs,
+                        stash.weight_versions, parts});
   }
   if (program != nullptr && program->num_stages() > static_cast<int>(t.ranks.size())) {
-    const auto peaks = rank_peak_bytes(t, *program, costs);
+    const auto peaks = rank_peak_parts(t, *program, costs);
     for (std::size_t r = 0; r < peaks.size(); ++r) {
       const auto stages = program->stages_of(schedule::RankId{static_cast<int>(r)});
       // A rank's stages share its device: the first one's capacity is the rank's.
       const double capacity = stages.empty() ? 0 : costs.capacity_bytes(stages.front().value);
-      s.rank_memory.push_back({peaks[r], capacity, static_cast<int>(stages.size())});
+      s.rank_memory.push_back({peaks[r].total(), capacity, static_cast<int>(stages.size()), peaks[r]});
     }
   }
   if (program != nullptr && program->tensor_parallel > 1) s.tp_collective_s = tp_collective_per_rank(*program, costs);
@@ -135,18 +159,34 @@ nlohmann::json RunSummary::to_json() const {
   nlohmann::json j{{"engine", engine}, {"step_time_s", step_time_s}, {"samples", samples},
                    {"throughput_samples_per_s", throughput}, {"bubble_fraction", bubble},
                    {"busy_s_per_rank", busy_s}, {"idle_fraction_per_rank", idle}, {"fits", fits()}};
+  const auto parts_json = [](const StageCostModel::MemoryParts& p) {
+    return nlohmann::json{{"weights", p.weights},         {"gradients", p.gradients}, {"optimizer_state", p.optimizer},
+                          {"activations", p.activations}, {"workspace", p.workspace}, {"reserve", p.reserve}};
+  };
   for (const auto& m : memory) {
     j["memory_per_stage"].push_back({{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()},
                                      {"peak_stashed_microbatches", m.peak_activations},
-                                     {"peak_stashed_inputs", m.peak_inputs}, {"weight_versions", m.weight_versions}});
+                                     {"peak_stashed_inputs", m.peak_inputs}, {"weight_versions", m.weight_versions},
+                                     {"bytes", parts_json(m.parts)}});
   }
   if (!tp_collective_s.empty()) j["tp_collective_s_per_rank"] = tp_collective_s;
   for (const auto& m : rank_memory) {
-    j["memory_per_rank"].push_back(
-        {{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()}, {"stages", m.stages}});
+    j["memory_per_rank"].push_back({{"peak_bytes", m.peak_bytes}, {"capacity_bytes", m.capacity_bytes}, {"fits", m.fits()},
+                                    {"stages", m.stages}, {"bytes", parts_json(m.parts)}});
   }
   return j;
 }
+
+namespace {
+std::string parts_text(const StageCostModel::MemoryParts& p) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "    weights %.3f, gradients %.3f, optimizer %.3f, activations %.3f, workspace %.3f, reserve %.3f GB\n",
+                p.weights / 1e9, p.gradients / 1e9, p.optimizer / 1e9, p.activations / 1e9, p.workspace / 1e9,
+                p.reserve / 1e9);
+  return line;
+}
+}  // namespace
 
 std::string RunSummary::to_text() const {
   std::ostringstream out;
@@ -167,7 +207,7 @@ std::string RunSummary::to_text() const {
                   m.peak_bytes / 1e9, m.capacity_bytes / 1e9, m.peak_activations,
                   m.peak_inputs ? (", " + std::to_string(m.peak_inputs) + " inputs").c_str() : "",
                   m.fits() ? "" : "  OUT OF MEMORY");
-    out << line;
+    out << line << parts_text(m.parts);
   }
   if (!rank_memory.empty()) {
     out << "             peak per rank, its stages together, against capacity:\n";
@@ -175,7 +215,7 @@ std::string RunSummary::to_text() const {
       const auto& m = rank_memory[r];
       std::snprintf(line, sizeof line, "  rank %zu: %.3f GB of %.3f GB (%d stages)%s\n", r, m.peak_bytes / 1e9,
                     m.capacity_bytes / 1e9, m.stages, m.fits() ? "" : "  OUT OF MEMORY");
-      out << line;
+      out << line << parts_text(m.parts);
     }
   }
   bool stages_fit = true;

@@ -15,6 +15,7 @@ namespace pipetwin::models {
 struct StageMemoryReport {
   double peak_bytes = 0, capacity_bytes = 0;
   int peak_activations = 0, peak_inputs = 0, weight_versions = 1;
+  StageCostModel::MemoryParts parts;  // peak_bytes, part by part
   bool fits() const { return peak_bytes <= capacity_bytes; }
 };
 
@@ -24,6 +25,9 @@ struct StageMemoryReport {
 struct RankMemoryReport {
   double peak_bytes = 0, capacity_bytes = 0;
   int stages = 1;
+  // Its stages' weights, gradients and optimizer state, and at the peak
+  // their activations and a backward's workspace; the device's reserve once.
+  StageCostModel::MemoryParts parts;
   bool fits() const { return peak_bytes <= capacity_bytes; }
 };
 
@@ -70,5 +74,8 @@ std::vector<double> tp_collective_per_rank(const schedule::Program& program, con
 // stash bookkeeping replayed in each rank's order).
 std::vector<double> rank_peak_bytes(const schedule::Timeline& timeline, const schedule::Program& program,
                                     const StageCostModel& costs);
+// The same peaks part by part (the reserve once per rank, on the rest).
+std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& timeline,
+                                                         const schedule::Program& program, const StageCostModel& costs);
 
 }  // namespace pipetwin::models

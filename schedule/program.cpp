@@ -7,9 +7,11 @@
 namespace pipetwin::schedule {
 
 namespace {
-constexpr NameTable<RecomputePolicy, 3> kRecompute{
-    "recompute policy",
-    {{{RecomputePolicy::None, "none"}, {RecomputePolicy::Full, "full"}, {RecomputePolicy::ExceptLast, "except-last"}}}};
+constexpr NameTable<RecomputePolicy, 4> kRecompute{"recompute policy",
+                                                  {{{RecomputePolicy::None, "none"},
+                                                    {RecomputePolicy::Full, "full"},
+                                                    {RecomputePolicy::ExceptLast, "except-last"},
+                                                    {RecomputePolicy::Selective, "selective"}}}};
 }  // namespace
 
 std::string_view recompute_name(RecomputePolicy policy) { return kRecompute.name(policy); }
@@ -29,7 +31,8 @@ std::vector<StageId> Program::stages_of(RankId rank) const {
 
 bool Program::recomputes(StageId, MicrobatchId mb) const {
   switch (recompute) {
-    case RecomputePolicy::None: return false;
+    case RecomputePolicy::None:
+    case RecomputePolicy::Selective: return false;  // inside each layer's backward, not a stage's R
     case RecomputePolicy::Full: return true;
     case RecomputePolicy::ExceptLast: return mb.value != num_microbatches - 1;
   }

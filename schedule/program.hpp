@@ -18,8 +18,15 @@ namespace pipetwin::schedule {
 
 // torchgpipe's checkpoint modes: `full` recomputes every micro-batch of every
 // stage, `except-last` every micro-batch but the last (whose backward follows
-// its forward closely), `none` stashes all activations.
-enum class RecomputePolicy { None, Full, ExceptLast };
+// its forward closely), `none` stashes all activations. `selective`
+// (Megatron-LM's, Korthikanti et al. 2022) checkpoints no micro-batch: each
+// layer re-runs its attention core inside its own backward, which the cost
+// model times and whose stash it drops (models/recompute.hpp); the schedule
+// holds no R action for it. How much of a checkpointed micro-batch is kept
+// and re-run (the whole stage, or layer by layer as Megatron-LM and
+// torchtitan do) is the cost model's too: the IR only says which
+// micro-batches are checkpointed.
+enum class RecomputePolicy { None, Full, ExceptLast, Selective };
 
 std::string_view recompute_name(RecomputePolicy policy);
 RecomputePolicy parse_recompute(std::string_view name);  // throws pipetwin::Error

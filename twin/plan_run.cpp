@@ -191,7 +191,7 @@ PlanResult run_plan(const PlanSpec& o, const PlanObserver& observer) {
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw Error("--shard: I must be at least 0 and below N");
   const auto model = load("--model", o.model, [](const std::string& m) { return models::in_topological_order(models::load_model(m)); });
   const auto hw = load("--hardware", o.hardware, [](const std::string& h) { return models::load_hardware(h); });
-  for (const auto& r : o.recompute) schedule::parse_recompute(r);
+  for (const auto& r : o.recompute) models::parse_recompute_choice(r);
   models::parse_optimizer(o.optimizer);
   PlanResult result;
   result.description = describe_plan(o, model);

@@ -129,7 +129,7 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
   }
   models::check_stage_count(model, p.num_stages());
   if (!o.recompute.empty()) {
-    const auto given = schedule::parse_recompute(o.recompute);
+    const auto given = models::parse_recompute_choice(o.recompute).policy;
     // A file with no recompute of its own (a PyTorch CSV has none) takes the option's.
     if (p.leaves_recompute_open()) {
       p.recompute = given;
@@ -159,7 +159,7 @@ schedule::Program program_from_generator(const models::Model& model, const Scena
   }
   // Before the schedule is built, which K = 10^6 makes slow.
   models::check_stage_count(model, static_cast<std::int64_t>(o.ranks) * V);
-  const auto recompute = schedule::parse_recompute(o.recompute.empty() ? "none" : o.recompute);
+  const auto recompute = models::parse_recompute_choice(o.recompute.empty() ? "none" : o.recompute).policy;
   auto p = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
   set_parallelism(p, o);
   return schedule::insert_gradient_reductions(std::move(p));
@@ -205,7 +205,8 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   sc->hardware = hardware;
   auto& r = sc->request;
   const bool from_file = is_schedule_file(o.schedule);
-  if (!o.recompute.empty()) schedule::parse_recompute(o.recompute);  // a bad word is refused first
+  // A bad word is refused first; uniform and block say how a checkpoint is re-run.
+  if (!o.recompute.empty()) r.checkpoint = models::parse_recompute_choice(o.recompute).checkpoint;
   r.optimizer = models::parse_optimizer(o.optimizer);
   r.collective = models::parse_collective(o.collective.empty() ? "auto" : o.collective);
   // A generator's shape is known before its Program is built; a file's from the file.
@@ -267,9 +268,13 @@ std::string Scenario::collectives_used() const {
   return std::string(models::collective_name(request.collective)) + (names.empty() ? "" : ": " + names);
 }
 
+std::string Scenario::recompute_name() const {
+  return models::recompute_choice_name({program.recompute, request.checkpoint});
+}
+
 double Scenario::predicted_stash_bytes(int s) const {
   const auto [i, j] = program.partition.at(s);
-  return costs->stash(s).peak_bytes(costs->activation_bytes(i, j), costs->input_bytes(i), costs->weight_grad_bytes(i, j));
+  return costs->stash(s).peak_bytes(costs->whole_stash_bytes(i, j), costs->checkpoint_stash_bytes(i, j), costs->weight_grad_bytes(i, j));
 }
 
 schedule::TraceMetadata Scenario::configuration() const {
@@ -282,7 +287,7 @@ schedule::TraceMetadata Scenario::configuration() const {
   m.microbatches = program.num_microbatches;
   m.microbatch_size = request.microbatch_size;
   m.batch = samples;
-  m.recompute = std::string(schedule::recompute_name(program.recompute));
+  m.recompute = recompute_name();
   m.partition = program.partition;
   return m;
 }
@@ -320,7 +325,7 @@ std::string Scenario::headline() const {
                 model.name.c_str(), hardware.describe_devices(program.num_ranks).c_str(),
                 std::string(models::topology_name(hardware.topology.kind)).c_str(), program.schedule.c_str(),
                 program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
-                std::string(schedule::recompute_name(program.recompute)).c_str());
+                recompute_name().c_str());
   std::string out = line;
   if (!program.is_pipeline_only()) {
     out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +

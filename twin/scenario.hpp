@@ -49,6 +49,7 @@ struct Scenario {
   double samples = 0;                // per step: batch
   std::vector<std::string> notes;    // what reading its schedule file said, for the user
   std::vector<std::string> hardware_notes;  // the model's kinds a calibrated hardware has no curve for
+  std::string recompute_name() const;  // the recompute choice: none, full, selective, uniform:N, ...
   // Stage s's peak of stashed activations in bytes: the IR's count of
   // micro-batches (the stage costs' own) times their sizes.
   double predicted_stash_bytes(int s) const;

@@ -1,0 +1,54 @@
+// A recompute choice as the command line and the sweeps spell it: which
+// micro-batches a schedule checkpoints (the Program's RecomputePolicy) and
+// what a checkpointed micro-batch keeps and re-runs (the cost model's).
+//
+//   none          every activation kept
+//   full          torchgpipe: a checkpointed micro-batch keeps its stage's
+//                 input; its R re-runs the whole stage, output head included,
+//                 and re-materializes all of it before its backward (what
+//                 pipetwin's executor runs)
+//   except-last   as full, all micro-batches but the last
+//   selective     Megatron-LM's selective recompute: every layer keeps all
+//                 but its attention core, which it re-runs in its backward
+//   uniform[:N]   Megatron-LM's --recompute-granularity full
+//                 --recompute-method uniform --recompute-num-layers N (N = 1:
+//                 torchtitan's activation_checkpoint.mode = "full"): the
+//                 stage's layers in groups of N, each group keeping its input
+//                 only and re-materialized one group at a time in the
+//                 backward
+//   block:N       --recompute-method block: the first N layers of each stage
+//                 each keep their input only; the rest keep everything
+// In uniform and block the embedding, the output head and the loss are never
+// recomputed (neither framework checkpoints them): they keep their stash.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "schedule/program.hpp"
+
+namespace pipetwin::models {
+
+enum class Checkpoint { Stage, Uniform, Block };
+
+// How a checkpointed micro-batch is re-materialized: the whole stage at
+// once, or layer groups (the PartitionRequest's; Stage for none and selective).
+struct LayerCheckpoint {
+  Checkpoint method = Checkpoint::Stage;
+  int layers = 0;  // N: uniform's group size, block's layers per stage
+  bool by_layer() const { return method != Checkpoint::Stage; }
+  friend bool operator==(const LayerCheckpoint&, const LayerCheckpoint&) = default;
+};
+
+struct RecomputeChoice {
+  schedule::RecomputePolicy policy = schedule::RecomputePolicy::None;
+  LayerCheckpoint checkpoint;
+};
+
+// Throws pipetwin::Error naming the word and every valid spelling.
+RecomputeChoice parse_recompute_choice(std::string_view text);
+std::string recompute_choice_name(const RecomputeChoice& choice);
+// The valid spellings, for help texts: "none, full, except-last, selective, uniform[:N], block:N".
+std::string recompute_choices();
+
+}  // namespace pipetwin::models
