@@ -7,19 +7,20 @@ simulate` on the `selene` preset, and the predicted teraFLOP/s per GPU (the
 paper's Appendix formula over the predicted step time) is set beside the
 paper's.
 
-Calibration, by the method of `pipetwin calibrate` (least squares on the
-logarithm of time): the A100's efficiency curve eff(w) = max · w / (w + half)
-and the share of its memory bandwidth the elementwise kernels achieve
-(memory_efficiency) are fitted on the rows named by --calibrate (default the
-1.7 B, 18.4 B and 145.6 B rows: the smallest model and two spread over the
-sizes, chosen before any prediction was seen), and the other rows are
-predicted with them. For each half on a log grid, the matrix work of every
-action scales as 1 / max and its elementwise traffic as 1 / memory_efficiency,
-so three simulations of a row ((1, 1), (1/2, 1), (1, 1/2)) give its step time
-as c + a / max + g / memory_efficiency; the pair of least squared log error
-over the calibration rows is found by nested golden-section searches, and the
-(max, half, memory_efficiency) of least error is kept. Every figure printed
-comes from a simulation with the fitted values themselves.
+Calibration is `pipetwin calibrate --runs` (twin/calibrate_runs.hpp): the
+table is written as a runs CSV (each row's configuration and the paper's
+TFLOP/s, counted by the paper's formula), the A100's efficiency curve eff(w)
+= max · w / (w + half) and the share of its memory bandwidth the elementwise
+kernels achieve (memory_efficiency) are fitted on the rows named by
+--calibrate (default the 1.7 B, 18.4 B and 145.6 B rows: the smallest model
+and two spread over the sizes, chosen before any prediction was seen), and
+the other rows are predicted with them. Every figure printed comes from a
+simulation with the fitted values themselves.
+
+Recompute is the paper's: Megatron-LM's --checkpoint-activations of 2021
+checkpointed each transformer layer's input and re-ran one layer at a time in
+the backward, never the output head (`--recompute uniform:1`); --recompute
+full models torchgpipe's whole-stage checkpoint instead.
 
 The models are the paper's as it ran them in 2021: GPT blocks (GELU,
 LayerNorm, learned positions, biases, dropout) without flash attention (the
@@ -38,7 +39,6 @@ paper ran (V > 1 dividing the layers per rank, as Megatron-LM requires).
 import concurrent.futures
 import csv
 import json
-import math
 import os
 import subprocess
 import time
@@ -85,20 +85,14 @@ def write_model(r, folder, flash=False):
 BLOCKING_SENDS = True  # main() sets it from --posted-sends
 
 
-def write_hardware(folder, eff_max, half, mem=1.0):
-    path = os.path.join(folder, "selene-%.6g-%.6g-%.6g.yaml" % (eff_max, half, mem))
-    with open(path, "w") as f:
-        f.write("preset: selene\nname: selene\ndevice:\n  memory_efficiency: %.17g\n  blocking_sends: %s\n"
-                "  efficiency:\n    max: %.17g\n    half_flops: %.17g\n"
-                % (mem, "true" if BLOCKING_SENDS else "false", eff_max, half))
-    return path
+RECOMPUTE = "uniform:1"  # main() sets it from --recompute
 
 
 def simulate(pipetwin, model, hardware, r, b, v, sp=False):
     m = r["batch"] // (r["d"] * b)
     schedule = "interleaved-1f1b" if v > 1 else "1f1b"
     cmd = [pipetwin, "simulate", "--model", model, "--hardware", hardware, "-s", schedule, "-k", str(r["k"]),
-           "-m", str(m), "-t", str(r["t"]), "-d", str(r["d"]), "--batch", str(r["batch"]), "--recompute", "full",
+           "-m", str(m), "-t", str(r["t"]), "-d", str(r["d"]), "--batch", str(r["batch"]), "--recompute", RECOMPUTE,
            "--json"]
     if v > 1:
         cmd += ["-v", str(v)]
@@ -141,6 +135,9 @@ class Bench:
     def __init__(self, args, table):
         self.a, self.table = args, table
         self.models = {r["name"]: write_model(r, args.out, args.flash_attention) for r in table}
+        self.preset_hw = os.path.join(args.out, "selene-preset.yaml")
+        with open(self.preset_hw, "w") as f:
+            f.write("preset: selene\ndevice:\n  blocking_sends: %s\n" % ("true" if BLOCKING_SENDS else "false"))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
 
     def run_all(self, jobs):
@@ -151,10 +148,7 @@ class Bench:
 
     def shapes(self):
         """Each row's (b, V): the fastest the preset's own curve predicts, among those that fit."""
-        preset_hw = os.path.join(self.a.out, "selene-preset.yaml")
-        with open(preset_hw, "w") as f:
-            f.write("preset: selene\ndevice:\n  blocking_sends: %s\n" % ("true" if BLOCKING_SENDS else "false"))
-        jobs = [(r, preset_hw, b, v) for r in self.table for (b, v) in choices(r)]
+        jobs = [(r, self.preset_hw, b, v) for r in self.table for (b, v) in choices(r)]
         best = {}
         for (r, _, b, v), res in zip(jobs, self.run_all(jobs)):
             if "error" in res or not res["fits"]:
@@ -166,70 +160,50 @@ class Bench:
                 raise BenchError("no micro-batch size and V of row %s fits in memory" % r["name"])
         return best
 
-    def fit(self, cal, best):
-        """(max, half, mem) of least squared log error on the rows `cal`: step = c + a / max + g / mem."""
-        fits = []
-        for half in [10 ** e for e in (8, 9, 9.5, 10, 10.5, 11, 11.5, 12)]:
-            jobs = []
-            for r in cal:
+    def fit(self, fitted, best):
+        """`pipetwin calibrate --runs` on the table, the rows `fitted` fitted: its JSON."""
+        path = os.path.join(self.a.out, "runs.csv")
+        with open(path, "w") as f:
+            f.write("name,model,hardware,tensor,pipeline,data,virtual,microbatch_size,global_batch,schedule,recompute,"
+                    "sequence_parallel,tflops_per_gpu,formula,role\n")
+            for r in self.table:
                 b, v, _ = best[r["name"]]
-                jobs += [(r, write_hardware(self.a.out, mx, half, mem), b, v) for mx, mem in ((1, 1), (0.5, 1), (1, 0.5))]
-            res = self.run_all(jobs)
-            if any("error" in x for x in res):
-                continue
-            # max 1/2 doubles a, mem 1/2 doubles g: a = t(1/2, 1) - t(1, 1), g = t(1, 1/2) - t(1, 1).
-            lines = []
-            for i, r in enumerate(cal):
-                t11, t21, t12 = (res[3 * i + j]["step"] for j in range(3))
-                aa, g = t21 - t11, t12 - t11
-                lines.append((r, t11 - aa - g, aa, g))
-
-            def err(mx, mem):
-                return sum(math.log((c + aa / mx + g / mem) / (paper_flops(r) / (r["paper"] * 1e12 * r["gpus"]))) ** 2
-                           for r, c, aa, g in lines)
-
-            def golden(f, lo=0.05, hi=1.0):  # the error has one minimum along each axis
-                for _ in range(50):
-                    m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
-                    lo, hi = (lo, m2) if f(m1) < f(m2) else (m1, hi)
-                return (lo + hi) / 2
-
-            def best_mem(mx):
-                return golden(lambda mem: err(mx, mem))
-
-            mx = golden(lambda x: err(x, best_mem(x)))
-            mem = best_mem(mx)
-            fits.append((err(mx, mem), mx, half, mem))
-        if not fits:
-            raise BenchError("no calibration simulation succeeded")
-        return min(fits)[1:]
+                f.write("%s,%s,%s,%d,%d,%d,%d,%d,%d,%s,%s,%d,%g,megatron,%s\n" % (
+                    r["name"], self.models[r["name"]], self.preset_hw, r["t"], r["k"], r["d"], v, b, r["batch"],
+                    "interleaved-1f1b" if v > 1 else "1f1b", RECOMPUTE, 1 if self.a.sequence_parallel and r["t"] > 1 else 0,
+                    r["paper"], "fit" if r["name"] in fitted else "predict"))
+        cmd = [self.a.pipetwin, "calibrate", "--runs", path, "--out", os.path.join(self.a.out, "selene-fitted.yaml"),
+               "--jobs", str(self.a.jobs), "--json"]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise BenchError("%s failed: %s" % (" ".join(cmd), (p.stderr or p.stdout).strip()))
+        j = json.loads(p.stdout)
+        j["wall_s"] = time.monotonic() - t0
+        return j
 
 
-def report(table, final, best, fitted):
+def report(table, fit, best):
     print()
-    print("| model | T | K | D | GPUs | batch | b | V | paper TFLOP/s | predicted | error | role | sim wall s |")
+    print("| model | T | K | D | GPUs | batch | b | V | paper TFLOP/s | predicted | error | role | engine |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    errors, figures = [], {"rows": []}
-    for r, res in zip(table, final):
-        if "error" in res:
-            figures["rows"].append({"name": r["name"], "error": res["error"]})
-            print("| %s | failed: %s |" % (r["name"], res["error"]))
-            continue
-        pred = tflops(r, res["step"])
-        e = (pred - r["paper"]) / r["paper"]
-        role = "fitted" if r["name"] in fitted else "predicted"
-        if role == "predicted":
-            errors.append(abs(e))
-        print("| %s | %d | %d | %d | %d | %d | %d | %d | %g | %.1f | %+.1f%% | %s | %.1f |" % (
+    by_name = {row["name"]: row for row in fit["runs"]}
+    figures = {"rows": []}
+    for r in table:
+        row = by_name[r["name"]]
+        print("| %s | %d | %d | %d | %d | %d | %d | %d | %g | %.1f | %+.1f%% | %s | %s |" % (
             r["name"], r["t"], r["k"], r["d"], r["gpus"], r["batch"], best[r["name"]][0], best[r["name"]][1],
-            r["paper"], pred, 100 * e, role, res["wall"]))
-        figures["rows"].append({"name": r["name"], "paper_tflops": r["paper"], "predicted_tflops": pred,
-                                "error": e, "role": role, "b": best[r["name"]][0], "v": best[r["name"]][1]})
-    if errors:
-        print()
-        print("predicted rows: median error %.1f%%, worst %.1f%% (%d rows)" % (
-            100 * median(errors), 100 * max(errors), len(errors)))
-        figures.update(median_error=median(errors), worst_error=max(errors))
+            r["paper"], row["predicted_tflops_per_gpu"], 100 * row["error"],
+            "fitted (left out: %+.1f%%)" % (100 * row["leave_one_out_error"]) if row["role"] == "fit" else "predicted",
+            row["engine"]))
+        figures["rows"].append({"name": r["name"], "paper_tflops": r["paper"],
+                                "predicted_tflops": row["predicted_tflops_per_gpu"], "error": row["error"],
+                                "role": row["role"], "b": best[r["name"]][0], "v": best[r["name"]][1]})
+    p = fit["predicted"]
+    print()
+    print("predicted rows: median error %.1f%%, worst %.1f%% (%d rows)" % (
+        100 * p["median_error"], 100 * p["worst_error"], sum(1 for x in fit["runs"] if x["role"] == "predict")))
+    figures.update(median_error=p["median_error"], worst_error=p["worst_error"])
     return figures
 
 
@@ -242,14 +216,17 @@ def add_arguments(ap):
                     help="model flash attention (the paper's runs of 2021 materialized the scores)")
     ap.add_argument("--sequence-parallel", action="store_true",
                     help="split the norms and dropouts over T (the paper's runs of 2021 did not)")
+    ap.add_argument("--recompute", default="uniform:1",
+                    help="the runs' recompute (the paper's: each layer's input kept, one re-run at a time)")
     ap.add_argument("--posted-sends", action="store_true",
                     help="let a pipeline send fly while its sender goes on (Megatron-LM of 2021 waited for each)")
 
 
 def run(a) -> dict:
     a.pipetwin = ensure_build()
-    global BLOCKING_SENDS
+    global BLOCKING_SENDS, RECOMPUTE
     BLOCKING_SENDS = not a.posted_sends
+    RECOMPUTE = a.recompute
     os.makedirs(a.out, exist_ok=True)
     table = rows(a.rows)
     if a.quick:  # the two smallest rows, the first fitted
@@ -264,10 +241,14 @@ def run(a) -> dict:
     best = bench.shapes()
     print("shapes (the preset's fastest that fit): " +
           ", ".join("%s b=%d V=%d" % (n, best[n][0], best[n][1]) for n in names))
-    eff_max, half, mem = bench.fit([r for r in table if r["name"] in fitted], best)
-    print("calibrated on %s: max %.4f, half_flops %.3g, memory_efficiency %.4f" % (", ".join(fitted), eff_max, half, mem))
-    hw = write_hardware(a.out, eff_max, half, mem)
-    figures = report(table, bench.run_all([(r, hw, best[r["name"]][0], best[r["name"]][1]) for r in table]), best, fitted)
-    figures["fit"] = {"rows": fitted, "max": eff_max, "half_flops": half, "memory_efficiency": mem}
+    fit = bench.fit(fitted, best)
+    f = fit["fit"]
+    print("pipetwin calibrate --runs, fitted on %s (%.0f s, %d simulations): max %.4f, half_flops %.3g, "
+          "memory_efficiency %.4f" % (", ".join(fitted), fit["wall_s"], fit["predictions"], f["max"], f["half_flops"],
+                                      f["memory_efficiency"]))
+    figures = report(table, fit, best)
+    figures["fit"] = {"rows": fitted, "max": f["max"], "half_flops": f["half_flops"],
+                      "memory_efficiency": f["memory_efficiency"], "recompute": a.recompute,
+                      "leave_one_out": fit["leave_one_out"]}
     return figures
 

@@ -1,18 +1,24 @@
 // `pipetwin calibrate`: fit measured traces back into a hardware profile.
 //
 //   pipetwin calibrate TRACE... --hardware BASE --out CALIBRATED.yaml [--microbench]
+//   pipetwin calibrate --runs RUNS.csv|megatron.log ... [--fit NAMES] [--out CALIBRATED.yaml]
 //
 // Reads the traces (`pipetwin run --trace`), refuses those that do not fit
 // together, fits per-kind efficiency curves, overheads, the optimizer step and
 // the link (calibration/fit.hpp), writes a hardware file that every command
 // reads with --hardware, and replays each traced configuration on it to show
-// how well the calibrated simulator reproduces the measured step.
+// how well the calibrated simulator reproduces the measured step. With
+// --runs it fits the device's curve to whole runs and their step times or
+// TFLOP/s instead (twin/calibrate_runs.hpp), and predicts the runs it did
+// not fit.
 #include <cstdio>
 
 #include "cli/commands.hpp"
 #include "models/hardware.hpp"
+#include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "twin/calibrate.hpp"
+#include "twin/calibrate_runs.hpp"
 #include "twin/engine.hpp"
 
 namespace pipetwin::cli {
@@ -22,10 +28,41 @@ struct Options {
   twin::CalibrateRequest request;
   std::string engine = "auto";
   bool json = false;
+  std::vector<std::string> runs, fit;
+  int jobs = 0;
+  bool hardware_given = false;
 };
 
+int run_runs(Options& o) {
+  twin::RunsFitRequest q;
+  q.runs = twin::read_run_files(o.runs, o.hardware_given ? o.request.hardware : "");
+  q.fit = o.fit;
+  q.engine = twin::parse_engine(o.engine);
+  q.jobs = o.jobs;
+  const auto f = twin::calibrate_runs(q);
+  if (!o.request.out.empty()) {
+    schedule::write_file_atomic(o.request.out,
+                                models::hardware_to_yaml(f.hardware, "Fitted by pipetwin calibrate --runs to whole runs' speed"));
+  }
+  if (o.json) {
+    std::printf("%s\n", twin::runs_fit_json(f).dump(1).c_str());
+  } else {
+    std::printf("%s", twin::runs_fit_text(f).c_str());
+    if (!o.request.out.empty()) std::printf("wrote %s\n", o.request.out.c_str());
+  }
+  return 0;
+}
+
 int run(Options& o) {
+  if (!o.runs.empty()) {
+    if (!o.request.traces.empty() || o.request.microbench) {
+      throw Error("--runs fits whole runs: give no traces and no --microbench with it");
+    }
+    return run_runs(o);
+  }
+  if (!o.fit.empty()) throw Error("--fit names runs of --runs");
   auto& r = o.request;
+  if (r.out.empty()) throw Error("--out is required: the calibrated hardware file to write");
   r.engine = twin::parse_engine(o.engine);
   const models::Hardware base = models::load_hardware(r.hardware);
   const auto print = [](const std::string& line) {
@@ -49,8 +86,15 @@ Run add_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("calibrate", "Fit measured traces into a calibrated hardware profile (YAML)");
   cmd->add_option("traces", o->request.traces, "Measured traces (pipetwin run --trace)");
-  cmd->add_option("--hardware", o->request.hardware, "Base hardware (preset or YAML) the fit starts from")->capture_default_str();
-  cmd->add_option("--out", o->request.out, "The calibrated hardware file to write (atomically)")->required();
+  auto* hardware = cmd->add_option("--hardware", o->request.hardware,
+                                   "Base hardware (preset or YAML) the fit starts from (with --runs: a Megatron-LM log's)")
+                       ->capture_default_str();
+  cmd->add_option("--out", o->request.out, "The calibrated hardware file to write (atomically; required with traces)");
+  cmd->add_option("--runs", o->runs,
+                  "Fit the device's curve to whole runs instead: a runs CSV (docs/calibration.md) or a Megatron-LM "
+                  "training log, each; the runs not fitted are predicted");
+  cmd->add_option("--fit", o->fit, "With --runs: the runs fitted, by name (default: those whose role is fit)")->delimiter(',');
+  cmd->add_option("--jobs,-j", o->jobs, "With --runs: SimGrid replays at once (0: the cores)")->check(CLI::Range(0, 1024));
   auto* microbench = cmd->add_flag("--microbench", o->request.microbench,
                 "Also run short configurations through pipetwin run (one and two ranks, several micro-batch sizes, "
                 "recompute) and fit their traces too");
@@ -69,7 +113,10 @@ Run add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember(twin::engine_names()))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable summary");
-  return [o] { return run(*o); };
+  return [o, hardware] {
+    o->hardware_given = hardware->count() > 0;
+    return run(*o);
+  };
 }
 
 }  // namespace pipetwin::cli

@@ -1,0 +1,208 @@
+// read_runs_csv: whole runs and their speed, one CSV row each.
+#include "calibration/runs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "schedule/error.hpp"
+
+namespace pipetwin::calibration {
+
+namespace {
+
+std::vector<std::string> split_row(const std::string& line) {
+  std::vector<std::string> out;
+  std::string field;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        field += '"', ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(field), field.clear();
+    } else if (c != '\r') {
+      field += c;
+    }
+  }
+  out.push_back(field);
+  for (auto& f : out) {
+    const auto b = f.find_first_not_of(" \t"), e = f.find_last_not_of(" \t");
+    f = b == std::string::npos ? "" : f.substr(b, e - b + 1);
+  }
+  return out;
+}
+
+const std::vector<std::string> kColumns{"name",          "model",        "hardware",    "tensor",
+                                        "pipeline",      "data",         "gpus",        "virtual",
+                                        "microbatches",  "microbatch_size", "global_batch", "schedule",
+                                        "recompute",     "sequence_parallel", "zero1",  "step_s",
+                                        "tflops_per_gpu", "formula",     "role"};
+
+FlopsFormula parse_formula(const std::string& text, const std::string& where) {
+  if (text == "megatron") return FlopsFormula::Megatron;
+  if (text == "megatron-no-recompute") return FlopsFormula::MegatronNoRecompute;
+  if (text == "model") return FlopsFormula::Model;
+  throw Error(where + ": column 'formula': unknown '" + text + "' (valid: megatron, megatron-no-recompute, model)");
+}
+
+}  // namespace
+
+std::string_view formula_name(FlopsFormula f) {
+  switch (f) {
+    case FlopsFormula::Megatron: return "megatron";
+    case FlopsFormula::MegatronNoRecompute: return "megatron-no-recompute";
+    case FlopsFormula::Model: return "model";
+  }
+  return "?";
+}
+
+std::vector<MeasuredRun> read_runs_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot read the runs file");
+  const auto folder = std::filesystem::path(path).parent_path();
+  std::string line;
+  std::vector<std::string> header;
+  std::vector<MeasuredRun> runs;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[line.find_first_not_of(" \t")] == '#') continue;
+    const std::string where = path + ":" + std::to_string(number);
+    auto fields = split_row(line);
+    if (header.empty()) {
+      header = fields;
+      for (const auto& h : header) {
+        if (std::find(kColumns.begin(), kColumns.end(), h) == kColumns.end()) {
+          std::string valid;
+          for (const auto& c : kColumns) valid += (valid.empty() ? "" : ", ") + c;
+          throw Error(where + ": unknown column '" + h + "' (valid: " + valid + ")");
+        }
+      }
+      for (const char* needed : {"model", "hardware"}) {
+        if (std::find(header.begin(), header.end(), needed) == header.end()) {
+          throw Error(where + ": the header has no column '" + std::string(needed) + "'");
+        }
+      }
+      continue;
+    }
+    if (fields.size() != header.size()) {
+      throw Error(where + ": " + std::to_string(fields.size()) + " fields, the header has " + std::to_string(header.size()));
+    }
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < header.size(); ++i) row[header[i]] = fields[i];
+    const auto has = [&](const char* c) { return row.count(c) && !row.at(c).empty(); };
+    const auto integer = [&](const char* c, int fallback, int least) {
+      if (!has(c)) return fallback;
+      const std::string& t = row.at(c);
+      int v = 0;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec != std::errc{} || end != t.data() + t.size() || v < least) {
+        throw Error(where + ": column '" + c + "': '" + t + "' is not an integer of at least " + std::to_string(least));
+      }
+      return v;
+    };
+    const auto number_of = [&](const char* c) {
+      if (!has(c)) return 0.0;
+      const std::string& t = row.at(c);
+      std::istringstream s(t);
+      double v = 0;
+      if (!(s >> v) || !s.eof() || !(v > 0)) throw Error(where + ": column '" + c + "': '" + t + "' is not a positive number");
+      return v;
+    };
+    const auto flag = [&](const char* c) {
+      if (!has(c)) return false;
+      const std::string& t = row.at(c);
+      if (t == "1" || t == "true" || t == "on" || t == "yes") return true;
+      if (t == "0" || t == "false" || t == "off" || t == "no") return false;
+      throw Error(where + ": column '" + c + "': '" + t + "' is not a flag (1/0, true/false, on/off)");
+    };
+    MeasuredRun r;
+    r.source = where;
+    r.name = has("name") ? row.at("name") : "line " + std::to_string(number);
+    if (!has("model")) throw Error(where + ": column 'model' is empty");
+    if (!has("hardware")) throw Error(where + ": column 'hardware' is empty");
+    const auto relative = [&](const std::string& p) {
+      const auto full = folder / p;
+      return std::filesystem::path(p).is_relative() && std::filesystem::exists(full) ? full.string() : p;
+    };
+    r.model = relative(row.at("model"));
+    r.hardware = relative(row.at("hardware"));
+    r.tensor = integer("tensor", 1, 1);
+    r.pipeline = integer("pipeline", 1, 1);
+    r.virtual_stages = integer("virtual", 1, 1);
+    if (has("data") && has("gpus")) throw Error(where + ": give one of the columns 'data' and 'gpus', not both");
+    if (has("gpus")) {
+      const int gpus = integer("gpus", 1, 1), group = r.tensor * r.pipeline;
+      if (gpus % group != 0) {
+        throw Error(where + ": gpus " + std::to_string(gpus) + " is not a multiple of tensor x pipeline = " + std::to_string(group));
+      }
+      r.data = gpus / group;
+    } else {
+      r.data = integer("data", 1, 1);
+    }
+    r.microbatch_size = integer("microbatch_size", 1, 1);
+    r.global_batch = integer("global_batch", 0, 1);
+    r.microbatches = integer("microbatches", 0, 1);
+    if (r.microbatches == 0) {
+      const int per_step = r.data * r.microbatch_size;
+      if (r.global_batch == 0) throw Error(where + ": give 'microbatches' or 'global_batch'");
+      if (r.global_batch % per_step != 0) {
+        throw Error(where + ": global_batch " + std::to_string(r.global_batch) + " does not split into micro-batches of " +
+                    std::to_string(r.microbatch_size) + " on " + std::to_string(r.data) + " replicas");
+      }
+      r.microbatches = r.global_batch / per_step;
+    } else if (r.global_batch == 0) {
+      r.global_batch = r.microbatches * r.data * r.microbatch_size;
+    } else if (r.global_batch != r.microbatches * r.data * r.microbatch_size) {
+      throw Error(where + ": global_batch " + std::to_string(r.global_batch) + " is not microbatches x data x microbatch_size");
+    }
+    r.schedule = has("schedule") ? row.at("schedule") : r.virtual_stages > 1 ? "interleaved-1f1b" : "1f1b";
+    if (has("recompute")) r.recompute = row.at("recompute");
+    r.sequence_parallel = flag("sequence_parallel");
+    r.zero1 = flag("zero1");
+    r.step_s = number_of("step_s");
+    r.tflops_per_gpu = number_of("tflops_per_gpu");
+    if ((r.step_s > 0) == (r.tflops_per_gpu > 0)) throw Error(where + ": give one of 'step_s' and 'tflops_per_gpu'");
+    if (has("formula")) r.formula = parse_formula(row.at("formula"), where);
+    if (has("role")) {
+      r.role = row.at("role");
+      if (r.role != "fit" && r.role != "predict") throw Error(where + ": column 'role': '" + r.role + "' (valid: fit, predict)");
+    }
+    runs.push_back(std::move(r));
+  }
+  if (header.empty()) throw Error(path + ": no header row");
+  if (runs.empty()) throw Error(path + ": no runs");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (runs[i].name == runs[j].name) throw Error(runs[i].source + ": name '" + runs[i].name + "' is also " + runs[j].source + "'s");
+    }
+  }
+  return runs;
+}
+
+std::vector<MeasuredRun> read_runs(const std::string& path, const std::string& hardware) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot read the runs file");
+  std::string head(1 << 20, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head.find("---- arguments ----") != std::string::npos) {
+    if (hardware.empty()) throw Error(path + ": a Megatron-LM log names no hardware: give --hardware");
+    return {read_megatron_log(path, hardware)};
+  }
+  return read_runs_csv(path);
+}
+
+}  // namespace pipetwin::calibration
