@@ -55,8 +55,8 @@ Inputs inputs_of(const std::vector<TraceRun>& runs, const pm::Hardware& given, s
     }
     if (split > 0) {
       notes.push_back(run.path + ": its " + std::to_string(split) +
-                      " I and W actions (a backward split by a zero-bubble schedule) are not fitted; the simulator "
-                      "times I and W by splitting the fitted backward in proportion to their FLOPs");
+                      " I and W actions (a backward split by a zero-bubble schedule) fit the backward's curve as "
+                      "I + W, and W's share of it per kind (weight_grad_share)");
     }
     if (run.noise && run.noise->busy()) {
       notes.push_back(run.path + ": measured on a busy machine (" + run.noise->describe() +
@@ -109,6 +109,8 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   std::vector<LinkGroup> links = link_groups(runs, base);
   // 3. The device: peak raised to the fastest kind, curves as efficiencies.
   set_device_curves(curves, base_peak, precision, device, result.notes);
+  // 3b. W's share of the backward, where a zero-bubble schedule ran I and W apart.
+  fit_weight_grad_share(curves.observed.split, device, result);
   // 4. Optimizer step: overhead + traffic / memory bandwidth.
   fit_step(curves.observed.steps, base, device, result);
   // 5. Transfers: the sender's overhead, the link's latency and bandwidth, the receiver's cost.

@@ -99,7 +99,7 @@ void add_rows(PassProblem& pp, const Observations& obs, const std::vector<std::s
       // of few (a linear layer) share it in proportion.
       x[pp.layer0 + k] += pooled ? pm::operators(g.run->model, l) : 1;
     }
-    x[g.pass == pm::Pass::Recompute ? pp.recompute_action : pp.action] = 1;
+    x[g.pass == pm::Pass::Recompute ? pp.recompute_action : pp.action] = g.actions;
     if (pp.stream) x[*pp.stream] = bytes;
     double taken = 0;
     if (stream != nullptr && stream->count(g.pass)) taken = stream->at(g.pass) * bytes;
@@ -294,7 +294,7 @@ double group_seconds(const ComputeFit& cf, const ComputeGroup& g) {
   const auto curves = cf.curves.find(g.pass);
   const auto action = cf.action.find(g.pass);
   const auto stream = cf.stream.find(g.pass);
-  double t = action != cf.action.end() ? action->second : 0;
+  double t = action != cf.action.end() ? action->second * g.actions : 0;
   const auto [i, j] = g.run->program.partition.at(g.stage);
   for (int l = i; l < j; ++l) {
     const auto& layer = g.run->model.layers[l];

@@ -94,7 +94,7 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
   for (const TraceRun& run : runs) {
     const auto& p = run.program;
     std::map<std::pair<int, pm::Pass>, std::vector<double>> by_pass, first;  // first: micro-batch 0's forwards
-    std::map<int, std::vector<double>> by_step;
+    std::map<int, std::vector<double>> by_step, input_grads, weight_grads;
     const ps::Timeline timeline = paced(run.trace.timeline);
     const auto shared = concurrent_time(timeline);
     for (std::size_t r = 0; r < timeline.ranks.size(); ++r) {
@@ -115,7 +115,9 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
           case ps::Op::R: by_pass[{s, pm::Pass::Recompute}].push_back(d); break;
           case ps::Op::B: by_pass[{s, pm::Pass::Backward}].push_back(d); break;
           case ps::Op::STEP: by_step[s].push_back(d); break;
-          default: break;  // I and W (zero bubble) are not fitted; transfers apart
+          case ps::Op::I: input_grads[s].push_back(d); break;
+          case ps::Op::W: weight_grads[s].push_back(d); break;
+          default: break;  // transfers apart
         }
       }
     }
@@ -131,6 +133,15 @@ Observations compute_observations(const std::vector<TraceRun>& runs, bool all) {
       }
     }
     for (const auto& [s, durations] : by_step) out.steps.push_back({&run, s, median(durations)});
+    // A backward split by a zero-bubble schedule: its two halves' medians make
+    // a backward row (one action's overhead more), and tell W's share.
+    for (const auto& [s, inputs] : input_grads) {
+      const auto w = weight_grads.find(s);
+      if (w == weight_grads.end()) continue;
+      const double i_s = median(inputs), w_s = median(w->second);
+      out.compute.push_back({&run, s, pm::Pass::Backward, i_s + w_s, 0, 2});
+      out.split.push_back({&run, s, i_s, w_s});
+    }
   }
   return out;
 }

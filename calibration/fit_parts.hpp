@@ -47,6 +47,9 @@ struct ComputeGroup {
   // forward of its pass to take instead): its weight bytes, whose cold read
   // it also holds (then measured is net of it); else 0.
   double cold_bytes = 0;
+  // The actions its time spans: 2 for a zero-bubble stage's I + W (a
+  // backward's work with two actions' overheads).
+  int actions = 1;
 };
 
 struct StepGroup {
@@ -71,6 +74,14 @@ struct Observations {
     double bytes = 0, extra = 0;
   };
   std::vector<ColdForward> cold;
+  // A stage whose backward a zero-bubble schedule ran as I and W: the
+  // medians of each (their sum is also a backward row of `compute`).
+  struct SplitBackward {
+    const TraceRun* run = nullptr;
+    int stage = 0;
+    double input_grad_s = 0, weight_grad_s = 0;
+  };
+  std::vector<SplitBackward> split;
 };
 Observations compute_observations(const std::vector<TraceRun>& runs, bool all);
 
@@ -193,6 +204,17 @@ void set_device_curves(Curves& c, double base_peak, models::Precision precision,
 // when every stage updates as many parameters, or the slope is not
 // positive) and adds the coefficients, or a note when there are no steps.
 void fit_step(const std::vector<StepGroup>& steps, const models::Hardware& base, models::Device& device, FitResult& result);
+
+// ---------------------------------------------------------------------------
+// The backward's two halves (fit_split.cpp).
+
+// Where traces ran I and W apart: each kind's weight_grad_share, W's share of
+// the backward on its fitted curve, by least squares over the stages (W less
+// its action's overhead = sum over kinds of share x the kind's backward
+// seconds in the stage); adds the coefficients, or nothing without such
+// stages.
+void fit_weight_grad_share(const std::vector<Observations::SplitBackward>& split, models::Device& device,
+                           FitResult& result);
 
 // ---------------------------------------------------------------------------
 // Transfers (fit_transfers.cpp).

@@ -65,10 +65,20 @@ void compute_residuals(const TraceRun& run, const Observations& as_measured, dou
       case pm::Pass::Forward: predicted = costs.forward_s(i, j, g.stage); break;
       case pm::Pass::ForwardNoGrad: predicted = costs.forward_nograd_s(i, j, g.stage); break;
       case pm::Pass::Recompute: predicted = costs.recompute_s(i, j, g.stage); break;
-      case pm::Pass::Backward: predicted = costs.backward_s(i, j, g.stage); break;
+      case pm::Pass::Backward:  // I + W of a zero-bubble stage: one more action's overhead
+        predicted = g.actions == 2 ? costs.input_grad_s(i, j, g.stage) + costs.weight_grad_s(i, j, g.stage)
+                                   : costs.backward_s(i, j, g.stage);
+        break;
     }
     predicted += cold_s_per_byte * g.cold_bytes;
     into.add(std::string(pm::pass_name(g.pass)), predicted, g.measured);
+  }
+  // A zero-bubble stage's two halves, each against its own prediction.
+  for (const auto& g : as_measured.split) {
+    if (g.run != &run) continue;
+    const auto [i, j] = run.program.partition.at(g.stage);
+    into.add("input_grad", costs.input_grad_s(i, j, g.stage), g.input_grad_s);
+    into.add("weight_grad", costs.weight_grad_s(i, j, g.stage), g.weight_grad_s);
   }
   for (const auto& g : as_measured.steps) {
     if (g.run != &run) continue;

@@ -49,6 +49,9 @@ struct KindEfficiency {
   // on kinds of many operators a layer (a Transformer block's 14) and applied
   // to kinds of few (a linear layer's 2). A curve of points ignores it.
   bool per_operator = false;
+  // The weight gradient's share (W) of the backward's time, as measured
+  // where a zero-bubble schedule ran I and W apart; unset: their FLOPs' share.
+  std::optional<double> weight_grad_share;
   const Efficiency& of(Pass pass) const;
   friend bool operator==(const KindEfficiency&, const KindEfficiency&) = default;
 };

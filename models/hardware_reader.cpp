@@ -78,7 +78,7 @@ void apply_kinds(Device& d, const YamlFields& y) {
   for (const auto& entry : list) {
     const std::string kind = entry.first.Scalar();
     const YamlFields k = kinds.child(kind);
-    k.reject_unknown({"forward", "backward", "forward_nograd", "recompute", "per_operator"});
+    k.reject_unknown({"forward", "backward", "forward_nograd", "recompute", "per_operator", "weight_grad_share"});
     auto it = d.kinds.find(kind);
     if (it == d.kinds.end()) {
       // A new kind starts from the device's curve in every pass it does not give.
@@ -90,6 +90,11 @@ void apply_kinds(Device& d, const YamlFields& y) {
     if (k.has("forward_nograd")) c.forward_nograd = efficiency_from_yaml(k.child("forward_nograd"), c.of(Pass::ForwardNoGrad));
     if (k.has("recompute")) c.recompute = efficiency_from_yaml(k.child("recompute"), c.of(Pass::Recompute));
     c.per_operator = k.boolean_or("per_operator", c.per_operator);
+    if (k.has("weight_grad_share")) {
+      const double share = k.non_negative_number("weight_grad_share");
+      if (share >= 1) k.fail("weight_grad_share", "is W's share of the backward and must be below 1");
+      c.weight_grad_share = share;
+    }
   }
 }
 

@@ -65,6 +65,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
       if (c.forward_nograd) out += indent + "    forward_nograd: " + curve(*c.forward_nograd) + "\n";
       if (c.recompute) out += indent + "    recompute: " + curve(*c.recompute) + "\n";
       if (c.per_operator) out += indent + "    per_operator: true\n";
+      if (c.weight_grad_share) out += indent + "    weight_grad_share: " + yaml_number(*c.weight_grad_share) + "\n";
     }
   }
 }

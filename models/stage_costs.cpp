@@ -58,7 +58,12 @@ void StageCostModel::time_layers(int k, double b) {
       const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
       const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision, ops) +
                        (bwd > 0 ? d.weight_stream_seconds(Pass::Backward, weights) : 0);
-      in = bwd > 0 ? t * c.input_grad_flops * share / bwd : 0;
+      // Shared as measured where a calibration saw I and W apart, else by FLOPs.
+      const auto* curves = d.kind_curves(kind);
+      const double w_share = c.weight_grad_flops <= 0       ? 0
+                             : curves->weight_grad_share ? *curves->weight_grad_share
+                                                         : (bwd > 0 ? c.weight_grad_flops * share / bwd : 0);
+      in = bwd > 0 ? t * (1 - w_share) : 0;
       w = bwd > 0 ? t - in : 0;
     } else {
       in = d.compute_seconds(c.input_grad_flops * share, m.precision);

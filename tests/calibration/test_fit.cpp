@@ -609,25 +609,42 @@ TEST_F(Calibration, ARunMeasuredOnABusyMachineIsNamedInTheNotes) {
   EXPECT_EQ(busy, 1);
 }
 
-TEST_F(Calibration, ARunWhoseBackwardIsSplitIsSaidToBeLeftOutOfTheCurves) {
-  // A zero-bubble run beside the grid: its I and W are not fitted, and said so,
-  // naming the run and counting them (K=2, M=4: 8 of each).
-  const pm::Hardware truth = known_hardware();
+TEST_F(Calibration, ZeroBubbleRunsGiveWsShareOfTheBackward) {
+  // The truth's weight gradients take 70% of a block's backward and 35% of
+  // the head's, not their FLOPs' share: zero-bubble runs beside the grid,
+  // their I + W a backward row (with two actions' overheads) and W's share
+  // fitted per kind; the grid's curves are still found exactly.
+  pm::Hardware truth = known_hardware();
+  truth.device.kinds["transformer_block"].weight_grad_share = 0.7;
+  truth.device.kinds["lm_head"].weight_grad_share = 0.35;
   std::vector<pc::TraceRun> runs = grid_runs(truth);
-  const std::string zb = path("zb_h1.json");
-  ps::write_chrome_trace(zb, synthetic_trace({"zb-h1", 2, 4, 4, "none", {{0, 3}, {3, 6}}}, truth));
-  runs.push_back(pc::load_trace_run(zb));
-  const pm::Hardware base = eight_core_cpu();
-  const pc::FitResult fit = pc::fit(runs, base);
+  const std::string zb1 = path("zb_h1.json"), zb2 = path("zb_h2.json");
+  ps::write_chrome_trace(zb1, synthetic_trace({"zb-h1", 2, 4, 4, "none", {{0, 3}, {3, 6}}}, truth));
+  ps::write_chrome_trace(zb2, synthetic_trace({"zb-h2", 2, 4, 8, "none", {{0, 5}, {5, 6}}}, truth));
+  runs.push_back(pc::load_trace_run(zb1));
+  runs.push_back(pc::load_trace_run(zb2));
+  const pc::FitResult fit = pc::fit(runs, eight_core_cpu());
   int said = 0;
   for (const auto& n : fit.notes) {
     if (n.find("I and W actions") == std::string::npos) continue;
     ++said;
-    EXPECT_EQ(n.rfind(zb + ": its 16 I and W actions (a backward split by a zero-bubble schedule) are not fitted", 0), 0u)
-        << n;
+    EXPECT_NE(n.find("fit the backward's curve as I + W, and W's share of it per kind"), std::string::npos) << n;
   }
-  EXPECT_EQ(said, 1);
-  expect_same_curves(fit.hardware.device, truth.device);  // the grid's runs still give the curves
+  EXPECT_EQ(said, 2);
+  expect_same_curves(fit.hardware.device, truth.device);
+  const auto& kinds = fit.hardware.device.kinds;
+  ASSERT_TRUE(kinds.at("transformer_block").weight_grad_share.has_value());
+  EXPECT_NEAR(*kinds.at("transformer_block").weight_grad_share, 0.7, 0.01);
+  ASSERT_TRUE(kinds.at("lm_head").weight_grad_share.has_value());
+  EXPECT_NEAR(*kinds.at("lm_head").weight_grad_share, 0.35, 0.01);
+  // I and W each predicted as measured.
+  ASSERT_TRUE(fit.residuals.count("input_grad"));
+  ASSERT_TRUE(fit.residuals.count("weight_grad"));
+  EXPECT_LT(std::abs(fit.residuals.at("input_grad").max_rel), 0.01);
+  EXPECT_LT(std::abs(fit.residuals.at("weight_grad").max_rel), 0.01);
+  // Without zero-bubble runs nothing is said of W's share: the FLOPs' split.
+  const pc::FitResult plain = pc::fit(grid_runs(truth), eight_core_cpu());
+  EXPECT_FALSE(plain.hardware.device.kinds.at("transformer_block").weight_grad_share.has_value());
 }
 
 TEST_F(Calibration, TracesThatDoNotFitTogetherAreRefusedNamingTheFile) {

@@ -470,7 +470,7 @@ TEST_F(Kinds, AMicroBatchTooSmallToReuseItsWeightsTakesTheTimeToReadThem) {
   EXPECT_DOUBLE_EQ(big.weight_grad_s(1, 2, 0), h.device.compute_seconds(c.weight_grad_flops * many, fp32));
   // A calibrated kind's curve has the same floor.
   pm::Hardware calibrated = h;
-  calibrated.device.kinds["linear"] = pm::KindEfficiency{{1.0, 0, {}}, {1.0, 0, {}}, {}, {}, false};
+  calibrated.device.kinds["linear"] = pm::KindEfficiency{{1.0, 0, {}}, {1.0, 0, {}}, {}, {}, false, {}};
   pm::PartitionRequest r;
   r.program = ps::build_schedule("gpipe", {1, 1, 1, ps::RecomputePolicy::None});
   r.microbatch_size = 1;
