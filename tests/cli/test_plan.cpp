@@ -211,3 +211,44 @@ TEST_F(Plan, SimulateSaysWhichAllReduceRan) {
   ASSERT_EQ(sweep.code, 0) << sweep.out;
   EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "\ncollective: tree\n"));
 }
+
+namespace {
+
+// The rows of a plan CSV by their index, each a map column -> cell.
+std::map<std::string, std::map<std::string, std::string>> plan_rows(const std::string& file) {
+  const auto lines = lines_of(pipetwin::schedule::read_file(file));
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  if (lines.size() < 3) return rows;
+  const auto header = cells_of(lines[2]);
+  for (std::size_t i = 3; i < lines.size(); ++i) {
+    const auto cells = cells_of(lines[i]);
+    auto& row = rows[cells.at(0)];
+    for (std::size_t c = 0; c < header.size() && c < cells.size(); ++c) row[header[c]] = cells[c];
+  }
+  return rows;
+}
+
+}  // namespace
+
+// zb-v, v-half and dualpipe-v put two stages on each rank (V-shaped): the
+// plan says V = 2 of them, in its ranking and in every CSV row, as
+// interleaved-1f1b's V; 1F1B's is 1.
+TEST_F(Plan, SaysTheVOfTheScheduleItRan) {
+  const auto r = run_stdout("plan --model " + kTiny +
+                            " --hardware dgx-a100-80gb --gpus 4 --global-batch 16 -s 1f1b,zb-v,v-half,dualpipe-v,interleaved-1f1b "
+                            "-v 2 --top-sim 0 --top 1000 --json -o " + path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::map<std::string, int> v{{"1f1b", 1}, {"zb-v", 2}, {"v-half", 2}, {"dualpipe-v", 2}, {"interleaved-1f1b", 2}};
+  std::map<std::string, int> ranked;
+  const auto j = json::parse(r.out);
+  for (const auto& c : j["top"]) {
+    const auto schedule = c["schedule"].get<std::string>();
+    EXPECT_EQ(c["virtual"].get<int>(), v.at(schedule)) << c;
+    ++ranked[schedule];
+  }
+  for (const auto& [schedule, _] : v) EXPECT_GT(ranked[schedule], 0) << schedule << " is not ranked";
+  const auto rows = plan_rows(path("p.csv"));
+  ASSERT_FALSE(rows.empty());
+  for (const auto& [index, row] : rows) EXPECT_EQ(std::stoi(row.at("virtual")), v.at(row.at("schedule"))) << "candidate " << index;
+}
+
