@@ -215,6 +215,20 @@ double tp_collectives_s(const Scenario& sc) {
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
+// The devices' peak dense FLOP/s for the model's precision (the half-precision
+// rate for bf16 and fp16), the mean over the pipeline's ranks: MFU's
+// denominator (one rate per device where the hardware lists several).
+double mean_peak_flops(const Scenario& sc) {
+  const auto& p = sc.program;
+  std::vector<double> per_rank(p.num_ranks, 0);
+  for (int s = 0; s < p.num_stages(); ++s) {
+    per_rank[p.rank_of(schedule::StageId{s}).value] = sc.costs->device_of(s).peak_flops(sc.model.precision);
+  }
+  double sum = 0;
+  for (const double x : per_rank) sum += x;
+  return per_rank.empty() ? 0 : sum / static_cast<double>(per_rank.size());
+}
+
 double headroom_gb(const models::RunSummary& s) {
   double least = 1e300;
   if (!s.rank_memory.empty()) {
@@ -235,6 +249,8 @@ void set_figures(Candidate& c, const Scenario& sc, const schedule::Timeline& tim
   c.samples_per_s = s.throughput;
   c.tokens_per_s = s.throughput * rates.tokens_per_sample;
   c.tflops_per_gpu = rates.flops_per_sample * s.throughput / sc.program.num_devices() / 1e12;
+  const double peak = mean_peak_flops(sc);
+  c.mfu = peak > 0 ? c.tflops_per_gpu * 1e12 / peak : 0;
   c.virtual_stages = sc.program.stages_per_rank;  // the V the program has (zb-v's 2, not the 1 it was given)
   c.bubble = s.bubble;
   c.tp_comm_s = tp_collectives_s(sc);

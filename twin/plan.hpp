@@ -56,6 +56,10 @@ struct Candidate {
   // ranking), error (cannot be built or run: the reason says why).
   std::string status, engine, reason;
   double step_s = 0, samples_per_s = 0, tokens_per_s = 0, tflops_per_gpu = 0, bubble = 0;
+  // Model FLOP utilization: tflops_per_gpu (the model's forward and backward
+  // FLOPs, no recompute, as Megatron and PaLM count them) over the device's
+  // peak dense rate in the model's precision.
+  double mfu = 0;
   // Why: the slowest rank's tensor-parallel collectives per step (its
   // micro-batches' forward, backward and recompute), the data-parallel
   // reduction's exposed time (on the rank that ends the step: from its last

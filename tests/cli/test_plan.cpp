@@ -252,3 +252,32 @@ TEST_F(Plan, SaysTheVOfTheScheduleItRan) {
   for (const auto& [index, row] : rows) EXPECT_EQ(std::stoi(row.at("virtual")), v.at(row.at("schedule"))) << "candidate " << index;
 }
 
+// MFU: the model's TFLOP/s per GPU over the A100's dense bf16 peak (312
+// TFLOP/s; tiny-llm is bf16), in the JSON, the CSV and the text table.
+TEST_F(Plan, SaysTheModelFlopsUtilization) {
+  const auto r = run_stdout(kPlan + "--max-pp 2 --top-sim 2 --top 1000 --json -o " + path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  ASSERT_GT(j["top"].size(), 10u);
+  for (const auto& c : j["top"]) {
+    const double tflops = c["model_tflops_per_gpu"].get<double>();
+    EXPECT_GT(tflops, 1) << c;
+    EXPECT_NEAR(c["mfu"].get<double>(), tflops / 312, 1e-12) << c;
+  }
+  int rows = 0;
+  for (const auto& [index, row] : plan_rows(path("p.csv"))) {
+    if (row.at("status") != "ok") continue;
+    EXPECT_NEAR(std::stod(row.at("mfu")), std::stod(row.at("tflops_per_gpu")) / 312, 1e-12) << "candidate " << index;
+    ++rows;
+  }
+  EXPECT_EQ(rows, j["candidates"]["fit"].get<int>());
+  const auto text = run(kPlan + "--max-pp 2 --top-sim 2 --top 1");
+  ASSERT_EQ(text.code, 0) << text.out;
+  const auto lines = lines_of(text.out);
+  ASSERT_GE(lines.size(), 5u) << text.out;
+  EXPECT_TRUE(has(lines[3], " TFLOP/s/GPU    MFU ")) << text.out;
+  char mfu[32];
+  std::snprintf(mfu, sizeof mfu, " %.1f%% ", 100 * j["top"][0]["mfu"].get<double>());
+  EXPECT_TRUE(has(lines[4], mfu)) << mfu << " not in " << lines[4];
+}
+
