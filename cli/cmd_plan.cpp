@@ -27,7 +27,8 @@ std::string percent(double x) {
 std::string engine_words(const std::string& engine) {
   if (engine == "fast") return "evaluator (exact: no contention)";
   if (engine == "simgrid") return "SimGrid";
-  return "evaluator without the data-parallel reductions and contention (an upper bound; not among the best --top-sim)";
+  return "evaluator, the data-parallel reductions in closed form without contention (an upper bound; not among the best "
+         "--top-sim)";
 }
 
 nlohmann::json candidate_json(const twin::Candidate& c, int rank) {

@@ -281,3 +281,30 @@ TEST_F(Plan, SaysTheModelFlopsUtilization) {
   EXPECT_TRUE(has(lines[4], mfu)) << mfu << " not in " << lines[4];
 }
 
+// With D > 1 the evaluator leaves the gradients' reductions out; the plan
+// times them in closed form on its figure (fast-bound), which stays an
+// upper bound of SimGrid's for every candidate, and is SimGrid's where one
+// stage's reduction is all that follows the last backward (K = 1, 1F1B).
+TEST_F(Plan, BoundsTimeTheDataParallelReductions) {
+  const std::string args = kPlan + "--max-pp 4 -s 1f1b,interleaved-1f1b,zb-v --top 1000 --json";
+  ASSERT_EQ(run_stdout(args + " --top-sim 0 -o " + path("bound.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --top-sim 100000 -o " + path("replayed.csv")).code, 0);
+  const auto bound = plan_rows(path("bound.csv")), replayed = plan_rows(path("replayed.csv"));
+  ASSERT_EQ(bound.size(), replayed.size());
+  int compared = 0, alone = 0;
+  for (const auto& [index, b] : bound) {
+    const auto& s = replayed.at(index);
+    if (b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
+    ASSERT_EQ(s.at("engine"), "simgrid") << "candidate " << index;
+    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
+    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
+    EXPECT_GT(std::stod(b.at("dp_exposed_s")), 0) << "candidate " << index;
+    if (b.at("pipeline") == "1" && b.at("schedule") == "1f1b") {
+      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
+      ++alone;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_GT(alone, 10);
+}
