@@ -80,7 +80,8 @@ void print_json(const twin::PlanResult& r, const std::vector<const twin::Candida
 
 void print_text(const twin::PlanResult& r, const std::vector<const twin::Candidate*>& best, const Output& o) {
   std::printf("plan: %s\n", r.description.c_str());
-  std::printf("candidates: %zu enumerated, %zu evaluated%s: %zu fit, %zu out of memory, %zu not runnable\n", r.enumerated,
+  std::printf("candidates: %zu enumerated, %zu evaluated%s: %zu fit, %zu out of memory, %zu not runnable (status ok, oom, error)\n",
+              r.enumerated,
               r.candidates.size(),
               r.shards > 1 ? (" (shard " + std::to_string(r.shard) + "/" + std::to_string(r.shards) + ")").c_str() : "",
               r.count("ok"), r.count("oom"), r.count("error"));

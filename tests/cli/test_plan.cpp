@@ -308,3 +308,31 @@ TEST_F(Plan, BoundsTimeTheDataParallelReductions) {
   EXPECT_GT(compared, 100);
   EXPECT_GT(alone, 10);
 }
+
+// The status words agree: what sweep and plan count as fit, out of memory
+// and not runnable are the rows whose status is ok, oom and error.
+TEST_F(Plan, CountsEachStatusUnderItsOwnWord) {
+  // GPT 1.7B on A100s: micro-batches of 32 sequences, and gpipe's 4 of 4 on one rank, overflow 80 GB.
+  const std::string gpt = std::string(PIPETWIN_EXAMPLES_DIR) + "/gpt-1.7b.yaml";
+  const auto r = run("sweep --model " + gpt + " --hardware dgx-a100-80gb -k 1,2 -m 4 -s 1f1b,gpipe --microbatch-size 4,32 -j 2 --out " +
+                     path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::map<std::string, int> sweep;
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("s.csv")));
+  for (std::size_t i = 1; i < rows.size(); ++i) ++sweep[cells_of(rows[i]).at(6)];
+  EXPECT_EQ(sweep["ok"], 3);
+  EXPECT_EQ(sweep["oom"], 5);
+  EXPECT_TRUE(has(r.out, "; 3 fit, 5 out of memory, 0 not runnable (status ok, oom, error)) -> ")) << r.out;
+  // plan: a split the partitioner cannot make (error) beside ones that do not fit (oom).
+  const auto p = run("plan --model " + gpt + " --hardware dgx-a100-80gb --gpus 2 --global-batch 32 --microbatch-sizes 8,16 " +
+                     "-s 1f1b,dualpipe-v --top-sim 0 -o " + path("p.csv"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::map<std::string, int> plan;
+  for (const auto& [index, row] : plan_rows(path("p.csv"))) ++plan[row.at("status")];
+  EXPECT_GT(plan["ok"], 0);
+  EXPECT_GT(plan["oom"], 0);
+  EXPECT_GT(plan["error"], 0);
+  EXPECT_TRUE(has(p.out, ": " + std::to_string(plan["ok"]) + " fit, " + std::to_string(plan["oom"]) + " out of memory, " +
+                             std::to_string(plan["error"]) + " not runnable (status ok, oom, error)\n"))
+      << p.out;
+}
