@@ -27,7 +27,8 @@ std::string percent(double x) {
 std::string engine_words(const std::string& engine) {
   if (engine == "fast") return "evaluator (exact: no contention)";
   if (engine == "simgrid") return "SimGrid";
-  return "evaluator without the data-parallel reductions and contention (an upper bound; not among the best --top-sim)";
+  return "evaluator, the data-parallel reductions in closed form without contention (an upper bound; not among the best "
+         "--top-sim)";
 }
 
 nlohmann::json candidate_json(const twin::Candidate& c, int rank) {
@@ -48,6 +49,7 @@ nlohmann::json candidate_json(const twin::Candidate& c, int rank) {
           {"throughput_samples_per_s", c.samples_per_s},
           {"tokens_per_s", c.tokens_per_s},
           {"model_tflops_per_gpu", c.tflops_per_gpu},
+          {"mfu", c.mfu},
           {"why",
            {{"bubble_fraction", c.bubble},
             {"tp_collectives_s", c.tp_comm_s},
@@ -78,7 +80,8 @@ void print_json(const twin::PlanResult& r, const std::vector<const twin::Candida
 
 void print_text(const twin::PlanResult& r, const std::vector<const twin::Candidate*>& best, const Output& o) {
   std::printf("plan: %s\n", r.description.c_str());
-  std::printf("candidates: %zu enumerated, %zu evaluated%s: %zu fit, %zu out of memory, %zu not runnable\n", r.enumerated,
+  std::printf("candidates: %zu enumerated, %zu evaluated%s: %zu fit, %zu out of memory, %zu not runnable (status ok, oom, error)\n",
+              r.enumerated,
               r.candidates.size(),
               r.shards > 1 ? (" (shard " + std::to_string(r.shard) + "/" + std::to_string(r.shards) + ")").c_str() : "",
               r.count("ok"), r.count("oom"), r.count("error"));
@@ -89,15 +92,16 @@ void print_text(const twin::PlanResult& r, const std::vector<const twin::Candida
     std::printf("no candidate fits in memory\n");
     return;
   }
-  std::printf("%3s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-6s %10s %10s %11s %9s  %s\n", "#", "T", "K", "D", "V", "M",
-              "b", "schedule", "recompute", "SP", "ZeRO-1", "samples/s", "tokens/s", "TFLOP/s/GPU", "step (s)", "engine");
+  std::printf("%3s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-6s %10s %10s %11s %6s %9s  %s\n", "#", "T", "K", "D", "V",
+              "M", "b", "schedule", "recompute", "SP", "ZeRO-1", "samples/s", "tokens/s", "TFLOP/s/GPU", "MFU", "step (s)",
+              "engine");
   for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
     const auto& c = *best[i];
     const std::string tokens = c.tokens_per_s > 0 ? std::to_string(static_cast<long long>(c.tokens_per_s + 0.5)) : "-";
-    std::printf("%3zu %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-6s %10.2f %10s %11.1f %9.4f  %s\n", i + 1, c.tensor,
+    std::printf("%3zu %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-6s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1, c.tensor,
                 c.pipeline, c.data, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
                 c.recompute.c_str(), c.sequence_parallel ? "on" : "off", c.zero1 ? "on" : "off", c.samples_per_s,
-                tokens.c_str(), c.tflops_per_gpu, c.step_s, c.engine.c_str());
+                tokens.c_str(), c.tflops_per_gpu, percent(c.mfu).c_str(), c.step_s, c.engine.c_str());
     std::printf("    why: bubble %s, TP collectives %.3g s/step, DP reduction exposed %.3g s, memory headroom %.1f GB; %s\n",
                 percent(c.bubble).c_str(), c.tp_comm_s, c.dp_exposed_s, c.headroom_gb, engine_words(c.engine).c_str());
   }

@@ -29,7 +29,7 @@ constexpr Kind kKinds[] = {
     {"gantt", "PREDICTED.json [MEASURED.json]: timelines, ranks x time, predicted above measured"},
     {"bubble", "SWEEP.csv [--measured RUN.json...] [--schedule S]: bubble fraction against M for each K, with (K-1)/(M+K-1)"},
     {"speedup", "SWEEP.csv [--schedule S]: GPipe Table 2 style throughput speed-up (K=2,4,8 x M=1,4,32), also PREFIX.md"},
-    {"memory", "TRACE.json|SUMMARY.json: peak memory per stage against capacity"},
+    {"memory", "TRACE.json|SUMMARY.json: peak memory per stage (and per rank where a rank holds several) against capacity"},
     {"heatmap", "SWEEP.csv [--metric throughput|step_time|bubble|memory] [--schedule S]: a metric over K x M"},
     {"report", "--compare C.json... [--image CAPTION=PNG...] [--calibrated-on TEXT] [--probe P.json...]: Markdown "
                "report PREFIX.md of predicted against measured (compare --json outputs)"},

@@ -35,9 +35,10 @@ int run(Options& o) {
   const auto r = bar ? twin::run_sweep(o.spec, draw_bar) : twin::run_sweep(o.spec);
   if (bar) std::fprintf(stderr, "\n");
   std::fprintf(stderr,
-               "sweep: %zu configurations (%zu resumed, %zu evaluated now: %zu on the fast path, %zu in SimGrid, "
-               "%zu not runnable) -> %s\n",
-               r.configurations, r.resumed, r.evaluated, r.fast, r.simgrid, r.not_runnable, o.spec.out.c_str());
+               "sweep: %zu configurations (%zu resumed, %zu evaluated now: %zu on the fast path, %zu in SimGrid; "
+               "%zu fit, %zu out of memory, %zu not runnable (status ok, oom, error)) -> %s\n",
+               r.configurations, r.resumed, r.evaluated, r.fast, r.simgrid, r.ok, r.out_of_memory, r.errors,
+               o.spec.out.c_str());
   return 0;
 }
 

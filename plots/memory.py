@@ -1,6 +1,9 @@
 """Peak memory of every pipeline stage against the device's capacity, from a
 trace (`pipetwin simulate --trace` or `pipetwin run --trace`) or a JSON
-summary (`pipetwin simulate --json`, `pipetwin run --json` or `--summary`).
+summary (`pipetwin simulate --json`, `pipetwin run --json` or `--summary`);
+beside it, where a rank holds several stages (interleaved and V-shaped
+schedules), every rank's peak: its stages' memory together, which may overflow
+the device while each stage alone fits.
 Each stage's predicted peak is split into its static part (weights, gradients,
 optimizer state) and its stashed activations when the file records the IR's
 stash; a measured run adds, per stage, the peak LibTorch allocated on its rank
@@ -68,23 +71,70 @@ def stage_memory(doc: dict, path: str) -> list[StageMemory]:
     return out
 
 
+@dataclass
+class RankMemory:
+    rank: int
+    peak: float  # predicted peak bytes of its stages together
+    capacity: float
+    stages: int
+    stage_ids: list[int] | None = None  # which, where a trace says (its actions' stages)
+
+    @property
+    def label(self) -> str:
+        if self.stage_ids and len(self.stage_ids) == self.stages:
+            return f"rank {self.rank}\nstages {', '.join(map(str, self.stage_ids))}"
+        return f"rank {self.rank}\n{self.stages} stages"
+
+
+def rank_memory(doc: dict, path: str) -> list[RankMemory]:
+    """summary.memory_per_rank: empty where each rank holds one stage (the summary has none)."""
+    per_rank = doc.get("summary", {}).get("memory_per_rank")
+    if per_rank is None:
+        return []
+    if not isinstance(per_rank, list):
+        raise common.PlotError(f"{path}: field 'summary.memory_per_rank' is not a list")
+    trace = doc.get("_trace")
+    out = []
+    for r, entry in enumerate(per_rank):
+        peak, cap = entry.get("peak_bytes"), entry.get("capacity_bytes")
+        if not isinstance(peak, (int, float)) or not isinstance(cap, (int, float)):
+            raise common.PlotError(f"{path}: summary.memory_per_rank[{r}] lacks 'peak_bytes' or 'capacity_bytes'")
+        ids = sorted({a.stage for a in trace.actions if a.rank == r}) if trace is not None else None
+        out.append(RankMemory(r, float(peak), float(cap), int(entry.get("stages", 1)), ids))
+    return out
+
+
+def share_label(peak: float, capacity: float) -> tuple[str, bool]:
+    """The label above a bar: its share of the capacity, or OOM; and whether it is over."""
+    share = 100 * peak / capacity if capacity > 0 else float("inf")
+    text = f"{share:.2g}% of {common.fmt_bytes(capacity)}" if share < 100 else f"{share:.0f}%: OOM"
+    return text, share > 100
+
+
 def byte_unit(b: float) -> tuple[float, str]:
     return (1e9, "GB") if b >= 1e9 else (1e6, "MB") if b >= 1e6 else (1e3, "kB")
 
 
-def draw(stages: list[StageMemory], doc: dict, path: str, title: str | None):
+def draw(stages: list[StageMemory], doc: dict, path: str, title: str | None, ranks: list[RankMemory] | None = None):
     plt = common.setup_matplotlib()
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     measured = any(s.measured_allocated is not None for s in stages)
+    ranks = ranks or []
     tallest = max(max(s.peak, s.measured_allocated or 0, (s.static or 0) + (s.measured_stash or 0)) for s in stages)
-    cap_max = max(s.capacity for s in stages)
+    tallest = max([tallest] + [r.peak for r in ranks])
+    cap_max = max([s.capacity for s in stages] + [r.capacity for r in ranks])
     capacity_on_scale = cap_max <= 3 * tallest
     top = max(tallest, cap_max) if capacity_on_scale else tallest
     div, unit = byte_unit(top)
     n = len(stages)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 + 0.9 * n * (1.6 if measured else 1)), 4.4), layout="constrained")
+    width = max(7.0, 1.2 + 0.9 * n * (1.6 if measured else 1))
+    if ranks:
+        fig, (ax, rax) = plt.subplots(1, 2, sharey=True, figsize=(width + 1.2 + 0.9 * len(ranks), 4.4),
+                                      layout="constrained", gridspec_kw={"width_ratios": [n, max(2, len(ranks))]})
+    else:
+        fig, ax = plt.subplots(figsize=(width, 4.4), layout="constrained")
     w = 0.38 if measured else 0.6
     off = -0.2 if measured else 0.0
     xs = [s.stage + off for s in stages]
@@ -116,10 +166,9 @@ def draw(stages: list[StageMemory], doc: dict, path: str, title: str | None):
     # Share of the capacity above each stage.
     for s in stages:
         height = max(s.peak, s.measured_allocated or 0) / div
-        share = 100 * max(s.peak, s.measured_allocated or 0) / s.capacity if s.capacity > 0 else float("inf")
-        text = f"{share:.2g}% of {common.fmt_bytes(s.capacity)}" if share < 100 else f"{share:.0f}%: OOM"
+        text, over = share_label(max(s.peak, s.measured_allocated or 0), s.capacity)
         ax.annotate(text, (s.stage, height), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=7.5, color="#b2182b" if share > 100 else "#333333")
+                    fontsize=7.5, color="#b2182b" if over else "#333333")
     ax.set_xticks([s.stage for s in stages], [f"stage {s.stage}" for s in stages])
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylim(0, top / div * 1.18)
@@ -134,8 +183,32 @@ def draw(stages: list[StageMemory], doc: dict, path: str, title: str | None):
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False, fontsize=8)
     what = common.TraceMeta(doc).describe() or os.path.basename(path)
     hw = doc.get("hardware")
-    ax.set_title(title or f"Peak memory per stage against capacity\n{what}" + (f" on {hw}" if hw else ""))
+    if ranks:
+        draw_ranks(rax, ranks, div, capacity_on_scale)
+        ax.set_title("per stage", fontsize=9)
+        fig.suptitle(title or f"Peak memory per stage and per rank against capacity\n{what}" + (f" on {hw}" if hw else ""))
+    else:
+        ax.set_title(title or f"Peak memory per stage against capacity\n{what}" + (f" on {hw}" if hw else ""))
     return fig
+
+
+def draw_ranks(ax, ranks: list[RankMemory], div: float, capacity_on_scale: bool):
+    """Each rank's peak, its stages together, against its capacity."""
+    ax.bar([r.rank for r in ranks], [r.peak / div for r in ranks], 0.6, color="#CC79A7")
+    for r in ranks:
+        if capacity_on_scale:
+            ax.plot([r.rank - 0.45, r.rank + 0.45], [r.capacity / div] * 2, color="#b2182b", linestyle="--",
+                    linewidth=1.5)
+        text, over = share_label(r.peak, r.capacity)
+        ax.annotate(text, (r.rank, r.peak / div), xytext=(0, 4), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7.5, color="#b2182b" if over else "#333333")
+    ax.set_xticks([r.rank for r in ranks], [r.label for r in ranks])
+    ax.set_xlim(-0.6, max(2, len(ranks)) - 0.4)
+    ax.set_title("per rank: its stages together", fontsize=9)
+    ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
 
 
 def main(argv):
@@ -144,7 +217,7 @@ def main(argv):
     args = p.parse_args(argv)
     doc = common.load_summary(args.input)
     stages = stage_memory(doc, args.input)
-    fig = draw(stages, doc, args.input, args.title)
+    fig = draw(stages, doc, args.input, args.title, rank_memory(doc, args.input))
     for path in common.save_figure(fig, args.out):
         print(f"wrote {path}")
 

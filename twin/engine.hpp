@@ -37,7 +37,8 @@ struct EngineChoice {
   std::string why;               // why that engine
   // The evaluator's timeline: the answer where engine is Fast; where SimGrid
   // must answer after an evaluation (contention), an estimate that leaves the
-  // contention and the data-parallel reductions' time out (plan ranks by it);
+  // contention and the data-parallel reductions' time out (plan adds the
+  // reductions in closed form, twin/plan_bound.cpp, and ranks by that);
   // empty where SimGrid was asked for.
   schedule::Timeline timeline;
   std::vector<schedule::StageCosts> table;    // the scenario's stage table, which SimGrid replays

@@ -55,11 +55,24 @@ std::string joined(const std::vector<int>& numbers) {
   return joined(words);
 }
 
-bool has_virtual_stages(const std::string& schedule) {
+const schedule::GeneratorInfo* generator(const std::string& schedule) {
   for (const auto& g : schedule::generators()) {
-    if (g.name == schedule) return g.virtual_stages;
+    if (g.name == schedule) return &g;
   }
-  return false;
+  return nullptr;
+}
+
+bool has_virtual_stages(const std::string& schedule) {
+  const auto* g = generator(schedule);
+  return g != nullptr && g->virtual_stages;
+}
+
+// The V of a generator that takes none (--virtual): its own stages per rank
+// (2 for the V-shaped ones, zb-v, v-half and dualpipe-v), else 1. The V the
+// candidate's program has, and what the ranking prints.
+int own_stages_per_rank(const std::string& schedule) {
+  const auto* g = generator(schedule);
+  return g != nullptr ? std::max(1, g->fixed_stages_per_rank) : 1;
 }
 
 // T: powers of two up to a cluster node's GPUs (1 on other topologies) that
@@ -85,7 +98,7 @@ std::vector<std::pair<std::string, int>> schedule_shapes(const PlanSpec& o, int 
   std::vector<std::pair<std::string, int>> out;
   for (const auto& s : o.schedules) {
     if (!has_virtual_stages(s)) {
-      out.emplace_back(s, 1);
+      out.emplace_back(s, own_stages_per_rank(s));
       continue;
     }
     if (ranks == 1) continue;  // V stages on one rank: the same work, more cuts
@@ -129,7 +142,7 @@ std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Mod
         if (o.global_batch % per_microbatch != 0) continue;
         const int m = static_cast<int>(o.global_batch / per_microbatch);
         for (const auto& [schedule, v] : schedule_shapes(o, k, n)) {
-          if (v > 1 && m < k) continue;  // interleaving needs a micro-batch per rank in flight
+          if (has_virtual_stages(schedule) && m < k) continue;  // interleaving needs a micro-batch per rank in flight
           Candidate c;
           c.schedule = schedule;
           c.tensor = t, c.pipeline = k, c.data = d, c.virtual_stages = v, c.microbatches = m, c.microbatch_size = b;
@@ -202,6 +215,20 @@ double tp_collectives_s(const Scenario& sc) {
   return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
+// The devices' peak dense FLOP/s for the model's precision (the half-precision
+// rate for bf16 and fp16), the mean over the pipeline's ranks: MFU's
+// denominator (one rate per device where the hardware lists several).
+double mean_peak_flops(const Scenario& sc) {
+  const auto& p = sc.program;
+  std::vector<double> per_rank(p.num_ranks, 0);
+  for (int s = 0; s < p.num_stages(); ++s) {
+    per_rank[p.rank_of(schedule::StageId{s}).value] = sc.costs->device_of(s).peak_flops(sc.model.precision);
+  }
+  double sum = 0;
+  for (const double x : per_rank) sum += x;
+  return per_rank.empty() ? 0 : sum / static_cast<double>(per_rank.size());
+}
+
 double headroom_gb(const models::RunSummary& s) {
   double least = 1e300;
   if (!s.rank_memory.empty()) {
@@ -222,6 +249,9 @@ void set_figures(Candidate& c, const Scenario& sc, const schedule::Timeline& tim
   c.samples_per_s = s.throughput;
   c.tokens_per_s = s.throughput * rates.tokens_per_sample;
   c.tflops_per_gpu = rates.flops_per_sample * s.throughput / sc.program.num_devices() / 1e12;
+  const double peak = mean_peak_flops(sc);
+  c.mfu = peak > 0 ? c.tflops_per_gpu * 1e12 / peak : 0;
+  c.virtual_stages = sc.program.stages_per_rank;  // the V the program has (zb-v's 2, not the 1 it was given)
   c.bubble = s.bubble;
   c.tp_comm_s = tp_collectives_s(sc);
   c.dp_exposed_s = sc.program.data_parallel > 1 ? exposed_reduction_s(timeline) : 0;

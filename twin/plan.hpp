@@ -7,7 +7,12 @@
 // Two passes: the timed evaluator (schedule/dry_run) answers every
 // candidate; it is exact where the configuration provably has no contention
 // (models/contention). The others (D > 1: the evaluator does not time the
-// data-parallel reductions, and they share links) are an upper bound there;
+// data-parallel reductions, and they share links) get each reduction timed
+// in closed form, alone on its link (with_reductions, twin/plan_parts.hpp):
+// an upper bound on throughput that counts every replica's reduction, so
+// that one left exposed (K = 1 over many replicas) is not ranked above
+// timed candidates as if it were free. Replaying them all in SimGrid would
+// be exact but costs a child process each (thousands on a large plan);
 // those among the best `top_sim` are replayed in SimGrid, in child
 // processes, in rounds (a replayed figure only falls, which may bring others
 // up) until the best `top_sim` hold none: their figures, and so the ranking's
@@ -45,8 +50,8 @@ struct PlanSpec {
 // What a figure's engine was.
 //   fast        the evaluator, exact (no contention)
 //   simgrid     the SimGrid replay
-//   fast-bound  the evaluator, reductions and contention not timed (an upper
-//               bound: not among the best top_sim)
+//   fast-bound  the evaluator with the reductions in closed form, contention
+//               not timed (an upper bound: not among the best top_sim)
 struct Candidate {
   std::size_t index = 0;
   std::string schedule, recompute;
@@ -56,6 +61,10 @@ struct Candidate {
   // ranking), error (cannot be built or run: the reason says why).
   std::string status, engine, reason;
   double step_s = 0, samples_per_s = 0, tokens_per_s = 0, tflops_per_gpu = 0, bubble = 0;
+  // Model FLOP utilization: tflops_per_gpu (the model's forward and backward
+  // FLOPs, no recompute, as Megatron and PaLM count them) over the device's
+  // peak dense rate in the model's precision.
+  double mfu = 0;
   // Why: the slowest rank's tensor-parallel collectives per step (its
   // micro-batches' forward, backward and recompute), the data-parallel
   // reduction's exposed time (on the rank that ends the step: from its last

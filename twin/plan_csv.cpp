@@ -15,9 +15,9 @@ namespace {
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
-    "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,bubble_fraction,tp_collectives_s,"
+    "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-constexpr int kColumns = 22;
+constexpr int kColumns = 23;
 
 std::string number(double x) {
   char buf[64];
@@ -49,7 +49,7 @@ std::string row(const Candidate& c) {
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
          (c.zero1 ? "1" : "0") + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
-         figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," +
+         figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
 }
@@ -103,7 +103,7 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
   c.engine = r.next();
   c.step_s = r.real("step_time_s"), c.samples_per_s = r.real("throughput_samples_per_s");
-  c.tokens_per_s = r.real("tokens_per_s"), c.tflops_per_gpu = r.real("tflops_per_gpu"), c.bubble = r.real("bubble_fraction");
+  c.tokens_per_s = r.real("tokens_per_s"), c.tflops_per_gpu = r.real("tflops_per_gpu"), c.mfu = r.real("mfu"), c.bubble = r.real("bubble_fraction");
   c.tp_comm_s = r.real("tp_collectives_s"), c.dp_exposed_s = r.real("dp_exposed_s"), c.headroom_gb = r.real("memory_headroom_gb");
   c.reason = r.next();
   return c;

@@ -147,7 +147,7 @@ class Sweep {
     for_simgrid_.clear();
     progress(todo.size());
     maybe_write(true);
-    return {configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), not_runnable_.load()};
+    return {configs_.size(), resumed_, todo.size(), fast_.load(), simgrid_.load(), ok_.load(), oom_.load(), errors_.load()};
   }
 
  private:
@@ -388,7 +388,9 @@ class Sweep {
     }
     if (status.empty()) status = s.fits() ? "ok" : "oom";
     const bool ran = !s.busy_s.empty();
-    if (!ran) ++not_runnable_;
+    // Counted by the status the row says: an oom row is out of memory whether
+    // the partitioner refused it (not run) or its prediction overflows.
+    ++(status == "ok" ? ok_ : status == "oom" ? oom_ : errors_);
     if (on_row_) {
       const Config& c = configs_[i];
       SweepRow row{c.schedule, c.recompute, c.ranks, virtual_of(c.schedule), c.microbatches,
@@ -434,7 +436,7 @@ class Sweep {
   std::vector<Config> configs_;
   std::vector<std::string> rows_, foreign_;
   std::unique_ptr<std::atomic<bool>[]> ready_;
-  std::atomic<std::size_t> completed_{0}, fast_{0}, simgrid_{0}, not_runnable_{0};
+  std::atomic<std::size_t> completed_{0}, fast_{0}, simgrid_{0}, ok_{0}, oom_{0}, errors_{0};
   std::size_t resumed_ = 0;
   std::string inputs_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();

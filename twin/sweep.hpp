@@ -32,8 +32,11 @@ struct SweepSpec {
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
 };
 
+// Of the configurations evaluated now: those the fast path and SimGrid
+// answered, and the rows by their status (ok, oom, error: the CSV's words).
 struct SweepReport {
-  std::size_t configurations = 0, resumed = 0, evaluated = 0, fast = 0, simgrid = 0, not_runnable = 0;
+  std::size_t configurations = 0, resumed = 0, evaluated = 0, fast = 0, simgrid = 0;
+  std::size_t ok = 0, out_of_memory = 0, errors = 0;
 };
 
 // Called every fraction of a second while the sweep runs, and once at the end.

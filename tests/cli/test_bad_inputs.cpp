@@ -61,11 +61,11 @@ std::string plan_part(const std::string& inputs, int shard, int shards, int enum
                      std::to_string(shards) + " of " + std::to_string(total) + " candidates\n" +
                      "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,"
                      "sequence_parallel,zero1,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,"
-                     "tflops_per_gpu,bubble_fraction,tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason\n";
+                     "tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason\n";
   std::vector<int> mine;
   for (int i = shard; i < total; i += shards) mine.push_back(i);
   if (short_by_one) mine.pop_back();
-  for (const int i : mine) text += std::to_string(i) + ",1f1b,1,1,1,1,1,1,none,0,0,ok,fast,1,1,0,0,0,0,0,1,\n";
+  for (const int i : mine) text += std::to_string(i) + ",1f1b,1,1,1,1,1,1,none,0,0,ok,fast,1,1,0,0,0,0,0,0,1,\n";
   return text;
 }
 

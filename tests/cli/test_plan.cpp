@@ -211,3 +211,128 @@ TEST_F(Plan, SimulateSaysWhichAllReduceRan) {
   ASSERT_EQ(sweep.code, 0) << sweep.out;
   EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "\ncollective: tree\n"));
 }
+
+namespace {
+
+// The rows of a plan CSV by their index, each a map column -> cell.
+std::map<std::string, std::map<std::string, std::string>> plan_rows(const std::string& file) {
+  const auto lines = lines_of(pipetwin::schedule::read_file(file));
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  if (lines.size() < 3) return rows;
+  const auto header = cells_of(lines[2]);
+  for (std::size_t i = 3; i < lines.size(); ++i) {
+    const auto cells = cells_of(lines[i]);
+    auto& row = rows[cells.at(0)];
+    for (std::size_t c = 0; c < header.size() && c < cells.size(); ++c) row[header[c]] = cells[c];
+  }
+  return rows;
+}
+
+}  // namespace
+
+// zb-v, v-half and dualpipe-v put two stages on each rank (V-shaped): the
+// plan says V = 2 of them, in its ranking and in every CSV row, as
+// interleaved-1f1b's V; 1F1B's is 1.
+TEST_F(Plan, SaysTheVOfTheScheduleItRan) {
+  const auto r = run_stdout("plan --model " + kTiny +
+                            " --hardware dgx-a100-80gb --gpus 4 --global-batch 16 -s 1f1b,zb-v,v-half,dualpipe-v,interleaved-1f1b "
+                            "-v 2 --top-sim 0 --top 1000 --json -o " + path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::map<std::string, int> v{{"1f1b", 1}, {"zb-v", 2}, {"v-half", 2}, {"dualpipe-v", 2}, {"interleaved-1f1b", 2}};
+  std::map<std::string, int> ranked;
+  const auto j = json::parse(r.out);
+  for (const auto& c : j["top"]) {
+    const auto schedule = c["schedule"].get<std::string>();
+    EXPECT_EQ(c["virtual"].get<int>(), v.at(schedule)) << c;
+    ++ranked[schedule];
+  }
+  for (const auto& [schedule, _] : v) EXPECT_GT(ranked[schedule], 0) << schedule << " is not ranked";
+  const auto rows = plan_rows(path("p.csv"));
+  ASSERT_FALSE(rows.empty());
+  for (const auto& [index, row] : rows) EXPECT_EQ(std::stoi(row.at("virtual")), v.at(row.at("schedule"))) << "candidate " << index;
+}
+
+// MFU: the model's TFLOP/s per GPU over the A100's dense bf16 peak (312
+// TFLOP/s; tiny-llm is bf16), in the JSON, the CSV and the text table.
+TEST_F(Plan, SaysTheModelFlopsUtilization) {
+  const auto r = run_stdout(kPlan + "--max-pp 2 --top-sim 2 --top 1000 --json -o " + path("p.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  ASSERT_GT(j["top"].size(), 10u);
+  for (const auto& c : j["top"]) {
+    const double tflops = c["model_tflops_per_gpu"].get<double>();
+    EXPECT_GT(tflops, 1) << c;
+    EXPECT_NEAR(c["mfu"].get<double>(), tflops / 312, 1e-12) << c;
+  }
+  int rows = 0;
+  for (const auto& [index, row] : plan_rows(path("p.csv"))) {
+    if (row.at("status") != "ok") continue;
+    EXPECT_NEAR(std::stod(row.at("mfu")), std::stod(row.at("tflops_per_gpu")) / 312, 1e-12) << "candidate " << index;
+    ++rows;
+  }
+  EXPECT_EQ(rows, j["candidates"]["fit"].get<int>());
+  const auto text = run(kPlan + "--max-pp 2 --top-sim 2 --top 1");
+  ASSERT_EQ(text.code, 0) << text.out;
+  const auto lines = lines_of(text.out);
+  ASSERT_GE(lines.size(), 5u) << text.out;
+  EXPECT_TRUE(has(lines[3], " TFLOP/s/GPU    MFU ")) << text.out;
+  char mfu[32];
+  std::snprintf(mfu, sizeof mfu, " %.1f%% ", 100 * j["top"][0]["mfu"].get<double>());
+  EXPECT_TRUE(has(lines[4], mfu)) << mfu << " not in " << lines[4];
+}
+
+// With D > 1 the evaluator leaves the gradients' reductions out; the plan
+// times them in closed form on its figure (fast-bound), which stays an
+// upper bound of SimGrid's for every candidate, and is SimGrid's where one
+// stage's reduction is all that follows the last backward (K = 1, 1F1B).
+TEST_F(Plan, BoundsTimeTheDataParallelReductions) {
+  const std::string args = kPlan + "--max-pp 4 -s 1f1b,interleaved-1f1b,zb-v --top 1000 --json";
+  ASSERT_EQ(run_stdout(args + " --top-sim 0 -o " + path("bound.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --top-sim 100000 -o " + path("replayed.csv")).code, 0);
+  const auto bound = plan_rows(path("bound.csv")), replayed = plan_rows(path("replayed.csv"));
+  ASSERT_EQ(bound.size(), replayed.size());
+  int compared = 0, alone = 0;
+  for (const auto& [index, b] : bound) {
+    const auto& s = replayed.at(index);
+    if (b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
+    ASSERT_EQ(s.at("engine"), "simgrid") << "candidate " << index;
+    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
+    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
+    EXPECT_GT(std::stod(b.at("dp_exposed_s")), 0) << "candidate " << index;
+    if (b.at("pipeline") == "1" && b.at("schedule") == "1f1b") {
+      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
+      ++alone;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_GT(alone, 10);
+}
+
+// The status words agree: what sweep and plan count as fit, out of memory
+// and not runnable are the rows whose status is ok, oom and error.
+TEST_F(Plan, CountsEachStatusUnderItsOwnWord) {
+  // GPT 1.7B on A100s: micro-batches of 32 sequences, and gpipe's 4 of 4 on one rank, overflow 80 GB.
+  const std::string gpt = std::string(PIPETWIN_EXAMPLES_DIR) + "/gpt-1.7b.yaml";
+  const auto r = run("sweep --model " + gpt + " --hardware dgx-a100-80gb -k 1,2 -m 4 -s 1f1b,gpipe --microbatch-size 4,32 -j 2 --out " +
+                     path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::map<std::string, int> sweep;
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("s.csv")));
+  for (std::size_t i = 1; i < rows.size(); ++i) ++sweep[cells_of(rows[i]).at(6)];
+  EXPECT_EQ(sweep["ok"], 3);
+  EXPECT_EQ(sweep["oom"], 5);
+  EXPECT_TRUE(has(r.out, "; 3 fit, 5 out of memory, 0 not runnable (status ok, oom, error)) -> ")) << r.out;
+  // plan: a split the partitioner cannot make (error) beside ones that do not fit (oom).
+  const auto p = run("plan --model " + gpt + " --hardware dgx-a100-80gb --gpus 2 --global-batch 32 --microbatch-sizes 8,16 " +
+                     "-s 1f1b,dualpipe-v --top-sim 0 -o " + path("p.csv"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::map<std::string, int> plan;
+  for (const auto& [index, row] : plan_rows(path("p.csv"))) ++plan[row.at("status")];
+  EXPECT_GT(plan["ok"], 0);
+  EXPECT_GT(plan["oom"], 0);
+  EXPECT_GT(plan["error"], 0);
+  EXPECT_TRUE(has(p.out, ": " + std::to_string(plan["ok"]) + " fit, " + std::to_string(plan["oom"]) + " out of memory, " +
+                             std::to_string(plan["error"]) + " not runnable (status ok, oom, error)\n"))
+      << p.out;
+}

@@ -403,6 +403,29 @@ class Memory(Files):
         with self.assertRaisesRegex(common.PlotError, "^x.json: no field 'summary.memory_per_stage'"):
             memory.stage_memory({"summary": {}}, "x.json")
 
+    def test_ranks_that_hold_several_stages_have_their_own_bars(self):
+        # A V-shaped schedule on 2 ranks: every stage fits in 80 GB, rank 0 (stages 0 and 3 together) does not.
+        gb = 1e9
+        doc = {"stages_per_rank": 2,
+               "summary": {"memory_per_stage": [{"peak_bytes": p * gb, "capacity_bytes": 80 * gb} for p in (54, 47, 42, 39)],
+                           "memory_per_rank": [{"peak_bytes": 89 * gb, "capacity_bytes": 80 * gb, "stages": 2},
+                                               {"peak_bytes": 78 * gb, "capacity_bytes": 80 * gb, "stages": 2}]}}
+        ranks = memory.rank_memory(doc, "v.json")
+        self.assertEqual([(r.rank, r.peak, r.capacity, r.stages) for r in ranks],
+                         [(0, 89 * gb, 80 * gb, 2), (1, 78 * gb, 80 * gb, 2)])
+        self.assertEqual(memory.rank_memory({"summary": {"memory_per_stage": []}}, "one.json"), [])
+        fig = memory.draw(memory.stage_memory(doc, "v.json"), doc, "v.json", None, ranks)
+        self.assertEqual(len(fig.axes), 2)
+        stage_ax, rank_ax = fig.axes
+        self.assertEqual([t.get_text() for t in rank_ax.get_xticklabels()], ["rank 0\n2 stages", "rank 1\n2 stages"])
+        self.assertEqual([t.get_text() for t in stage_ax.texts], ["68% of 80 GB", "59% of 80 GB", "52% of 80 GB", "49% of 80 GB"])
+        self.assertEqual([t.get_text() for t in rank_ax.texts], ["111%: OOM", "98% of 80 GB"])
+        self.assertEqual([round(b.get_height()) for b in rank_ax.patches], [89, 78])
+        # One stage per rank: the figure is the stages' alone.
+        one = {"summary": {"memory_per_stage": doc["summary"]["memory_per_stage"]}}
+        self.assertEqual(len(memory.draw(memory.stage_memory(one, "o.json"), one, "o.json", None,
+                                         memory.rank_memory(one, "o.json")).axes), 1)
+
 
 class Report(Files):
     def compare_doc(self, predicted, measured, bubble_p, bubble_m, stash):

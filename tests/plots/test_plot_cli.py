@@ -60,6 +60,8 @@ class PlotCli(unittest.TestCase):
         inputs = [
             ["run", *config, "--steps", "1", "--threads", "1", "--trace", f"{d}/m.json", "--summary", f"{d}/m-summary.json"],
             ["simulate", *config, "--hardware", "cpu", "--trace", f"{d}/p.json"],
+            ["simulate", "--model", SMALL, "-s", "zb-v", "-k", "2", "-m", "4", "--batch", "8", "--hardware", "cpu",
+             "--trace", f"{d}/v.json"],
             ["sweep", "--model", SMALL, "--hardware", "cpu", "-k", "1,2", "-m", "1,2,4,8", "-s", "1f1b",
              "--microbatch-size", "2", "-j", "1", "--out", f"{d}/small.csv"],
             ["sweep", "--model", T24, "--hardware", "a100", "-k", "2,4,8", "-m", "1,4,32", "-s", "gpipe",
@@ -75,6 +77,7 @@ class PlotCli(unittest.TestCase):
             "speedup": ["plot", "speedup", f"{d}/t24.csv", "--out", f"{d}/speedup"],
             "memory": ["plot", "memory", f"{d}/m-summary.json", "--out", f"{d}/memory"],
             "memory-p": ["plot", "memory", f"{d}/p.json", "--out", f"{d}/memory-p"],
+            "memory-v": ["plot", "memory", f"{d}/v.json", "--out", f"{d}/memory-v"],
             "heatmap": ["plot", "heatmap", f"{d}/t24.csv", "--metric", "throughput", "--out", f"{d}/heatmap"],
         }
         cls.plots = dict(zip(plots, pipetwin_all(list(plots.values()))))
@@ -133,6 +136,15 @@ class PlotCli(unittest.TestCase):
         self.assert_valid_png_and_svg(self.path("memory"))
         check_ok(self, self.plots["memory-p"])
         self.assert_valid_png_and_svg(self.path("memory-p"))
+
+    def test_memory_per_rank_beside_per_stage_where_ranks_hold_two_stages(self):
+        check_ok(self, self.plots["memory-v"])
+        self.assert_valid_png_and_svg(self.path("memory-v"))
+        widths = []
+        for name in ("memory-p", "memory-v"):  # 2 stages on 2 ranks; 4 stages on 2 ranks, then the ranks' panel
+            with open(self.path(name) + ".png", "rb") as f:
+                widths.append(struct.unpack(">II", f.read(24)[16:24])[0])
+        self.assertGreater(widths[1], widths[0] + 300)
 
     def test_report_with_the_hosts_cores_probed(self):
         d = self.dir

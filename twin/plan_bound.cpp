@@ -1,0 +1,61 @@
+// The evaluator's figure of a candidate with data parallelism, made a bound
+// that times its reductions: each stage's gradient reduction (ZeRO-1: its
+// reduce-scatter, and the all-gather after its step) in closed form.
+#include <map>
+
+#include "models/collectives.hpp"
+#include "twin/plan_parts.hpp"
+
+namespace pipetwin::twin {
+
+namespace {
+
+double reduce_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
+  const double bytes = costs.reduce_bytes * p.tensor_parallel;  // the group's T shares on its merged route, as sim/
+  if (bytes <= 0) return 0;
+  const auto algorithm = p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective;
+  return models::collective(algorithm).seconds(link, bytes, p.data_parallel, costs.reduce_chunks);
+}
+
+double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
+  const double bytes = costs.gather_bytes * p.tensor_parallel;
+  if (bytes <= 0) return 0;
+  return models::collective(schedule::CollectiveAlgorithm::RingAllGather).seconds(link, bytes, p.data_parallel, 1);
+}
+
+}  // namespace
+
+schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedule::StageCosts>& table,
+                                   schedule::Timeline timeline) {
+  const auto& p = sc.program;
+  if (p.data_parallel <= 1) return timeline;
+  for (int r = 0; r < static_cast<int>(timeline.ranks.size()); ++r) {
+    const models::Link link = models::data_group_link(sc.hardware.topology, p.tensor_parallel, p.data_parallel, r);
+    std::map<int, double> reduced;  // stage -> when its reduction ends
+    double delay = 0;               // how much later than the evaluator's this rank's actions run
+    for (auto& a : timeline.ranks[r]) {
+      const int s = a.action.stage.value;
+      const double length = a.end - a.start;
+      a.start += delay;
+      if (a.action.op == schedule::Op::STEP) {
+        if (const auto it = reduced.find(s); it != reduced.end() && it->second > a.start) {
+          delay += it->second - a.start;
+          a.start = it->second;
+        }
+      }
+      a.end = a.start + length;
+      if (a.action.op == schedule::Op::REDUCE_GRAD) {
+        // Asynchronous from here, as in sim/: the rank goes on; its STEP waits.
+        a.end = a.start + reduce_seconds(p, table.at(s), link);
+        reduced[s] = a.end;
+      } else if (a.action.op == schedule::Op::STEP) {
+        const double gather = gather_seconds(p, table.at(s), link);  // in the STEP's time, as in sim/
+        a.end += gather;
+        delay += gather;
+      }
+    }
+  }
+  return timeline;
+}
+
+}  // namespace pipetwin::twin
