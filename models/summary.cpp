@@ -140,14 +140,18 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
   schedule::StashTracker tracker(p);
   const auto workspace = backward_workspaces(p, costs);
   std::vector<std::vector<MemorySample>> out(p.num_stages());
-  const auto bytes_of = [&](int s) { return stage_bytes(tracker, p, costs, s); };
+  // The device's reserve on top of what the stage holds (as memory_parts counts it).
+  const auto bytes_of = [&](int s, double work = 0) {
+    const double held = stage_bytes(tracker, p, costs, s) + work;
+    return held + costs.device_of(s).reserve_bytes(held);
+  };
   for (int s = 0; s < p.num_stages(); ++s) out[s].push_back({0, bytes_of(s)});
   // Every stage lives on one rank, so replaying each rank in its own order is a time order per stage.
   for (const auto& rank : t.ranks) {
     for (const auto& a : rank) {
       if (!schedule::is_compute(a.action.op)) continue;
       const int s = a.action.stage.value;
-      if (is_backward(a.action.op)) out[s].push_back({a.start, bytes_of(s) + workspace[s]});  // while it runs
+      if (is_backward(a.action.op)) out[s].push_back({a.start, bytes_of(s, workspace[s])});  // while it runs
       tracker.apply(a.action);
       out[s].push_back({a.end, bytes_of(s)});
     }

@@ -360,7 +360,7 @@ TEST_F(Cli, InfoPresetsListsEachWithItsFiguresSourceAndFile) {
 TEST_F(Cli, APresetsFolderComesFirstBeforeOrAfterTheCommand) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
   std::filesystem::create_directories(path("mine"));
-  pipetwin::schedule::write_file_atomic(path("mine/a100.yaml"), "preset: a100\ndevice: {memory_gb: 0.001}\n");
+  pipetwin::schedule::write_file_atomic(path("mine/a100.yaml"), "preset: a100\ndevice: {memory_gb: 0.001, memory_reserve_gb: 0}\n");
   pipetwin::schedule::write_file_atomic(path("mine/tiny.yaml"), "preset: cpu\nsource: a tiny host\n");
   const auto listed = run("--presets-dir " + path("mine") + " info --presets");
   ASSERT_EQ(listed.code, 0) << listed.out;

@@ -78,6 +78,7 @@ TEST(Partition, OptimalMatchesBruteForceOnRandomInstances) {
       pm::Device d = hw.device;
       d.peak_flops_fp32 *= 0.5 + (rng() % 100) / 50.0;
       d.memory_bytes = 2e8 + static_cast<double>(rng() % 3000) * 1e6;
+      d.memory_reserve_bytes = 0;  // the range above is what the stages may use
       r.devices.push_back(d);
     }
     double best = std::numeric_limits<double>::infinity(), unconstrained = best;
