@@ -41,8 +41,14 @@ int run_runs(Options& o) {
   q.jobs = o.jobs;
   const auto f = twin::calibrate_runs(q);
   if (!o.request.out.empty()) {
+    std::string fitted_on;
+    for (const auto& r : f.runs) fitted_on += "    - " + r.name + (r.fitted ? "" : " (predicted)") + "\n";
+    char error[64];
+    std::snprintf(error, sizeof error, "%.6g", f.hardware.prediction_error.value_or(0));
     schedule::write_file_atomic(o.request.out,
-                                models::hardware_to_yaml(f.hardware, "Fitted by pipetwin calibrate --runs to whole runs' speed"));
+                                models::hardware_to_yaml(f.hardware, "Fitted by pipetwin calibrate --runs to whole runs' speed",
+                                                         std::string("calibration:\n  prediction_error: ") + error +
+                                                             "\n  fitted_on:\n" + fitted_on));
   }
   if (o.json) {
     std::printf("%s\n", twin::runs_fit_json(f).dump(1).c_str());
@@ -62,7 +68,6 @@ int run(Options& o) {
   }
   if (!o.fit.empty()) throw Error("--fit names runs of --runs");
   auto& r = o.request;
-  if (r.out.empty()) throw Error("--out is required: the calibrated hardware file to write");
   r.engine = twin::parse_engine(o.engine);
   const models::Hardware base = models::load_hardware(r.hardware);
   const auto print = [](const std::string& line) {
@@ -89,7 +94,7 @@ Run add_calibrate_command(CLI::App& app) {
   auto* hardware = cmd->add_option("--hardware", o->request.hardware,
                                    "Base hardware (preset or YAML) the fit starts from (with --runs: a Megatron-LM log's)")
                        ->capture_default_str();
-  cmd->add_option("--out", o->request.out, "The calibrated hardware file to write (atomically; required with traces)");
+  auto* out = cmd->add_option("--out", o->request.out, "The calibrated hardware file to write (atomically; required with traces)");
   cmd->add_option("--runs", o->runs,
                   "Fit the device's curve to whole runs instead: a runs CSV (docs/calibration.md) or a Megatron-LM "
                   "training log, each; the runs not fitted are predicted");
@@ -113,6 +118,10 @@ Run add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember(twin::engine_names()))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Machine-readable summary");
+  // A command line error (exit 2), as CLI11's own `required` would be, but only without --runs.
+  cmd->callback([o, out] {
+    if (o->runs.empty() && out->count() == 0) throw CLI::RequiredError("--out");
+  });
   return [o, hardware] {
     o->hardware_given = hardware->count() > 0;
     return run(*o);

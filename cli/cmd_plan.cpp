@@ -72,8 +72,14 @@ void print_json(const twin::PlanResult& r, const std::vector<const twin::Candida
                         {"fast_bound", r.count_engine("fast-bound")}}},
                       {"wall_s", r.wall_s},
                       {"top", nlohmann::json::array()}};
+  if (r.prediction_error > 0) j["prediction_error"] = r.prediction_error;
   for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
-    j["top"].push_back(candidate_json(*best[i], static_cast<int>(i) + 1));
+    auto c = candidate_json(*best[i], static_cast<int>(i) + 1);
+    if (r.prediction_error > 0) {  // the interval the hardware's calibration gives
+      c["throughput_samples_per_s_low"] = best[i]->samples_per_s * (1 - r.prediction_error);
+      c["throughput_samples_per_s_high"] = best[i]->samples_per_s * (1 + r.prediction_error);
+    }
+    j["top"].push_back(c);
   }
   std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -88,6 +94,12 @@ void print_text(const twin::PlanResult& r, const std::vector<const twin::Candida
   std::printf("figures: %zu from the evaluator (exact), %zu from SimGrid, %zu from the evaluator as an upper bound%s\n",
               r.count_engine("fast"), r.count_engine("simgrid"), r.count_engine("fast-bound"),
               r.wall_s > 0 ? (" (" + std::to_string(r.wall_s).substr(0, 5) + " s)").c_str() : "");
+  if (r.prediction_error > 0) {
+    std::printf("interval: the hardware's calibration predicted the runs it did not fit within %.1f%%: each figure "
+                "below within ±%.1f%%\n", 100 * r.prediction_error, 100 * r.prediction_error);
+  } else {
+    std::printf("interval: none (the hardware is not calibrated by calibrate --runs: its figures are the preset's)\n");
+  }
   if (best.empty()) {
     std::printf("no candidate fits in memory\n");
     return;

@@ -13,6 +13,7 @@
 // (microseconds), memory_gb and *_gbps (10^9 bytes, 10^9 bytes/s), FLOP/s.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct Hardware {
   Device device;       // every rank's device, unless `devices` lists them one by one
   Topology topology;
   std::vector<Device> devices;  // heterogeneous hardware: rank r on devices[r]; empty: `device` everywhere
+  // How far the calibration that made this file was from the runs it did not
+  // fit (calibrate --runs: the worst of its predicted runs' and its fitted
+  // runs' leave-one-out step errors), relative; unset for an uncalibrated
+  // file. `plan` gives its figures within it. YAML calibration.prediction_error.
+  std::optional<double> prediction_error;
   // The device of each of `ranks` ranks; throws when `devices` lists fewer.
   std::vector<Device> rank_devices(int ranks) const;
   // "4 x V100 PCIe", or the devices one by one when they differ.

@@ -258,7 +258,8 @@ void check_complete(const Hardware& h, const YamlFields& y) {
 // coefficients. People read it, the simulator does not, but its shape is
 // checked so that a corrupted or mis-edited file is refused, not half-read.
 // Fields it does not know are left alone (later versions may add some).
-void check_calibration(const YamlFields& c) {
+void check_calibration(const YamlFields& c, Hardware& h) {
+  if (c.has("prediction_error")) h.prediction_error = c.non_negative_number("prediction_error");
   // fitted_on: any list (a file name, or a mapping describing the run, per trace).
   if (c.has("fitted_on") && !c.node()["fitted_on"].IsSequence()) c.fail("fitted_on", "expected a list of the traces");
   if (c.has("coefficients")) {  // [{name, value, how}]
@@ -313,7 +314,7 @@ Hardware hardware_from_yaml(const YamlFields& y) {
   if (h.name.empty()) h.name = std::filesystem::path(y.source()).stem().string();
   if (y.has("device")) apply_device(h.device, y.child("device"));
   if (y.has("topology")) apply_topology(h.topology, y.child("topology"));
-  if (y.has("calibration")) check_calibration(y.child("calibration"));
+  if (y.has("calibration")) check_calibration(y.child("calibration"), h);
   if (y.has("devices")) {
     const YAML::Node list = y.node()["devices"];
     if (!list.IsSequence() || list.size() == 0) y.fail("devices", "expected a non-empty list of devices, one per rank");

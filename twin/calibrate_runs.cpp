@@ -46,6 +46,7 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
   s.data_parallel = r.data;
   s.sequence_parallel = r.sequence_parallel;
   s.shard_optimizer = r.zero1;
+  s.partition = r.partition;
   return s;
 }
 
@@ -68,8 +69,26 @@ struct Job {
   models::Hardware hardware;
 };
 
+// What stays of a run from one prediction to the next: its model, and its
+// Program partitioned once (as its framework split it, or the twin's
+// partition on the base hardware), so that only the device's curve varies.
+struct Prepared {
+  models::Model model;
+  schedule::Program program;
+  models::PartitionRequest request;
+  double samples = 0;
+};
+
+std::unique_ptr<Scenario> scenario_for(const Prepared& p, const models::Hardware& hw) {
+  auto sc = scenario_of(p.model, hw, p.program, p.request.microbatch_size, p.samples, p.request.optimizer,
+                        p.request.collective);
+  sc->request.checkpoint = p.request.checkpoint;  // uniform, block: how a checkpoint is re-run
+  sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, sc->request);
+  return sc;
+}
+
 // Every job's step, `jobs` SimGrid replays at once; the fast path's answers in this thread.
-std::vector<Outcome> predict_all(const std::vector<MeasuredRun>& runs, const std::vector<models::Model>& models,
+std::vector<Outcome> predict_all(const std::vector<MeasuredRun>& runs, const std::vector<Prepared>& prepared,
                                  const std::vector<Job>& todo, Engine engine, int jobs) {
   std::vector<Outcome> out(todo.size());
   std::map<std::size_t, std::unique_ptr<Scenario>> held;  // those in SimGrid, until their replay ends
@@ -79,7 +98,7 @@ std::vector<Outcome> predict_all(const std::vector<MeasuredRun>& runs, const std
       const Job& job = todo[i];
       const MeasuredRun& r = runs[job.run];
       try {
-        auto sc = build_scenario(models[job.run], job.hardware, spec_of(r), /*validate=*/false);
+        auto sc = scenario_for(prepared[job.run], job.hardware);
         auto choice = choose_engine(*sc, engine);
         if (choice.engine == Engine::Fast) {
           const auto s = models::summarize(choice.timeline, sc->samples, *sc->costs, sc->program.partition, "fast", &sc->program);
@@ -181,11 +200,11 @@ double run_flops(const MeasuredRun& r) {
   return per_sample * r.global_batch;
 }
 
-RunsFit calibrate_runs(const RunsFitRequest& q) {
+namespace {
+
+// Which runs are fitted: those --fit names, else those whose role is fit.
+std::vector<bool> fitted_runs(const RunsFitRequest& q) {
   const auto& runs = q.runs;
-  if (runs.empty()) throw Error("calibrate --runs: no runs");
-  const int jobs = q.jobs > 0 ? q.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // Which runs are fitted.
   std::vector<bool> fitted(runs.size(), false);
   for (const auto& name : q.fit) {
     const auto it = std::find_if(runs.begin(), runs.end(), [&](const MeasuredRun& r) { return r.name == name; });
@@ -202,7 +221,11 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
   if (std::none_of(fitted.begin(), fitted.end(), [](bool f) { return f; })) {
     throw Error("calibrate --runs: no run is fitted: name them with --fit, or give them role 'fit' in the runs file");
   }
-  // One device for them all.
+  return fitted;
+}
+
+// The one hardware every run names, whose device's curve is fitted.
+models::Hardware base_hardware(const std::vector<MeasuredRun>& runs) {
   for (const auto& r : runs) {
     if (r.hardware != runs.front().hardware) {
       throw Error(r.source + ": run '" + r.name + "' names hardware " + r.hardware + ", run '" + runs.front().name +
@@ -215,35 +238,41 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
     throw Error(runs.front().hardware + ": has calibrated per-kind curves, which would hide the device's curve that --runs "
                 "fits; start from the preset it was calibrated from");
   }
-  std::vector<models::Model> models;
-  std::vector<double> measured;
-  for (const auto& r : runs) {
-    models.push_back(load_run_model(r));
-    const double flops = r.tflops_per_gpu > 0 ? run_flops(r) : 0;
-    measured.push_back(r.step_s > 0 ? r.step_s : flops / (r.tflops_per_gpu * 1e12 * r.gpus()));
+  return base;
+}
+
+// Per half_flops of the grid where every prediction succeeded: each fitted
+// run's line c + a / max + g / mem, from three predictions.
+struct Grid {
+  std::vector<std::vector<Line>> lines;
+  std::vector<double> halves;
+  int predictions = 0;
+  const std::vector<Line>& at(double half) const {
+    return lines[std::find(halves.begin(), halves.end(), half) - halves.begin()];
   }
-  RunsFit out;
-  // Three predictions of each fitted run at each half_flops.
+};
+
+Grid predict_grid(const RunsFitRequest& q, const std::vector<bool>& fitted, const std::vector<Prepared>& prepared,
+                  const models::Hardware& base, int jobs) {
   std::vector<Job> todo;
   for (const double half : kHalfGrid) {
-    for (std::size_t i = 0; i < runs.size(); ++i) {
+    for (std::size_t i = 0; i < q.runs.size(); ++i) {
       if (!fitted[i]) continue;
       for (const auto& [mx, mem] : {std::pair{1.0, 1.0}, std::pair{0.5, 1.0}, std::pair{1.0, 0.5}}) {
         todo.push_back({i, with_curve(base, mx, half, mem)});
       }
     }
   }
-  const auto grid = predict_all(runs, models, todo, q.engine, jobs);
-  out.predictions = static_cast<int>(todo.size());
-  std::vector<std::vector<Line>> lines_at;  // per half: every fitted run's line
-  std::vector<double> halves;
+  const auto out = predict_all(q.runs, prepared, todo, q.engine, jobs);
+  Grid grid;
+  grid.predictions = static_cast<int>(todo.size());
   std::string last_error;
   for (std::size_t k = 0, h = 0; h < kHalfGrid.size(); ++h) {
     std::vector<Line> lines;
     bool ok = true;
-    for (std::size_t i = 0; i < runs.size(); ++i) {
+    for (std::size_t i = 0; i < q.runs.size(); ++i) {
       if (!fitted[i]) continue;
-      const Outcome &t11 = grid[k], &t21 = grid[k + 1], &t12 = grid[k + 2];
+      const Outcome &t11 = out[k], &t21 = out[k + 1], &t12 = out[k + 2];
       k += 3;
       for (const auto* o : {&t11, &t21, &t12}) {
         if (!o->error.empty()) ok = false, last_error = o->error;
@@ -251,30 +280,57 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
       const double a = t21.step_s - t11.step_s, g = t12.step_s - t11.step_s;
       lines.push_back({i, t11.step_s - a - g, a, g});
     }
-    if (ok) lines_at.push_back(lines), halves.push_back(kHalfGrid[h]);
+    if (ok) grid.lines.push_back(lines), grid.halves.push_back(kHalfGrid[h]);
   }
-  if (lines_at.empty()) throw Error("calibrate --runs: no prediction of the fitted runs succeeded: " + last_error);
-  const auto fit_on = [&](const std::function<bool(const Line&)>& keep) {
-    Point best{INFINITY};
-    for (std::size_t h = 0; h < lines_at.size(); ++h) {
-      std::vector<Line> kept;
-      for (const auto& l : lines_at[h]) {
-        if (keep(l)) kept.push_back(l);
-      }
-      const Point p = best_on(kept, measured, halves[h]);
-      if (p.error < best.error) best = p;
+  if (grid.lines.empty()) throw Error("calibrate --runs: no prediction of the fitted runs succeeded: " + last_error);
+  return grid;
+}
+
+// The grid's best point on the lines `keep` selects.
+Point fit_on(const Grid& grid, const std::vector<double>& measured, const std::function<bool(const Line&)>& keep) {
+  Point best{INFINITY};
+  for (std::size_t h = 0; h < grid.lines.size(); ++h) {
+    std::vector<Line> kept;
+    for (const auto& l : grid.lines[h]) {
+      if (keep(l)) kept.push_back(l);
     }
-    return best;
-  };
-  const Point best = fit_on([](const Line&) { return true; });
+    const Point p = best_on(kept, measured, grid.halves[h]);
+    if (p.error < best.error) best = p;
+  }
+  return best;
+}
+
+}  // namespace
+
+RunsFit calibrate_runs(const RunsFitRequest& q) {
+  const auto& runs = q.runs;
+  if (runs.empty()) throw Error("calibrate --runs: no runs");
+  const int jobs = q.jobs > 0 ? q.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const std::vector<bool> fitted = fitted_runs(q);
+  const models::Hardware base = base_hardware(runs);
+  std::vector<Prepared> prepared;
+  std::vector<double> measured;
+  for (const auto& r : runs) {
+    try {
+      const auto sc = build_scenario(load_run_model(r), base, spec_of(r), /*validate=*/false);
+      prepared.push_back({sc->model, sc->program, sc->request, sc->samples});
+    } catch (const Error& e) {
+      throw Error(r.source + " (" + r.name + "): " + e.what());
+    }
+    const double flops = r.tflops_per_gpu > 0 ? run_flops(r) : 0;
+    measured.push_back(r.step_s > 0 ? r.step_s : flops / (r.tflops_per_gpu * 1e12 * r.gpus()));
+  }
+  const Grid grid = predict_grid(q, fitted, prepared, base, jobs);
+  RunsFit out;
+  const Point best = fit_on(grid, measured, [](const Line&) { return true; });
   out.max = best.max, out.half_flops = best.half, out.memory_efficiency = best.mem;
   out.hardware = with_curve(base, best.max, best.half, best.mem);
-  out.rms_log_residual = std::sqrt(best.error / static_cast<double>(lines_at.front().size()));
+  out.rms_log_residual = std::sqrt(best.error / static_cast<double>(grid.lines.front().size()));
   // Every run on the fitted hardware itself.
   std::vector<Job> final_jobs;
   for (std::size_t i = 0; i < runs.size(); ++i) final_jobs.push_back({i, out.hardware});
-  const auto finals = predict_all(runs, models, final_jobs, q.engine, jobs);
-  out.predictions += static_cast<int>(final_jobs.size());
+  const auto finals = predict_all(runs, prepared, final_jobs, q.engine, jobs);
+  out.predictions = grid.predictions + static_cast<int>(final_jobs.size());
   std::vector<double> errors, loo;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const MeasuredRun& r = runs[i];
@@ -292,13 +348,13 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
       o.predicted_tflops = r.tflops_per_gpu * measured[i] / o.predicted_s;
     }
     o.error = error_of(o.predicted_s);
-    if (o.fitted) {
-      const Point p = fit_on([&](const Line& l) { return l.run != i; });
-      const auto& lines = lines_at[std::find(halves.begin(), halves.end(), p.half) - halves.begin()];
+    if (o.fitted && std::count(fitted.begin(), fitted.end(), true) > 1) {
+      const Point p = fit_on(grid, measured, [&](const Line& l) { return l.run != i; });
+      const auto& lines = grid.at(p.half);
       const auto own = std::find_if(lines.begin(), lines.end(), [&](const Line& l) { return l.run == i; });
       o.loo_error = error_of(own->at(p.max, p.mem));
       loo.push_back(std::abs(o.loo_error));
-    } else {
+    } else if (!o.fitted) {
       errors.push_back(std::abs(o.error));
     }
     out.runs.push_back(o);
@@ -307,6 +363,7 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
   out.worst_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
   out.median_loo_error = median_of(loo);
   out.worst_loo_error = loo.empty() ? 0 : *std::max_element(loo.begin(), loo.end());
+  out.hardware.prediction_error = std::max(out.worst_error, out.worst_loo_error);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -274,11 +275,33 @@ TEST_F(Plan, SaysTheModelFlopsUtilization) {
   const auto text = run(kPlan + "--max-pp 2 --top-sim 2 --top 1");
   ASSERT_EQ(text.code, 0) << text.out;
   const auto lines = lines_of(text.out);
-  ASSERT_GE(lines.size(), 5u) << text.out;
-  EXPECT_TRUE(has(lines[3], " TFLOP/s/GPU    MFU ")) << text.out;
+  ASSERT_GE(lines.size(), 6u) << text.out;
+  EXPECT_EQ(lines[3], "interval: none (the hardware is not calibrated by calibrate --runs: its figures are the preset's)");
+  EXPECT_TRUE(has(lines[4], " TFLOP/s/GPU    MFU ")) << text.out;
   char mfu[32];
   std::snprintf(mfu, sizeof mfu, " %.1f%% ", 100 * j["top"][0]["mfu"].get<double>());
-  EXPECT_TRUE(has(lines[4], mfu)) << mfu << " not in " << lines[4];
+  EXPECT_TRUE(has(lines[5], mfu)) << mfu << " not in " << lines[5];
+}
+
+// A hardware file that calibrate --runs wrote carries its prediction error:
+// plan gives each figure within it.
+TEST_F(Plan, GivesItsFiguresWithinTheCalibrationsError) {
+  const std::string hw = path("fitted.yaml");
+  std::ofstream(hw) << "preset: dgx-a100-80gb\ncalibration:\n  prediction_error: 0.04\n  fitted_on:\n    - a\n";
+  const std::string args = "plan --model " + kTiny + " --hardware " + hw + " --gpus 16 --global-batch 64 --max-pp 2 --top-sim 2 ";
+  const auto text = run(args + "--top 1");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_TRUE(has(text.out, "interval: the hardware's calibration predicted the runs it did not fit within 4.0%: each "
+                            "figure below within ±4.0%")) << text.out;
+  const auto r = run_stdout(args + "--top 3 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["prediction_error"].get<double>(), 0.04);
+  for (const auto& c : j["top"]) {
+    const double x = c["throughput_samples_per_s"].get<double>();
+    EXPECT_DOUBLE_EQ(c["throughput_samples_per_s_low"].get<double>(), x * 0.96) << c;
+    EXPECT_DOUBLE_EQ(c["throughput_samples_per_s_high"].get<double>(), x * 1.04) << c;
+  }
 }
 
 // With D > 1 the evaluator leaves the gradients' reductions out; the plan
