@@ -109,8 +109,11 @@ FitResult fit(const std::vector<TraceRun>& runs, const pm::Hardware& given) {
   std::vector<LinkGroup> links = link_groups(runs, base);
   // 3. The device: peak raised to the fastest kind, curves as efficiencies.
   set_device_curves(curves, base_peak, precision, device, result.notes);
-  // 3b. W's share of the backward, where a zero-bubble schedule ran I and W apart.
-  fit_weight_grad_share(curves.observed.split, device, result);
+  // 3b. W's share of the backward, where a zero-bubble schedule ran I and W
+  // apart: every one of their actions (a split of what was measured, alone
+  // or beside another rank), also in the residuals.
+  curves.as_measured.split = compute_observations(runs, true).split;
+  fit_weight_grad_share(curves.as_measured.split, device, result);
   // 4. Optimizer step: overhead + traffic / memory bandwidth.
   fit_step(curves.observed.steps, base, device, result);
   // 5. Transfers: the sender's overhead, the link's latency and bandwidth, the receiver's cost.

@@ -7,8 +7,11 @@
 // accumulates into the gradient, and on a CPU it ran far slower than its
 // FLOPs say. Here, for each such stage, W less its action's overhead is
 // sum over the stage's kinds of share_k x (the kind's layers' backward
-// seconds on the fitted curve), and the shares are its least squares
-// (bounded to [0, 1)). A kind none of these stages holds keeps the FLOPs' split.
+// seconds on the fitted curve, scaled so that the kinds' sum is the
+// measured I + W less two overheads), and the shares are its least squares
+// (bounded to [0, 1)). The scaling makes it a split of what was measured:
+// every action counts, also those that ran beside another rank's and were
+// slowed with it. A kind none of these stages holds keeps the FLOPs' split.
 #include <algorithm>
 #include <map>
 
@@ -46,8 +49,12 @@ void fit_weight_grad_share(const std::vector<Observations::SplitBackward>& split
   }
   const double overhead = device.action_overhead.backward_s;
   for (std::size_t n = 0; n < split.size(); ++n) {
+    double predicted = 0;
+    for (const auto& [kind, s] : seconds[n]) predicted += s;
+    const double measured = split[n].input_grad_s + split[n].weight_grad_s - 2 * overhead;
+    const double scale = predicted > 0 && measured > 0 ? measured / predicted : 1;
     std::vector<double> row(column.size(), 0.0);
-    for (const auto& [kind, s] : seconds[n]) row[column.at(kind)] = s;
+    for (const auto& [kind, s] : seconds[n]) row[column.at(kind)] = s * scale;
     p.x.push_back(row);
     p.y.push_back(std::max(0.0, split[n].weight_grad_s - overhead));
   }

@@ -260,6 +260,39 @@ std::string recompute(const MegatronArgs& a) {
   return method + ":" + std::to_string(a.has(layers) ? a.positive(layers) : 1);
 }
 
+// T, K, D and V from the arguments.
+void read_layout(const MegatronArgs& a, MeasuredRun& run) {
+  if (a.has("context_parallel_size") && a.positive("context_parallel_size") > 1) {
+    throw Error(a.at("context_parallel_size") + ": context parallelism (context_parallel_size " +
+                a.text("context_parallel_size") + ") is not modelled");
+  }
+  run.tensor = a.positive("tensor_model_parallel_size");
+  run.pipeline = a.positive("pipeline_model_parallel_size");
+  if (a.has("data_parallel_size")) {
+    run.data = a.positive("data_parallel_size");
+  } else {
+    const int world = a.positive("world_size");
+    if (world % (run.tensor * run.pipeline) != 0) {
+      throw Error(a.at("world_size") + ": world_size " + std::to_string(world) + " is not a multiple of T x K = " +
+                  std::to_string(run.tensor * run.pipeline));
+    }
+    run.data = world / (run.tensor * run.pipeline);
+  }
+  const int layers = a.positive("num_layers");
+  if (a.has("virtual_pipeline_model_parallel_size")) {
+    run.virtual_stages = a.positive("virtual_pipeline_model_parallel_size");
+  } else if (a.has("num_layers_per_virtual_pipeline_stage")) {
+    const int per = a.positive("num_layers_per_virtual_pipeline_stage");
+    if (layers % (run.pipeline * per) != 0) {
+      throw Error(a.at("num_layers_per_virtual_pipeline_stage") + ": num_layers " + std::to_string(layers) +
+                  " is not a multiple of K x num_layers_per_virtual_pipeline_stage = " + std::to_string(run.pipeline * per));
+    }
+    run.virtual_stages = layers / (run.pipeline * per);
+  } else if (a.has("num_virtual_stages_per_pipeline_rank")) {
+    run.virtual_stages = a.positive("num_virtual_stages_per_pipeline_rank");
+  }
+}
+
 }  // namespace
 
 MeasuredRun read_megatron_log(const std::string& path, const std::string& hardware, int skip) {
@@ -302,35 +335,7 @@ MeasuredRun read_megatron_log(const std::string& path, const std::string& hardwa
   run.source = path;
   run.hardware = hardware;
   run.model_text = model_spec(a, lines);
-  if (a.has("context_parallel_size") && a.positive("context_parallel_size") > 1) {
-    throw Error(a.at("context_parallel_size") + ": context parallelism (context_parallel_size " +
-                a.text("context_parallel_size") + ") is not modelled");
-  }
-  run.tensor = a.positive("tensor_model_parallel_size");
-  run.pipeline = a.positive("pipeline_model_parallel_size");
-  if (a.has("data_parallel_size")) {
-    run.data = a.positive("data_parallel_size");
-  } else {
-    const int world = a.positive("world_size");
-    if (world % (run.tensor * run.pipeline) != 0) {
-      throw Error(a.at("world_size") + ": world_size " + std::to_string(world) + " is not a multiple of T x K = " +
-                  std::to_string(run.tensor * run.pipeline));
-    }
-    run.data = world / (run.tensor * run.pipeline);
-  }
-  const int layers = a.positive("num_layers");
-  if (a.has("virtual_pipeline_model_parallel_size")) {
-    run.virtual_stages = a.positive("virtual_pipeline_model_parallel_size");
-  } else if (a.has("num_layers_per_virtual_pipeline_stage")) {
-    const int per = a.positive("num_layers_per_virtual_pipeline_stage");
-    if (layers % (run.pipeline * per) != 0) {
-      throw Error(a.at("num_layers_per_virtual_pipeline_stage") + ": num_layers " + std::to_string(layers) +
-                  " is not a multiple of K x num_layers_per_virtual_pipeline_stage = " + std::to_string(run.pipeline * per));
-    }
-    run.virtual_stages = layers / (run.pipeline * per);
-  } else if (a.has("num_virtual_stages_per_pipeline_rank")) {
-    run.virtual_stages = a.positive("num_virtual_stages_per_pipeline_rank");
-  }
+  read_layout(a, run);
   run.schedule = run.virtual_stages > 1 ? "interleaved-1f1b" : "1f1b";
   run.microbatch_size = a.positive("micro_batch_size");
   run.global_batch = a.positive("global_batch_size");

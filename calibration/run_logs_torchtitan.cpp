@@ -182,6 +182,56 @@ TitanLog read_log(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// The schedule, V, M and b: the pipeline's micro-batches of the local batch,
+// or without a pipeline the gradient-accumulation steps.
+void read_pipeline(const TomlFile& toml, long long local, long long accumulation, MeasuredRun& run) {
+  if (run.pipeline == 1) {
+    // No pipeline: each gradient-accumulation step is a micro-batch of the local batch.
+    run.microbatch_size = static_cast<int>(local);
+    run.microbatches = static_cast<int>(accumulation);
+  } else {
+    const std::string sched_key = first_set(toml, {"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
+    const Schedule schedule = schedule_of(toml, sched_key);
+    const std::string csv_key = first_set(toml, {"parallelism.pipeline_parallel_schedule_csv", "experimental.pipeline_parallel_schedule_csv"});
+    if (!toml.string_or(csv_key, "").empty()) throw Error(toml.where(csv_key) + ": a schedule from a CSV file is not modelled");
+    run.schedule = schedule.name;
+    // Looped schedules put 2 stages on each rank unless layers per stage say
+    // otherwise, which needs the model's layer count this reader lacks.
+    const std::string lps_key = "parallelism.pipeline_parallel_layers_per_stage";
+    if (schedule.looped && toml.has(lps_key)) {
+      throw Error(toml.where(lps_key) + ": pipeline_parallel_layers_per_stage with a multi-stage schedule is not read yet "
+                                        "(stages per rank come from the model's layers)");
+    }
+    run.virtual_stages = schedule.looped ? 2 : 1;
+    if (accumulation > 1) {
+      throw Error(toml.where("training.global_batch_size") + ": gradient accumulation (" + std::to_string(accumulation) +
+                  " pipeline rounds a step) is not modelled with pipeline parallelism");
+    }
+    if (toml.has("experimental.pipeline_parallel_microbatches")) {
+      const long long m = toml.integer("experimental.pipeline_parallel_microbatches");
+      if (m < 1 || local % m != 0) {
+        throw Error(toml.where("experimental.pipeline_parallel_microbatches") + ": must divide the local batch " + std::to_string(local));
+      }
+      run.microbatches = static_cast<int>(m);
+      run.microbatch_size = static_cast<int>(local / m);
+    } else {
+      const std::string mb_key = "parallelism.pipeline_parallel_microbatch_size";
+      const long long b = toml.integer_or(mb_key, 1);
+      if (b < 1 || local % b != 0) {
+        throw Error(toml.where(mb_key) + ": pipeline_parallel_microbatch_size " + std::to_string(b) +
+                    " must divide the local batch " + std::to_string(local));
+      }
+      run.microbatch_size = static_cast<int>(b);
+      run.microbatches = static_cast<int>(local / b);
+    }
+  }
+
+}
+
+}  // namespace
+
 MeasuredRun read_torchtitan_run(const std::string& toml_path, const std::string& log_path, const std::string& model,
                                 const std::string& hardware, int skip) {
   const TomlFile toml = TomlFile::load(toml_path);
@@ -244,46 +294,7 @@ MeasuredRun read_torchtitan_run(const std::string& toml_path, const std::string&
   }
   run.recompute = recompute(toml);
 
-  if (run.pipeline == 1) {
-    // No pipeline: each gradient-accumulation step is a micro-batch of the local batch.
-    run.microbatch_size = static_cast<int>(local);
-    run.microbatches = static_cast<int>(accumulation);
-  } else {
-    const std::string sched_key = first_set(toml, {"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
-    const Schedule schedule = schedule_of(toml, sched_key);
-    const std::string csv_key = first_set(toml, {"parallelism.pipeline_parallel_schedule_csv", "experimental.pipeline_parallel_schedule_csv"});
-    if (!toml.string_or(csv_key, "").empty()) throw Error(toml.where(csv_key) + ": a schedule from a CSV file is not modelled");
-    run.schedule = schedule.name;
-    // Looped schedules put 2 stages on each rank unless layers per stage say
-    // otherwise, which needs the model's layer count this reader lacks.
-    const std::string lps_key = "parallelism.pipeline_parallel_layers_per_stage";
-    if (schedule.looped && toml.has(lps_key)) {
-      throw Error(toml.where(lps_key) + ": pipeline_parallel_layers_per_stage with a multi-stage schedule is not read yet "
-                                        "(stages per rank come from the model's layers)");
-    }
-    run.virtual_stages = schedule.looped ? 2 : 1;
-    if (accumulation > 1) {
-      throw Error(toml.where("training.global_batch_size") + ": gradient accumulation (" + std::to_string(accumulation) +
-                  " pipeline rounds a step) is not modelled with pipeline parallelism");
-    }
-    if (toml.has("experimental.pipeline_parallel_microbatches")) {
-      const long long m = toml.integer("experimental.pipeline_parallel_microbatches");
-      if (m < 1 || local % m != 0) {
-        throw Error(toml.where("experimental.pipeline_parallel_microbatches") + ": must divide the local batch " + std::to_string(local));
-      }
-      run.microbatches = static_cast<int>(m);
-      run.microbatch_size = static_cast<int>(local / m);
-    } else {
-      const std::string mb_key = "parallelism.pipeline_parallel_microbatch_size";
-      const long long b = toml.integer_or(mb_key, 1);
-      if (b < 1 || local % b != 0) {
-        throw Error(toml.where(mb_key) + ": pipeline_parallel_microbatch_size " + std::to_string(b) +
-                    " must divide the local batch " + std::to_string(local));
-      }
-      run.microbatch_size = static_cast<int>(b);
-      run.microbatches = static_cast<int>(local / b);
-    }
-  }
+  read_pipeline(toml, local, accumulation, run);
 
   const double tps = logs::median_after(log.tps, skip, "\"tps:\"", log_path);
   run.step_s = static_cast<double>(global) * static_cast<double>(seq_len) / (tps * run.gpus());

@@ -41,6 +41,10 @@ struct MeasuredRun {
   int global_batch = 0;     // sequences per step
   std::string schedule = "1f1b";  // interleaved-1f1b where V > 1 unless given
   std::string recompute = "none"; // a recompute choice (models/recompute.hpp)
+  // How the layers were split: uniform, parameters, a file, or "" (the
+  // twin's own partition on the hardware the fit starts from); kept for
+  // every prediction of the run, so that only the device's curve varies.
+  std::string partition;
   bool sequence_parallel = false, zero1 = false;
   // The figure: one of the two.
   double step_s = 0;
@@ -54,7 +58,7 @@ struct MeasuredRun {
 // A CSV with a header row; `#` lines are comments. Columns (any order):
 //   name, model, hardware, tensor, pipeline, data, virtual, microbatches,
 //   microbatch_size, global_batch, schedule, recompute, sequence_parallel,
-//   zero1, step_s, tflops_per_gpu, formula, role
+//   zero1, partition, step_s, tflops_per_gpu, formula, role
 // model, hardware and one of step_s and tflops_per_gpu are required; the
 // others default as MeasuredRun does; gpus may stand in for data (data =
 // gpus / (tensor · pipeline)). Throws pipetwin::Error naming the file, the

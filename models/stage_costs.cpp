@@ -2,6 +2,7 @@
 #include "models/stage_costs.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "schedule/error.hpp"
 
@@ -35,6 +36,31 @@ void StageCostModel::init_tensor_parallel(int microbatch_size) {
     tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
   }
 }
+
+namespace {
+
+// Megatron-LM and torchtitan checkpoint the blocks: never the embedding, the
+// output head or the loss. Per position p: the first recomputable layer at or
+// after p, and one past the last recomputable layer before p.
+std::pair<std::vector<int>, std::vector<int>> recomputable_bounds(const Model& m) {
+  const int n = static_cast<int>(m.layers.size());
+  const auto recomputable = [&](int l) {
+    switch (m.layers[l].kind) {
+      case LayerKind::Embedding:
+      case LayerKind::LlmEmbedding:
+      case LayerKind::LmHead:
+      case LayerKind::LlmHead:
+      case LayerKind::ClassifierHead: return false;
+      default: return true;
+    }
+  };
+  std::vector<int> first(n + 1, n), end(n + 1, 0);
+  for (int l = n - 1; l >= 0; --l) first[l] = recomputable(l) ? l : first[l + 1];
+  for (int l = 0; l < n; ++l) end[l + 1] = recomputable(l) ? l + 1 : end[l];
+  return {first, end};
+}
+
+}  // namespace
 
 void StageCostModel::time_layers(int k, double b) {
   const Device& d = devices_[k];
@@ -173,22 +199,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
     weight_grad_stash_[l + 1] = weight_grad_stash_[l] + w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
   }
   cut_ = m.cut_elems();
-  // Megatron-LM and torchtitan checkpoint the blocks: never the embedding,
-  // the output head or the loss.
-  const auto recomputable = [&](int l) {
-    switch (m.layers[l].kind) {
-      case LayerKind::Embedding:
-      case LayerKind::LlmEmbedding:
-      case LayerKind::LmHead:
-      case LayerKind::LlmHead:
-      case LayerKind::ClassifierHead: return false;
-      default: return true;
-    }
-  };
-  first_recomputable_.assign(n + 1, n);
-  end_recomputable_.assign(n + 1, 0);
-  for (int l = n - 1; l >= 0; --l) first_recomputable_[l] = recomputable(l) ? l : first_recomputable_[l + 1];
-  for (int l = 0; l < n; ++l) end_recomputable_[l + 1] = recomputable(l) ? l + 1 : end_recomputable_[l];
+  std::tie(first_recomputable_, end_recomputable_) = recomputable_bounds(m);
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
   stash_counts_ = schedule::account_memory(r.program);
 }

@@ -41,8 +41,12 @@ mkdir -p "$OUT/runs" "$OUT/predicted" "$OUT/compare" "$OUT/report"
 # (docs/calibration.md, slow periods). Two runs with more ranks than this machine's cores:
 # how ranks share cores is fitted on them, and one alone (its two dozen sends)
 # once made every send of K = 4 wait 0.9 ms, K=4 M=8 predicted 22% slow.
-CALIBRATE=(1f1b:1:1:none gpipe:1:4:none gpipe:1:16:none 1f1b:2:2:none gpipe:2:4:full 1f1b:2:16:none 1f1b:4:4:none gpipe:4:16:none)
-HELD_OUT=(1f1b:2:8:none gpipe:2:8:none 1f1b:2:4:full gpipe:1:8:none 1f1b:4:8:none)
+# One zero-bubble run (zb-h1) runs each backward as I and W apart: W's share
+# of the backward is fitted on it, and two held out (zb-h1 at another M, and
+# zb-v, two stages a rank) are predicted with it, I and W each compared.
+CALIBRATE=(1f1b:1:1:none gpipe:1:4:none gpipe:1:16:none 1f1b:2:2:none gpipe:2:4:full 1f1b:2:16:none 1f1b:4:4:none gpipe:4:16:none
+  zb-h1:2:4:none)
+HELD_OUT=(1f1b:2:8:none gpipe:2:8:none 1f1b:2:4:full gpipe:1:8:none 1f1b:4:8:none zb-h1:2:8:none zb-v:2:8:none)
 
 STAGES=7
 stage=0
@@ -128,6 +132,15 @@ for c in "${HELD_OUT[@]}"; do
   [ "${#repeats[@]}" -gt 0 ] && more=(--repeats "${repeats[@]}")
   "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" "${more[@]}" --json >"$OUT/compare/$n.json"
   "$PIPETWIN" compare "$OUT/predicted/$n.json" "$OUT/runs/$n.json" "${more[@]}" | sed -n 's/^step time/  '"$n"': step time/p'
+  # A zero-bubble run's two halves of the backward, each summed over the step.
+  python3 - "$OUT/compare/$n.json" "$n" <<'PY'
+import json, sys
+kinds = {k["kind"]: k for k in json.load(open(sys.argv[1]))["op_kinds"]}
+if "I" in kinds and "W" in kinds:
+    def err(k):
+        return "%+.1f%%" % (100 * kinds[k]["total_relative_error"])
+    print("  %s: I %s, W %s (their durations summed over the step)" % (sys.argv[2], err("I"), err("W")))
+PY
   compares+=("$OUT/compare/$n.json")
 done
 

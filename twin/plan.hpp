@@ -80,6 +80,9 @@ struct PlanResult {
   std::size_t enumerated = 0;            // the full enumeration's candidates
   std::vector<Candidate> candidates;     // this shard's, in index order
   double wall_s = 0;
+  // The hardware's calibration error (models::Hardware::prediction_error):
+  // each figure is known within ±this share; 0: uncalibrated (or merged parts).
+  double prediction_error = 0;
   std::size_t count(std::string_view status) const;
   std::size_t count_engine(std::string_view engine) const;  // of the ok ones
 };

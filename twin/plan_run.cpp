@@ -197,6 +197,7 @@ PlanResult run_plan(const PlanSpec& o, const PlanObserver& observer) {
   for (const auto& r : o.recompute) models::parse_recompute_choice(r);
   models::parse_optimizer(o.optimizer);
   PlanResult result;
+  result.prediction_error = hw.prediction_error.value_or(0);
   result.description = describe_plan(o, model);
   result.fingerprint = plan_fingerprint(result.description);
   result.shard = o.shard;

@@ -42,9 +42,9 @@ inline models::Hardware known_hardware() {
   d.action_overhead = {31e-6, 55e-6, 12e-6, 40e-6};
   // A recompute is the forward with autograd again: the forward's curves
   // (recompute unset), with a cost per action of its own.
-  d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, models::Efficiency{0.52, 2e6, {}}, std::nullopt};
-  d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, models::Efficiency{0.66, 9e5, {}}, std::nullopt};
-  d.kinds["embedding"] = {{0.02, 4e4, {}}, {0.01, 9e4, {}}, models::Efficiency{0.03, 3e4, {}}, std::nullopt};
+  d.kinds["transformer_block"] = {{0.45, 3e6, {}}, {0.38, 5e6, {}}, models::Efficiency{0.52, 2e6, {}}, std::nullopt, false, std::nullopt};
+  d.kinds["lm_head"] = {{0.61, 1e6, {}}, {0.55, 7e5, {}}, models::Efficiency{0.66, 9e5, {}}, std::nullopt, false, std::nullopt};
+  d.kinds["embedding"] = {{0.02, 4e4, {}}, {0.01, 9e4, {}}, models::Efficiency{0.03, 3e4, {}}, std::nullopt, false, std::nullopt};
   return h;
 }
 

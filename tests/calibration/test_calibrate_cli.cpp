@@ -59,9 +59,9 @@ pm::Hardware known() {
   d.step_overhead_s = 150e-6;
   d.memory_bandwidth = 9e9;
   d.action_overhead = {80e-6, 120e-6, {}, {}};
-  d.kinds["transformer_block"] = {{0.5, 2e6, {}}, {0.45, 4e6, {}}, {}, {}};
-  d.kinds["lm_head"] = {{0.6, 1e6, {}}, {0.55, 2e6, {}}, {}, {}};
-  d.kinds["embedding"] = {{0.05, 1e5, {}}, {0.04, 1e5, {}}, {}, {}};
+  d.kinds["transformer_block"] = {{0.5, 2e6, {}}, {0.45, 4e6, {}}, {}, {}, false, std::nullopt};
+  d.kinds["lm_head"] = {{0.6, 1e6, {}}, {0.55, 2e6, {}}, {}, {}, false, std::nullopt};
+  d.kinds["embedding"] = {{0.05, 1e5, {}}, {0.04, 1e5, {}}, {}, {}, false, std::nullopt};
   return h;
 }
 

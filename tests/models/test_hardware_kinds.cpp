@@ -192,7 +192,7 @@ TEST_F(Kinds, ErrorsNameTheFileLineAndField) {
       {"preset: cpu\ndevice:\n  kinds:\n    transformer_blok:\n      forward: {max: 0.5}\n",
        ":4: field 'device.kinds.transformer_blok': unknown (valid: embedding, transformer_block"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      forwards: {max: 0.5}\n",
-       ":5: field 'device.kinds.lm_head.forwards': unknown (valid: forward, backward, forward_nograd, recompute, per_operator)"},
+       ":5: field 'device.kinds.lm_head.forwards': unknown (valid: forward, backward, forward_nograd, recompute, per_operator, weight_grad_share)"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      backward: {max: 1.5}\n",
        ":5: field 'device.kinds.lm_head.backward.max': is a share of peak and must be at most 1"},
       {"preset: cpu\ndevice:\n  kinds:\n    lm_head:\n      recompute: {half_flops: -3}\n",
