@@ -35,6 +35,8 @@ unpublished choices: for each row the twin takes the (b, V) it predicts
 fastest with the preset's own curve, before calibrating (what `pipetwin plan`
 would answer), among b in {1, 2, 4} and, where K > 1, the interleavings the
 paper ran (V > 1 dividing the layers per rank, as Megatron-LM requires).
+Which (b, V) fit depends on the recompute's memory: --shapes-recompute
+chooses them under another recompute than the runs are predicted with.
 """
 import concurrent.futures
 import csv
@@ -88,11 +90,11 @@ BLOCKING_SENDS = True  # main() sets it from --posted-sends
 RECOMPUTE = "uniform:1"  # main() sets it from --recompute
 
 
-def simulate(pipetwin, model, hardware, r, b, v, sp=False):
+def simulate(pipetwin, model, hardware, r, b, v, sp=False, recompute=None):
     m = r["batch"] // (r["d"] * b)
     schedule = "interleaved-1f1b" if v > 1 else "1f1b"
     cmd = [pipetwin, "simulate", "--model", model, "--hardware", hardware, "-s", schedule, "-k", str(r["k"]),
-           "-m", str(m), "-t", str(r["t"]), "-d", str(r["d"]), "--batch", str(r["batch"]), "--recompute", RECOMPUTE,
+           "-m", str(m), "-t", str(r["t"]), "-d", str(r["d"]), "--batch", str(r["batch"]), "--recompute", recompute or RECOMPUTE,
            "--json"]
     if v > 1:
         cmd += ["-v", str(v)]
@@ -140,9 +142,9 @@ class Bench:
             f.write("preset: selene\ndevice:\n  blocking_sends: %s\n" % ("true" if BLOCKING_SENDS else "false"))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
 
-    def run_all(self, jobs):
+    def run_all(self, jobs, recompute=None):
         futures = [self.pool.submit(simulate, self.a.pipetwin, self.models[r["name"]], hw, r, b, v,
-                                    self.a.sequence_parallel)
+                                    self.a.sequence_parallel, recompute)
                    for (r, hw, b, v) in jobs]
         return [f.result() for f in futures]
 
@@ -150,7 +152,7 @@ class Bench:
         """Each row's (b, V): the fastest the preset's own curve predicts, among those that fit."""
         jobs = [(r, self.preset_hw, b, v) for r in self.table for (b, v) in choices(r)]
         best = {}
-        for (r, _, b, v), res in zip(jobs, self.run_all(jobs)):
+        for (r, _, b, v), res in zip(jobs, self.run_all(jobs, self.a.shapes_recompute)):
             if "error" in res or not res["fits"]:
                 continue
             if r["name"] not in best or res["step"] < best[r["name"]][2]:
@@ -218,6 +220,9 @@ def add_arguments(ap):
                     help="split the norms and dropouts over T (the paper's runs of 2021 did not)")
     ap.add_argument("--recompute", default="uniform:1",
                     help="the runs' recompute (the paper's: each layer's input kept, one re-run at a time)")
+    ap.add_argument("--shapes-recompute", default=None,
+                    help="the recompute the (b, V) of each row are chosen under (default: --recompute's); b is the "
+                         "paper's unpublished choice, and a recompute that frees memory lets larger ones fit")
     ap.add_argument("--posted-sends", action="store_true",
                     help="let a pipeline send fly while its sender goes on (Megatron-LM of 2021 waited for each)")
 
