@@ -28,14 +28,17 @@ struct Options {
   twin::CalibrateRequest request;
   std::string engine = "auto";
   bool json = false;
-  std::vector<std::string> runs, fit;
+  std::vector<std::string> runs, fit, torchtitan;
   int jobs = 0;
   bool hardware_given = false;
 };
 
 int run_runs(Options& o) {
   twin::RunsFitRequest q;
-  q.runs = twin::read_run_files(o.runs, o.hardware_given ? o.request.hardware : "");
+  const std::string hardware = o.hardware_given ? o.request.hardware : "";
+  q.runs = twin::read_run_files(o.runs, hardware);
+  const auto titan = twin::read_torchtitan_files(o.torchtitan, o.request.model, hardware);
+  q.runs.insert(q.runs.end(), titan.begin(), titan.end());
   q.fit = o.fit;
   q.engine = twin::parse_engine(o.engine);
   q.jobs = o.jobs;
@@ -44,7 +47,7 @@ int run_runs(Options& o) {
     std::string fitted_on;
     for (const auto& r : f.runs) fitted_on += "    - " + r.name + (r.fitted ? "" : " (predicted)") + "\n";
     char error[64];
-    std::snprintf(error, sizeof error, "%.6g", f.hardware.prediction_error.value_or(0));
+    std::snprintf(error, sizeof error, "%.17g", f.hardware.prediction_error.value_or(0));
     schedule::write_file_atomic(o.request.out,
                                 models::hardware_to_yaml(f.hardware, "Fitted by pipetwin calibrate --runs to whole runs' speed",
                                                          std::string("calibration:\n  prediction_error: ") + error +
@@ -60,7 +63,7 @@ int run_runs(Options& o) {
 }
 
 int run(Options& o) {
-  if (!o.runs.empty()) {
+  if (!o.runs.empty() || !o.torchtitan.empty()) {
     if (!o.request.traces.empty() || o.request.microbench) {
       throw Error("--runs fits whole runs: give no traces and no --microbench with it");
     }
@@ -98,12 +101,16 @@ Run add_calibrate_command(CLI::App& app) {
   cmd->add_option("--runs", o->runs,
                   "Fit the device's curve to whole runs instead: a runs CSV (docs/calibration.md) or a Megatron-LM "
                   "training log, each; the runs not fitted are predicted");
+  cmd->add_option("--torchtitan", o->torchtitan,
+                  "Also fit whole runs of torchtitan: its job TOML and its training log (a pair each time), of the "
+                  "model --model names on --hardware")
+      ->expected(2);
   cmd->add_option("--fit", o->fit, "With --runs: the runs fitted, by name (default: those whose role is fit)")->delimiter(',');
   cmd->add_option("--jobs,-j", o->jobs, "With --runs: SimGrid replays at once (0: the cores)")->check(CLI::Range(0, 1024));
   auto* microbench = cmd->add_flag("--microbench", o->request.microbench,
                 "Also run short configurations through pipetwin run (one and two ranks, several micro-batch sizes, "
                 "recompute) and fit their traces too");
-  cmd->add_option("--model", o->request.model, "Model spec for --microbench (default: the traces' model)");
+  cmd->add_option("--model", o->request.model, "Model spec for --microbench (default: the traces' model), or of --torchtitan's runs");
   cmd->add_option("--microbench-dir", o->request.microbench_dir, "Where --microbench writes its traces (default: OUT.microbench)");
   cmd->add_option("--threads", o->request.threads, "Intra-op threads per rank in --microbench (default: the traces')")
       ->check(CLI::Range(0, 1024));
@@ -120,7 +127,7 @@ Run add_calibrate_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Machine-readable summary");
   // A command line error (exit 2), as CLI11's own `required` would be, but only without --runs.
   cmd->callback([o, out] {
-    if (o->runs.empty() && out->count() == 0) throw CLI::RequiredError("--out");
+    if (o->runs.empty() && o->torchtitan.empty() && out->count() == 0) throw CLI::RequiredError("--out");
   });
   return [o, hardware] {
     o->hardware_given = hardware->count() > 0;

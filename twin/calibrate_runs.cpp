@@ -181,6 +181,19 @@ std::vector<MeasuredRun> read_run_files(const std::vector<std::string>& paths, c
   return runs;
 }
 
+std::vector<MeasuredRun> read_torchtitan_files(const std::vector<std::string>& toml_and_log, const std::string& model,
+                                               const std::string& hardware) {
+  if (toml_and_log.empty()) return {};
+  if (toml_and_log.size() % 2 != 0) throw Error("--torchtitan takes a job TOML and its training log, in pairs");
+  if (model.empty()) throw Error("--torchtitan needs --model: the spec of the flavor the run trained");
+  if (hardware.empty()) throw Error("--torchtitan needs --hardware: what the run ran on");
+  std::vector<MeasuredRun> runs;
+  for (std::size_t i = 0; i < toml_and_log.size(); i += 2) {
+    runs.push_back(calibration::read_torchtitan_run(toml_and_log[i], toml_and_log[i + 1], model, hardware));
+  }
+  return runs;
+}
+
 double run_flops(const MeasuredRun& r) {
   const auto model = load_run_model(r);
   double per_sample = 0;
@@ -390,8 +403,10 @@ std::string runs_fit_text(const RunsFit& f) {
   std::snprintf(line, sizeof line, "fitted: efficiency max %.4f, half_flops %.3g, memory_efficiency %.4f (rms log residual %.4f)\n\n",
                 f.max, f.half_flops, f.memory_efficiency, f.rms_log_residual);
   out += line;
-  std::snprintf(line, sizeof line, "%-16s %-8s %12s %12s %9s %9s  %s\n", "run", "role", "measured", "predicted", "error",
-                "LOO", "engine");
+  int width = 16;  // the longest name's
+  for (const auto& r : f.runs) width = std::max(width, static_cast<int>(std::min<std::size_t>(r.name.size(), 60)));
+  std::snprintf(line, sizeof line, "%-*s %-8s %12s %12s %9s %9s  %s\n", width, "run", "role", "measured", "predicted",
+                "error", "LOO", "engine");
   out += line;
   for (const auto& r : f.runs) {
     char m[32], pred[32], loo[32];
@@ -407,7 +422,7 @@ std::string runs_fit_text(const RunsFit& f) {
     } else {
       std::snprintf(loo, sizeof loo, "-");
     }
-    std::snprintf(line, sizeof line, "%-16s %-8s %12s %12s %+8.1f%% %9s  %s%s%s\n", r.name.c_str(), r.fitted ? "fit" : "predict",
+    std::snprintf(line, sizeof line, "%-*s %-8s %12s %12s %+8.1f%% %9s  %s%s%s\n", width, r.name.c_str(), r.fitted ? "fit" : "predict",
                   m, pred, 100 * r.error, loo, r.engine.c_str(), r.note.empty() ? "" : "  ", r.note.c_str());
     out += line;
   }

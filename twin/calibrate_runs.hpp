@@ -59,6 +59,10 @@ struct RunsFit {
 // The runs of every file (calibration::read_runs: a CSV, or a Megatron-LM
 // log run on `hardware`), in order.
 std::vector<calibration::MeasuredRun> read_run_files(const std::vector<std::string>& paths, const std::string& hardware);
+// torchtitan runs: (job TOML, training log) pairs, flattened, of `model` (a
+// spec file: a flavor's shape is not in the TOML) on `hardware`.
+std::vector<calibration::MeasuredRun> read_torchtitan_files(const std::vector<std::string>& toml_and_log,
+                                                            const std::string& model, const std::string& hardware);
 
 // Throws pipetwin::Error naming the run (its file and line) at fault.
 RunsFit calibrate_runs(const RunsFitRequest& request);

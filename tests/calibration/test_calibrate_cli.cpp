@@ -248,3 +248,44 @@ TEST_F(CalibrateCli, ASlowdownThatTheCurvesFollowIsNotFitted) {
   EXPECT_EQ(h.topology.oversubscribed_compute, 0);
   EXPECT_TRUE(h.topology.run_to_completion);  // the sharing is still fitted on the step times
 }
+
+// calibrate --runs as a user runs it: a runs CSV in, each run's error and a
+// hardware file out that carries its prediction error; the log readers'
+// refusals name what is missing.
+TEST_F(CalibrateCli, WholeRunsInAFittedHardwareFileOut) {
+  const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/llama-small.yaml";
+  const std::string runs = path("runs.csv");
+  std::ofstream(runs) << "name,model,hardware,pipeline,microbatches,microbatch_size,step_s,role\n"
+                      << "a," << model << ",h100,1,4,8,0.004,fit\n"
+                      << "b," << model << ",h100,2,8,8,0.005,fit\n"
+                      << "c," << model << ",h100,2,4,8,0.004,predict\n";
+  const auto r = run("calibrate --runs " + runs + " --out " + path("fitted.yaml") + " --json --jobs 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][2]["role"], "predict");
+  EXPECT_DOUBLE_EQ(j["runs"][0]["measured_step_s"].get<double>(), 0.004);
+  EXPECT_GT(j["runs"][2]["predicted_step_s"].get<double>(), 0);
+  EXPECT_TRUE(j["leave_one_out"].contains("worst_error"));
+  const std::string text = pipetwin::schedule::read_file(path("fitted.yaml"));
+  EXPECT_TRUE(has(text, "calibration:\n  prediction_error: ")) << text;
+  const auto hw = pm::load_hardware(path("fitted.yaml"));
+  ASSERT_TRUE(hw.prediction_error.has_value());
+  EXPECT_GE(*hw.prediction_error, j["predicted"]["worst_error"].get<double>());
+  // The text: one line a run, then the medians.
+  const auto t = run("calibrate --runs " + runs + " --jobs 2");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_TRUE(has(t.out, "predicted runs: median error")) << t.out;
+  // Refusals.
+  const std::string data = PIPETWIN_CALIBRATION_DATA;
+  const auto no_model = run("calibrate --torchtitan " + data + "/torchtitan-llama3-8b.toml " + data +
+                            "/torchtitan-llama3-8b.log --hardware h100 --fit x");
+  EXPECT_EQ(no_model.code, 1) << no_model.out;
+  EXPECT_TRUE(has(no_model.out, "--torchtitan needs --model")) << no_model.out;
+  const auto no_hw = run("calibrate --runs " + data + "/megatron-gpt-1.7b.log --fit x");
+  EXPECT_EQ(no_hw.code, 1) << no_hw.out;
+  EXPECT_TRUE(has(no_hw.out, "give --hardware")) << no_hw.out;
+  const auto both = run("calibrate " + path("t.json") + " --runs " + runs);
+  EXPECT_EQ(both.code, 1) << both.out;
+  EXPECT_TRUE(has(both.out, "give no traces and no --microbench with it")) << both.out;
+}
