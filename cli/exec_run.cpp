@@ -163,8 +163,18 @@ void check_outputs(const Options& o) {
   }
 }
 
+// The executor checkpoints whole stages (torchgpipe's modes): the layer
+// methods and selective recompute are simulated, not run.
+void refuse_simulated_only(const twin::Scenario& sc) {
+  if (sc.program.recompute == schedule::RecomputePolicy::Selective || sc.request.checkpoint.by_layer()) {
+    throw Error("--recompute " + sc.recompute_name() +
+                ": simulated only; the executor recomputes whole stages (none, full, except-last)");
+  }
+}
+
 int run_rank(const Options& o, const exec::RankEnv& env) {
   const auto sc = twin::build_scenario(o.scenario);
+  refuse_simulated_only(*sc);  // also under torchrun, Slurm or mpirun, where no launcher checked it
   if (env.rank == 0) print_notes(o.scenario.schedule, sc->notes);
   exec::RunConfig c;
   c.model = sc->model;
@@ -247,12 +257,7 @@ Run add_run_command(CLI::App& app) {
     // Configuration errors reported once, before the ranks start; K from the schedule (a file has its own).
     const auto sc = twin::build_scenario(o->scenario);
     exec::check_runnable(sc->model, sc->program);
-    // The executor checkpoints whole stages (torchgpipe's modes): the layer
-    // methods and selective recompute are simulated, not run.
-    if (sc->program.recompute == schedule::RecomputePolicy::Selective || sc->request.checkpoint.by_layer()) {
-      throw Error("--recompute " + sc->recompute_name() +
-                  ": simulated only; the executor recomputes whole stages (none, full, except-last)");
-    }
+    refuse_simulated_only(*sc);
     const int ranks = static_cast<int>(sc->program.num_devices());
     check_outputs(*o);
     exec::check_device(exec::parse_device(o->device), ranks);

@@ -417,6 +417,12 @@ std::vector<Bad> catalogue() {
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 -t 65536 -d 65536 --model {}/m.yaml", "devices, more than pipetwin numbers"},
       {"cli_run_tensor_parallel_unsplittable_layer", {{"m.yaml", kMlp}}, "run --hardware a100 -s 1f1b -k 2 -m 2 -t 2 --model {}/m.yaml",
        "layer linear0"},
+      {"cli_run_selective_recompute", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 --recompute selective --model {}/m.yaml",
+       "--recompute selective: simulated only; the executor recomputes whole stages"},
+      {"cli_run_recompute_by_layer", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 --recompute uniform:1 --model {}/m.yaml",
+       "--recompute uniform:1: simulated only"},
+      {"cli_simulate_recompute_block_without_count", {{"m.yaml", kT}}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --recompute block --model {}/m.yaml",
+       "needs its layer count: block:N", 2},
       {"cli_run_data_parallel_weight_stashing", {{"m.yaml", kT}}, "run -s pipedream -k 2 -m 2 -d 2 --model {}/m.yaml",
        "-d 2 with weight stashing (2 weight versions)"},
       // The all-reduce's algorithm is one of three; the fast engine has no network for D > 1.
