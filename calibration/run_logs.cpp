@@ -30,6 +30,7 @@
 #include "calibration/run_logs_parse.hpp"
 #include "calibration/runs.hpp"
 #include "schedule/error.hpp"
+#include "schedule/stats.hpp"
 
 namespace pipetwin::calibration {
 namespace logs {
@@ -72,10 +73,7 @@ double median_after(const std::vector<double>& values, int skip, const std::stri
     throw Error(path + ": no " + what + " values after skipping the first " + std::to_string(skip) + " (found " +
                 std::to_string(values.size()) + ")");
   }
-  std::vector<double> kept(values.begin() + skip, values.end());
-  std::sort(kept.begin(), kept.end());
-  const std::size_t n = kept.size();
-  return n % 2 ? kept[n / 2] : (kept[n / 2 - 1] + kept[n / 2]) / 2;
+  return schedule::median(std::vector<double>(values.begin() + skip, values.end()));
 }
 
 }  // namespace logs

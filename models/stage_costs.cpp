@@ -341,7 +341,7 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
-  const double layers = (stashed_[j] - stashed_[i]) * bytes_per_element(model_.precision) * microbatch_size_;
+  const double layers = stash_range_bytes(i, j);
   // The received input stays with the micro-batch (its gradient is read
   // there); the model input (i = 0) is data, counted by neither.
   return i > 0 && i < j && !model_.layers[i].cost.keeps_input ? layers + input_bytes(i) : layers;

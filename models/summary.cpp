@@ -23,12 +23,17 @@ bool RunSummary::fits() const {
 
 namespace {
 
+// What a stage stashes now.
+double stashed_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
+  const auto [i, j] = p.partition.at(s);
+  return schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(), costs.whole_stash_bytes(i, j),
+                               costs.checkpoint_stash_bytes(i, j), costs.weight_grad_bytes(i, j));
+}
+
 // A stage's bytes now: its static memory and what it stashes.
 double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
   const auto [i, j] = p.partition.at(s);
-  return costs.static_bytes(i, j, s) + schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(),
-                                                             costs.whole_stash_bytes(i, j), costs.checkpoint_stash_bytes(i, j),
-                                                             costs.weight_grad_bytes(i, j));
+  return costs.static_bytes(i, j, s) + stashed_bytes(tracker, p, costs, s);
 }
 
 // Per stage, the working memory a backward (B or I) of it holds while it runs.
@@ -58,7 +63,7 @@ std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timelin
     }
     const auto stashed = [&] {
       double bytes = 0;
-      for (const auto s : stages) bytes += stage_bytes(tracker, p, costs, s.value) - costs.static_bytes(p.partition.at(s.value).begin, p.partition.at(s.value).end, s.value);
+      for (const auto s : stages) bytes += stashed_bytes(tracker, p, costs, s.value);
       return bytes;
     };
     double most = -1;

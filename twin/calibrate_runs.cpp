@@ -14,6 +14,7 @@
 #include "models/layer_graph.hpp"
 #include "models/summary.hpp"
 #include "schedule/error.hpp"
+#include "schedule/stats.hpp"
 #include "twin/scenario.hpp"
 #include "twin/simgrid_pool.hpp"
 
@@ -80,11 +81,8 @@ struct Prepared {
 };
 
 std::unique_ptr<Scenario> scenario_for(const Prepared& p, const models::Hardware& hw) {
-  auto sc = scenario_of(p.model, hw, p.program, p.request.microbatch_size, p.samples, p.request.optimizer,
-                        p.request.collective);
-  sc->request.checkpoint = p.request.checkpoint;  // uniform, block: how a checkpoint is re-run
-  sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, sc->request);
-  return sc;
+  return scenario_of(p.model, hw, p.program, p.request.microbatch_size, p.samples, p.request.optimizer,
+                     p.request.collective, p.request.checkpoint);
 }
 
 // Every job's step, `jobs` SimGrid replays at once; the fast path's answers in this thread.
@@ -163,13 +161,6 @@ Point best_on(const std::vector<Line>& lines, const std::vector<double>& measure
   return {err(max, mem), max, half, mem};
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 }  // namespace
 
 std::vector<MeasuredRun> read_run_files(const std::vector<std::string>& paths, const std::string& hardware) {
@@ -194,8 +185,9 @@ std::vector<MeasuredRun> read_torchtitan_files(const std::vector<std::string>& t
   return runs;
 }
 
-double run_flops(const MeasuredRun& r) {
-  const auto model = load_run_model(r);
+double run_flops(const MeasuredRun& r) { return run_flops(r, load_run_model(r)); }
+
+double run_flops(const MeasuredRun& r, const models::Model& model) {
   double per_sample = 0;
   for (const auto& l : model.layers) {
     const double f = l.cost.forward_flops;
@@ -330,7 +322,7 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
     } catch (const Error& e) {
       throw Error(r.source + " (" + r.name + "): " + e.what());
     }
-    const double flops = r.tflops_per_gpu > 0 ? run_flops(r) : 0;
+    const double flops = r.tflops_per_gpu > 0 ? run_flops(r, prepared.back().model) : 0;
     measured.push_back(r.step_s > 0 ? r.step_s : flops / (r.tflops_per_gpu * 1e12 * r.gpus()));
   }
   const Grid grid = predict_grid(q, fitted, prepared, base, jobs);
@@ -372,9 +364,9 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
     }
     out.runs.push_back(o);
   }
-  out.median_error = median_of(errors);
+  out.median_error = schedule::median(errors);
   out.worst_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-  out.median_loo_error = median_of(loo);
+  out.median_loo_error = schedule::median(loo);
   out.worst_loo_error = loo.empty() ? 0 : *std::max_element(loo.begin(), loo.end());
   out.hardware.prediction_error = std::max(out.worst_error, out.worst_loo_error);
   return out;

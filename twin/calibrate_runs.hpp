@@ -23,6 +23,7 @@
 
 #include "calibration/runs.hpp"
 #include "models/hardware.hpp"
+#include "models/model.hpp"
 #include "twin/engine.hpp"
 
 namespace pipetwin::twin {
@@ -67,8 +68,9 @@ std::vector<calibration::MeasuredRun> read_torchtitan_files(const std::vector<st
 // Throws pipetwin::Error naming the run (its file and line) at fault.
 RunsFit calibrate_runs(const RunsFitRequest& request);
 
-// FLOPs of one step of `run` by its formula (its model loaded).
+// FLOPs of one step of `run` by its formula (its model loaded, or given).
 double run_flops(const calibration::MeasuredRun& run);
+double run_flops(const calibration::MeasuredRun& run, const models::Model& model);
 
 nlohmann::json runs_fit_json(const RunsFit& fit);
 std::string runs_fit_text(const RunsFit& fit);

@@ -236,7 +236,8 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
 
 std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
                                       schedule::Program program, int microbatch_size, double batch,
-                                      models::Optimizer optimizer, models::Collective collective) {
+                                      models::Optimizer optimizer, models::Collective collective,
+                                      models::LayerCheckpoint checkpoint) {
   auto sc = std::make_unique<Scenario>();
   sc->model = model;
   sc->hardware = hardware;
@@ -247,6 +248,7 @@ std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::
   r.microbatch_size = microbatch_size;
   r.optimizer = optimizer;
   r.collective = collective;
+  r.checkpoint = checkpoint;
   sc->costs = std::make_unique<models::StageCostModel>(sc->model, sc->hardware, r);
   return sc;
 }

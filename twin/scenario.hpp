@@ -72,10 +72,13 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
 
 // The scenario of a Program that is already complete and partitioned (a
 // traced run's, an imported file's): nothing is generated or partitioned.
+// `checkpoint`: how a checkpointed micro-batch is re-run (uniform, block),
+// which a Program does not record.
 std::unique_ptr<Scenario> scenario_of(const models::Model& model, const models::Hardware& hardware,
                                       schedule::Program program, int microbatch_size, double batch,
                                       models::Optimizer optimizer,
-                                      models::Collective collective = models::Collective::Auto);
+                                      models::Collective collective = models::Collective::Auto,
+                                      models::LayerCheckpoint checkpoint = {});
 
 // What a trace records of its configuration, so that it stands alone for
 // compare and calibrate: the configuration, the model spec's text, the
