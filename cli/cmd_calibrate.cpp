@@ -15,6 +15,7 @@
 
 #include "cli/commands.hpp"
 #include "models/hardware.hpp"
+#include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "twin/calibrate.hpp"
@@ -45,12 +46,11 @@ int run_runs(Options& o) {
   const auto f = twin::calibrate_runs(q);
   if (!o.request.out.empty()) {
     std::string fitted_on;
-    for (const auto& r : f.runs) fitted_on += "    - " + r.name + (r.fitted ? "" : " (predicted)") + "\n";
-    char error[64];
-    std::snprintf(error, sizeof error, "%.17g", f.hardware.prediction_error.value_or(0));
+    for (const auto& r : f.runs) fitted_on += "    - " + models::yaml_quoted(r.name + (r.fitted ? "" : " (predicted)")) + "\n";
     schedule::write_file_atomic(o.request.out,
                                 models::hardware_to_yaml(f.hardware, "Fitted by pipetwin calibrate --runs to whole runs' speed",
-                                                         std::string("calibration:\n  prediction_error: ") + error +
+                                                         "calibration:\n  prediction_error: " +
+                                                             models::yaml_number(f.hardware.prediction_error.value_or(0)) +
                                                              "\n  fitted_on:\n" + fitted_on));
   }
   if (o.json) {

@@ -258,7 +258,7 @@ TEST_F(CalibrateCli, WholeRunsInAFittedHardwareFileOut) {
   std::ofstream(runs) << "name,model,hardware,pipeline,microbatches,microbatch_size,step_s,role\n"
                       << "a," << model << ",h100,1,4,8,0.004,fit\n"
                       << "b," << model << ",h100,2,8,8,0.005,fit\n"
-                      << "c," << model << ",h100,2,4,8,0.004,predict\n";
+                      << "c: held out #3," << model << ",h100,2,4,8,0.004,predict\n";  // a name YAML must quote
   const auto r = run("calibrate --runs " + runs + " --out " + path("fitted.yaml") + " --json --jobs 2");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
