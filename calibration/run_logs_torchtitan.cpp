@@ -82,8 +82,8 @@ Schedule schedule_of(const TomlFile& toml, const std::string& key) {
 // mode "full" checkpoints every block: uniform:1. "selective" with an integer
 // N checkpoints every N-th block whole (torchtitan's _apply_layer_sac; 0 and
 // 1: all of them, uniform:1); pipetwin has no spelling for every N-th block
-// with N > 1 (block:n checkpoints the first n of each stage), nor for "op"
-// (every second matrix product saved), so both are refused.
+// with N > 1 (block:n checkpoints the first n of each stage): refused.
+// "op" (every second matrix product saved) is pipetwin's op.
 std::string recompute(const TomlFile& toml) {
   const std::string mode = toml.string_or("activation_checkpoint.mode", "selective");
   if (mode == "none") return "none";
@@ -94,9 +94,7 @@ std::string recompute(const TomlFile& toml) {
   }
   const std::string key = "activation_checkpoint.selective_ac_option";
   const std::string option = toml.string_or(key, "2");
-  if (option == "op") {
-    throw Error(toml.where(key) + ": selective_ac_option = \"op\" (per-operator selective checkpointing) is not modelled yet");
-  }
+  if (option == "op") return "op";
   int every = -1;
   const auto [end, ec] = std::from_chars(option.data(), option.data() + option.size(), every);
   if (ec != std::errc() || end != option.data() + option.size() || every < 0) {

@@ -167,7 +167,7 @@ Run add_plan_command(CLI::App& app) {
       ->delimiter(',')
       ->check(kPositive)
       ->capture_default_str();
-  cmd->add_option("--recompute", s.recompute, "Recompute choices tried, comma-separated: none, full, except-last, selective, uniform[:N], block:N")
+  cmd->add_option("--recompute", s.recompute, "Recompute choices tried, comma-separated: none, full, except-last, selective, uniform[:N], block:N, op")
       ->delimiter(',')
       ->check(kRecomputeChoice)
       ->capture_default_str();
@@ -175,6 +175,10 @@ Run add_plan_command(CLI::App& app) {
   cmd->add_flag("--also-without-sequence-parallel", s.also_without_sequence_parallel,
                 "With T > 1, try sequence parallelism off too (it is always tried on)");
   cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
+  cmd->add_option("--grad-bucket-mb", s.grad_bucket_mb,
+                  "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--top-sim", s.top_sim,
                   "The best N candidates' figures exact: those with contention (D > 1) among them replayed in SimGrid, in rounds")
       ->check(CLI::NonNegativeNumber)

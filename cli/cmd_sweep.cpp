@@ -58,7 +58,7 @@ Run add_sweep_command(CLI::App& app) {
   std::vector<std::string> names;
   for (const auto& g : schedule::generators()) names.emplace_back(g.name);
   cmd->add_option("--schedules,-s", spec.schedules, "Schedules, comma-separated")->required()->delimiter(',')->check(CLI::IsMember(names));
-  cmd->add_option("--recompute", spec.recompute, "Recompute choices, comma-separated: none, full, except-last, selective, uniform[:N], block:N")
+  cmd->add_option("--recompute", spec.recompute, "Recompute choices, comma-separated: none, full, except-last, selective, uniform[:N], block:N, op")
       ->delimiter(',')
       ->check(kRecomputeChoice)
       ->capture_default_str();
@@ -87,6 +87,10 @@ Run add_sweep_command(CLI::App& app) {
   cmd->add_option("--collective", spec.collective,
                   "All-reduce algorithm of every row's collectives: ring, tree or auto (the faster closed form)")
       ->check(CLI::IsMember(models::collective_algorithm_names()))
+      ->capture_default_str();
+  cmd->add_option("--grad-bucket-mb", spec.grad_bucket_mb,
+                  "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
       ->check(CLI::IsMember(twin::engine_names()))

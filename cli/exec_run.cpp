@@ -163,12 +163,17 @@ void check_outputs(const Options& o) {
   }
 }
 
-// The executor checkpoints whole stages (torchgpipe's modes): the layer
-// methods and selective recompute are simulated, not run.
+// The executor checkpoints whole stages (torchgpipe's modes) and reduces a
+// stage's gradients at once: the layer methods, selective recompute and
+// gradient buckets are simulated, not run.
 void refuse_simulated_only(const twin::Scenario& sc) {
   if (sc.program.recompute == schedule::RecomputePolicy::Selective || sc.request.checkpoint.by_layer()) {
     throw Error("--recompute " + sc.recompute_name() +
                 ": simulated only; the executor recomputes whole stages (none, full, except-last)");
+  }
+  if (sc.request.gradient_bucket_bytes > 0) {
+    throw Error("--grad-bucket-mb: simulated only; the executor reduces each stage's gradients at once after its last "
+                "backward (--grad-bucket-mb 0)");
   }
 }
 

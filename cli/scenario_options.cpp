@@ -48,9 +48,13 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_flag("--sequence-parallel", o.sequence_parallel,
                 "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
   cmd->add_flag("--zero1", o.shard_optimizer, "With D > 1: the optimizer state sharded over the data group (ZeRO-1)");
+  cmd->add_option("--grad-bucket-mb", o.grad_bucket_mb,
+                  "With D > 1: gradient buckets of this many MB, each reduced while the last backward produces the "
+                  "rest (DDP's bucket_cap_mb, Megatron-LM's --overlap-grad-reduce); 0: one reduction after it (default)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", o.batch, "Samples per mini-batch, all replicas (a multiple of M x D; default M x D)")
       ->check(kPositive);
-  cmd->add_option("--recompute", o.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N (default none, or the schedule file's)")
+  cmd->add_option("--recompute", o.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N, op (default none, or the schedule file's)")
       ->check(kRecomputeChoice);
   cmd->add_option("--partition", o.partition,
                   "auto (optimal, the default), uniform, parameters, or a file: a schedule with a partition line, or "

@@ -161,6 +161,28 @@ const CollectiveEntry& collective(CollectiveAlgorithm algorithm) {
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no row in the table");
 }
 
+std::vector<GradientBucket> gradient_buckets(double bytes, double cap) {
+  if (bytes <= 0) return {};
+  if (cap <= 0 || cap >= bytes) return {{bytes, 1}};
+  std::vector<GradientBucket> out;
+  const auto n = static_cast<std::size_t>(std::ceil(bytes / cap - 1e-9));
+  out.reserve(n);
+  double done = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double b = std::min(cap, bytes - done);
+    done += b;
+    out.push_back({b, i + 1 == n ? 1.0 : done / bytes});
+  }
+  return out;
+}
+
+double bucketed_reduce_end(const std::vector<GradientBucket>& buckets, double backward_start, double backward_s,
+                           const std::function<double(double)>& seconds) {
+  double end = backward_start;
+  for (const auto& b : buckets) end = std::max(end, backward_start + b.ready * backward_s) + seconds(b.bytes);
+  return end;
+}
+
 std::string collective_names(const std::vector<Collective>& used) {
   std::string out;
   for (const auto c : {Collective::Ring, Collective::Tree}) {

@@ -19,6 +19,7 @@
 // always over two members).
 #pragma once
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -91,6 +92,23 @@ Link group_tree_link(const Topology& topology, int width);
 // whole group's T streams merged. A shared host with a calibrated collective
 // link: that link (Topology::collective).
 Link data_group_link(const Topology& topology, int width, int replicas, int rank);
+
+// Gradient buckets (DDP, Megatron-LM's --overlap-grad-reduce): `bytes` cut
+// into buckets of `cap` bytes, the last one the rest, in the order the
+// backward produces them (the last layer's first), with when each is ready
+// as a share of that backward's time: the share of the bytes produced up to
+// and including it (gradients come out at an even pace). One bucket of all
+// the bytes, ready at 1, where cap is 0 or at least the bytes.
+struct GradientBucket {
+  double bytes = 0;
+  double ready = 1;  // (0, 1]: of the backward that produces it
+};
+std::vector<GradientBucket> gradient_buckets(double bytes, double cap);
+// When the last of `buckets` is reduced, reduced one after the other (one
+// stream), each from when it is ready (backward_start + ready ·
+// backward_s) and taking seconds(its bytes).
+double bucketed_reduce_end(const std::vector<GradientBucket>& buckets, double backward_start, double backward_s,
+                           const std::function<double(double)>& seconds);
 
 // "ring", "tree", or "ring, tree": the algorithms in `used`, each once.
 std::string collective_names(const std::vector<Collective>& used);

@@ -199,6 +199,19 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   c.selective_elems = as_elems(core, precision);
   c.selective_flops = 4 * s * s * h;
   c.selective_traffic = s * scores_fwd;
+  // torchtitan's op policy: the products in forward order are Q, K, V, the
+  // output, then gate, up, down (SwiGLU) or up, down (GELU); the 1st, 3rd,
+  // ... outputs are saved (Q, V, gate or up, and SwiGLU's down, whose output
+  // before its reduction is whole on every device of a tensor group), with
+  // the block's input and the fused attention kernel's output and fp32
+  // log-sum-exp (a·s per sample). Without a fused kernel the core is
+  // re-run with the rest. Recomputed: K, the output, and up (SwiGLU) or down.
+  const std::int64_t S = t.seq_len, H = t.hidden;
+  const std::int64_t core_out = t.flash_attention ? S * H + as_elems(4 * a * s, precision) : 0;
+  c.op_saved_replicated_elems = S * H;
+  c.op_saved_whole_elems = t.mlp == LlmSpec::Mlp::SwiGlu ? S * H : 0;
+  c.op_saved_elems = c.op_saved_replicated_elems + S * H + S * t.kv() + core_out + S * t.ffn_hidden + c.op_saved_whole_elems;
+  c.op_recompute_flops = 2 * s * h * (kv + h + f) + (t.flash_attention ? 0 : 4 * s * s * h);
   return c;
 }
 

@@ -120,6 +120,19 @@ struct LayerCost {
   // tensor group with the layer's heads.
   std::int64_t selective_elems = 0;
   double selective_flops = 0, selective_traffic = 0;
+  // torchtitan's per-operator selective recompute (activation_checkpoint
+  // mode "selective", selective_ac_option "op"): a checkpointed block saves
+  // the outputs of its attention kernel and of every other matrix product
+  // (the 1st, 3rd, ... in forward order) and its input, and re-runs the rest
+  // of its forward inside its backward. Per sample: the elements it keeps
+  // (0: the layer is not checkpointed and keeps stashed_elems), of them those
+  // whole on every device of a tensor group without sequence parallelism
+  // (its input) and those whole with it too (a row-parallel product's output
+  // before its reduction); and the forward FLOPs it re-runs (the other
+  // products, and the attention core where no fused kernel's output is
+  // saved). Its elementwise kernels are all re-run: forward_traffic.
+  std::int64_t op_saved_elems = 0, op_saved_replicated_elems = 0, op_saved_whole_elems = 0;
+  double op_recompute_flops = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 

@@ -47,6 +47,12 @@ struct PartitionRequest {
   // What a checkpointed micro-batch keeps and re-runs (models/recompute.hpp):
   // the whole stage, or Megatron-LM's layer groups (with the Program's full).
   LayerCheckpoint checkpoint;
+  // Data parallelism: the gradient buckets' size in bytes (DDP's
+  // bucket_cap_mb, Megatron-LM's --ddp-bucket-size with
+  // --overlap-grad-reduce): each bucket's reduction starts as the stage's
+  // last backward has produced it. 0: the whole stage's gradients in one
+  // reduction after that backward.
+  double gradient_bucket_bytes = 0;
   int ranks() const { return program.num_ranks; }
   int stages() const { return program.num_stages(); }
   int microbatches() const { return program.num_microbatches; }

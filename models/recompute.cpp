@@ -44,6 +44,11 @@ RecomputeChoice parse_recompute_choice(std::string_view text) {
     c.checkpoint = {Checkpoint::Block, layer_count(text, "block", 0)};
     return c;
   }
+  if (text == "op") {
+    c.policy = schedule::RecomputePolicy::Selective;
+    c.checkpoint = {Checkpoint::Op, 0};
+    return c;
+  }
   try {
     c.policy = schedule::parse_recompute(text);
   } catch (const Error&) {
@@ -56,6 +61,7 @@ std::string recompute_choice_name(const RecomputeChoice& c) {
   switch (c.checkpoint.method) {
     case Checkpoint::Uniform: return "uniform:" + std::to_string(c.checkpoint.layers);
     case Checkpoint::Block: return "block:" + std::to_string(c.checkpoint.layers);
+    case Checkpoint::Op: return "op";
     case Checkpoint::Stage: break;
   }
   return std::string(schedule::recompute_name(c.policy));
@@ -64,7 +70,7 @@ std::string recompute_choice_name(const RecomputeChoice& c) {
 std::string recompute_choices() {
   std::string out;
   for (const auto& n : schedule::recompute_names()) out += n + ", ";
-  return out + "uniform[:N], block:N";
+  return out + "uniform[:N], block:N, op";
 }
 
 }  // namespace pipetwin::models

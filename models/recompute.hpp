@@ -18,6 +18,11 @@
 //                 backward
 //   block:N       --recompute-method block: the first N layers of each stage
 //                 each keep their input only; the rest keep everything
+//   op            torchtitan's activation_checkpoint.mode = "selective" with
+//                 selective_ac_option = "op": every block keeps its input,
+//                 its attention kernel's output and every other matrix
+//                 product's output, and re-runs the rest in its backward
+//                 (LayerCost::op_saved_elems); llm family only
 // In uniform and block the embedding, the output head and the loss are never
 // recomputed (neither framework checkpoints them): they keep their stash.
 #pragma once
@@ -29,14 +34,17 @@
 
 namespace pipetwin::models {
 
-enum class Checkpoint { Stage, Uniform, Block };
+enum class Checkpoint { Stage, Uniform, Block, Op };
 
 // How a checkpointed micro-batch is re-materialized: the whole stage at
-// once, or layer groups (the PartitionRequest's; Stage for none and selective).
+// once, or layer groups (the PartitionRequest's; Stage for none and
+// selective), or per operator inside each layer (Op, with the policy
+// Selective: no R action).
 struct LayerCheckpoint {
   Checkpoint method = Checkpoint::Stage;
   int layers = 0;  // N: uniform's group size, block's layers per stage
-  bool by_layer() const { return method != Checkpoint::Stage; }
+  bool by_layer() const { return method == Checkpoint::Uniform || method == Checkpoint::Block; }
+  bool by_op() const { return method == Checkpoint::Op; }
   friend bool operator==(const LayerCheckpoint&, const LayerCheckpoint&) = default;
 };
 
@@ -48,7 +56,7 @@ struct RecomputeChoice {
 // Throws pipetwin::Error naming the word and every valid spelling.
 RecomputeChoice parse_recompute_choice(std::string_view text);
 std::string recompute_choice_name(const RecomputeChoice& choice);
-// The valid spellings, for help texts: "none, full, except-last, selective, uniform[:N], block:N".
+// The valid spellings, for help texts: "none, full, except-last, selective, uniform[:N], block:N, op".
 std::string recompute_choices();
 
 }  // namespace pipetwin::models

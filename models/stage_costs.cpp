@@ -8,35 +8,6 @@
 
 namespace pipetwin::models {
 
-// Refuses a model with a layer that T devices cannot split; sums each
-// layer's collectives per micro-batch (the same on every rank: the group's link).
-void StageCostModel::init_tensor_parallel(int microbatch_size) {
-  const int T = tensor_parallel_;
-  const int n = static_cast<int>(model_.layers.size());
-  if (T > 1) {
-    for (const auto& layer : model_.layers) {
-      if (!layer.cost.tensor_split) {
-        throw Error("tensor parallelism: " + model_.name + "'s layer " + layer.name + " (" + std::string(kind_name(layer.kind)) +
-                    ") cannot be split over " + std::to_string(T) +
-                    " devices; T > 1 needs a model whose every layer Megatron-LM splits (transformer, llm)");
-      }
-    }
-  }
-  tp_forward_.assign(n + 1, 0);
-  tp_backward_.assign(n + 1, 0);
-  for (int l = 0; l < n; ++l) {
-    const auto& c = model_.layers[l].cost;
-    const double bytes = static_cast<double>(c.tp_collective_elems) * microbatch_size * bytes_per_element(model_.precision);
-    const double one = T > 1 ? tp_allreduce_s(bytes) : 0;
-    if (one > 0 && c.tp_forward_collectives + c.tp_backward_collectives > 0) {
-      const Collective used = tp_allreduce_algorithm(bytes);
-      if (std::find(tp_used_.begin(), tp_used_.end(), used) == tp_used_.end()) tp_used_.push_back(used);
-    }
-    tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
-    tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
-  }
-}
-
 namespace {
 
 // Megatron-LM and torchtitan checkpoint the blocks: never the embedding, the
@@ -58,6 +29,63 @@ std::pair<std::vector<int>, std::vector<int>> recomputable_bounds(const Model& m
   for (int l = n - 1; l >= 0; --l) first[l] = recomputable(l) ? l : first[l + 1];
   for (int l = 0; l < n; ++l) end[l + 1] = recomputable(l) ? l + 1 : end[l];
   return {first, end};
+}
+
+// A layer method needs every micro-batch checkpointed; op, the selective
+// policy and a model that describes its operators.
+void check_checkpoint(const Model& m, schedule::RecomputePolicy policy, LayerCheckpoint checkpoint) {
+  if (checkpoint.by_layer()) {
+    if (policy != schedule::RecomputePolicy::Full) {
+      throw Error("recompute by layer (uniform, block) checkpoints every micro-batch: it needs the schedule's recompute "
+                  "full, not " + std::string(schedule::recompute_name(policy)));
+    }
+    if (checkpoint.layers < 1) throw Error("recompute by layer: the layer count N must be at least 1");
+  }
+  if (checkpoint.by_op()) {
+    if (policy != schedule::RecomputePolicy::Selective) {
+      throw Error("recompute op saves operators inside each layer: it needs the schedule's recompute selective, not " +
+                  std::string(schedule::recompute_name(policy)));
+    }
+    const bool described = std::any_of(m.layers.begin(), m.layers.end(), [](const Layer& l) { return l.cost.op_saved_elems > 0; });
+    if (!described) {
+      throw Error("recompute op (torchtitan's per-operator policy) is described for the llm family's decoder blocks; model " +
+                  m.name + " (family " + m.family + ") has none: use selective, uniform[:N] or full");
+    }
+  }
+}
+
+// One layer's memory on one device of a tensor group of T, per sample:
+// parameters, stashed elements, what a deferred weight gradient keeps, and
+// the bytes its backward holds at once beyond the stash.
+struct LayerMemory {
+  double params = 0, stashed = 0, weight_grad_stash = 0, workspace = 0;
+};
+LayerMemory layer_memory(const LayerCost& c, Precision precision, int T, bool sequence_parallel, bool selective, bool by_op) {
+  LayerMemory out;
+  const double bytes = bytes_per_element(precision);
+  // Selective recompute: the core's scores are back while the backward runs.
+  out.workspace = (c.backward_workspace_bytes + (selective ? static_cast<double>(c.selective_elems) * bytes : 0)) /
+                  (c.tensor_split ? T : 1);
+  const double whole_params = static_cast<double>(c.tp_replicated_params);
+  out.params = (static_cast<double>(c.params) - whole_params) / T + whole_params;
+  // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
+  const double whole = sequence_parallel ? 0 : static_cast<double>(c.tp_replicated_elems);
+  const double freed = selective ? static_cast<double>(c.selective_elems) : 0;
+  out.stashed = whole + (static_cast<double>(c.stashed_elems) - freed - whole) / T;
+  if (by_op && c.op_saved_elems > 0) {
+    // The op policy keeps its saved outputs; the rest of the layer's stash
+    // is back, one layer at a time, while its backward runs.
+    const double always = static_cast<double>(c.op_saved_whole_elems);
+    const double replicated = static_cast<double>(c.op_saved_replicated_elems);
+    const double saved = always + (sequence_parallel ? replicated / T : replicated) +
+                         (static_cast<double>(c.op_saved_elems) - always - replicated) / T;
+    out.workspace += std::max(0.0, out.stashed - saved) * bytes;
+    out.stashed = saved;
+  }
+  // Whole with sequence parallelism too: the executor keeps the gathered input.
+  const double w_whole = static_cast<double>(c.weight_grad_replicated_elems);
+  out.weight_grad_stash = w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
+  return out;
 }
 
 }  // namespace
@@ -123,10 +151,20 @@ void StageCostModel::time_layers(int k, double b) {
         recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
     // Selective recompute re-runs the attention core inside the backward: its
     // share of the layer's recompute, and its traffic.
-    const double selective = recompute_policy_ == schedule::RecomputePolicy::Selective && c.selective_flops > 0
-                                 ? (c.forward_flops > 0 ? pass_seconds(Pass::Recompute) * c.selective_flops / c.forward_flops : 0) +
-                                       traffic(c.selective_traffic, 0)
-                                 : 0;
+    // The op policy re-runs its block's forward but the saved products and
+    // attention kernel: their share of the FLOPs, all its elementwise
+    // traffic, and its collectives (with sequence parallelism only the
+    // all-gathers: the reduce-scatters' outputs are saved).
+    const auto recompute_share = [&](double flops) {
+      return c.forward_flops > 0 ? pass_seconds(Pass::Recompute) * flops / c.forward_flops : 0;
+    };
+    double selective = 0;
+    const bool by_op = checkpoint_.by_op(), picked = recompute_policy_ == schedule::RecomputePolicy::Selective;
+    if (picked && by_op && c.op_saved_elems > 0) {
+      selective = recompute_share(c.op_recompute_flops) + fwd_mem + (sequence_parallel_ ? fwd_comm / 2 : fwd_comm);
+    } else if (picked && !by_op && c.selective_flops > 0) {
+      selective = recompute_share(c.selective_flops) + traffic(c.selective_traffic, 0);
+    }
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem + selective;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
   }
@@ -142,16 +180,11 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       tensor_parallel_(r.program.tensor_parallel),
       data_parallel_(r.program.data_parallel),
       sequence_parallel_(r.program.sequence_parallel),
-      shard_optimizer_(r.program.shard_optimizer) {
+      shard_optimizer_(r.program.shard_optimizer),
+      gradient_bucket_bytes_(r.gradient_bucket_bytes) {
   collective_ = r.collective;
   const int n = static_cast<int>(m.layers.size());
-  if (checkpoint_.by_layer()) {
-    if (recompute_policy_ != schedule::RecomputePolicy::Full) {
-      throw Error("recompute by layer (uniform, block) checkpoints every micro-batch: it needs the schedule's recompute "
-                  "full, not " + std::string(schedule::recompute_name(recompute_policy_)));
-    }
-    if (checkpoint_.layers < 1) throw Error("recompute by layer: the layer count N must be at least 1");
-  }
+  check_checkpoint(m, recompute_policy_, checkpoint_);
   const int T = tensor_parallel_;
   init_tensor_parallel(r.microbatch_size);
   const int K = r.ranks();
@@ -181,22 +214,14 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   stashed_.assign(n + 1, 0);
   weight_grad_stash_.assign(n + 1, 0);
   workspace_.assign(n, 0);
+  const bool by_op = recompute_policy_ == schedule::RecomputePolicy::Selective && checkpoint_.by_op();
+  const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective && !by_op;
   for (int l = 0; l < n; ++l) {
-    const auto& c = m.layers[l].cost;
-    const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective;
-    // Selective recompute: the core's scores are back while the backward runs.
-    workspace_[l] = (c.backward_workspace_bytes +
-                     (selective ? static_cast<double>(c.selective_elems) * bytes_per_element(m.precision) : 0)) /
-                    (c.tensor_split ? T : 1);
-    const double whole_params = static_cast<double>(c.tp_replicated_params);
-    params_[l + 1] = params_[l] + (static_cast<double>(c.params) - whole_params) / T + whole_params;
-    // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
-    const double whole = sequence_parallel_ ? 0 : static_cast<double>(c.tp_replicated_elems);
-    const double freed = selective ? static_cast<double>(c.selective_elems) : 0;
-    stashed_[l + 1] = stashed_[l] + whole + (static_cast<double>(c.stashed_elems) - freed - whole) / T;
-    // Whole with sequence parallelism too: the executor keeps the gathered input.
-    const double w_whole = static_cast<double>(c.weight_grad_replicated_elems);
-    weight_grad_stash_[l + 1] = weight_grad_stash_[l] + w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
+    const LayerMemory lm = layer_memory(m.layers[l].cost, m.precision, T, sequence_parallel_, selective, by_op);
+    params_[l + 1] = params_[l] + lm.params;
+    stashed_[l + 1] = stashed_[l] + lm.stashed;
+    weight_grad_stash_[l + 1] = weight_grad_stash_[l] + lm.weight_grad_stash;
+    workspace_[l] = lm.workspace;
   }
   cut_ = m.cut_elems();
   std::tie(first_recomputable_, end_recomputable_) = recomputable_bounds(m);
@@ -212,64 +237,6 @@ namespace {
 double optimizer_states(Optimizer o) { return o == Optimizer::Adam ? 2 : o == Optimizer::Momentum ? 1 : 0; }
 double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 }  // namespace
-
-Collective StageCostModel::tp_allreduce_algorithm(double bytes) const {
-  // Sequence parallelism's all-gathers and reduce-scatters: rings (the tree only all-reduces).
-  if (sequence_parallel_ || tensor_parallel_ <= 1) return Collective::Ring;
-  const auto& topo = hardware_.topology;
-  if (topo.kind == TopologyKind::SharedHost && (topo.collective.bandwidth > 0 || topo.tensor_collective.bandwidth > 0)) {
-    return Collective::Ring;  // Gloo's
-  }
-  const int T = tensor_parallel_;
-  return choose_all_reduce(collective_, topo.group_ring_link(T), group_tree_link(topo, T), bytes, T);
-}
-
-double StageCostModel::tp_allreduce_s(double bytes) const {
-  const int T = tensor_parallel_;
-  if (T <= 1 || bytes <= 0) return 0;
-  const auto& topo = hardware_.topology;
-  if (tp_allreduce_algorithm(bytes) == Collective::Ring) return topo.ring_all_reduce_seconds(bytes, T);
-  const Link edge = group_tree_link(topo, T);
-  return tree_all_reduce_seconds(edge, bytes, T, tree_chunks(edge, bytes, T));
-}
-
-Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
-  const double bytes = reduce_bytes(i, j) * tensor_parallel_;
-  if (data_parallel_ <= 1 || bytes <= 0 || shard_optimizer_) return Collective::Ring;
-  // A shared host's calibrated collectives are Gloo's rings (their rounds' work on the cores).
-  if (hardware_.topology.kind == TopologyKind::SharedHost && hardware_.topology.collective.bandwidth > 0) {
-    return Collective::Ring;
-  }
-  const Link& link = data_links_.at(rank_of(s));
-  return choose_all_reduce(collective_, link, link, bytes, data_parallel_);
-}
-
-CollectiveAlgorithm StageCostModel::reduce_collective(int i, int j, int s) const {
-  if (shard_optimizer_) return CollectiveAlgorithm::RingReduceScatter;
-  return reduce_algorithm(i, j, s) == Collective::Tree ? CollectiveAlgorithm::TreeAllReduce : CollectiveAlgorithm::RingAllReduce;
-}
-
-int StageCostModel::reduce_chunks(int i, int j, int s) const {
-  if (reduce_collective(i, j, s) != CollectiveAlgorithm::TreeAllReduce) return 1;
-  return tree_chunks(data_links_.at(rank_of(s)), reduce_bytes(i, j) * tensor_parallel_, data_parallel_);
-}
-
-double StageCostModel::tp_collective_s(int i, int j, int) const {
-  double t = tp_forward_[j] - tp_forward_[i] + tp_backward_[j] - tp_backward_[i];
-  if (checkpoints()) {
-    const auto [a, e] = recomputed_layers(i, j);
-    t += tp_forward_[e] - tp_forward_[a];  // the recompute's
-  }
-  return t;
-}
-
-double StageCostModel::reduce_bytes(int i, int j) const {
-  return data_parallel_ > 1 ? (params_[j] - params_[i]) * bytes_per_element(model_.gradients()) : 0;
-}
-
-double StageCostModel::gather_bytes(int i, int j) const {
-  return data_parallel_ > 1 && shard_optimizer_ ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
-}
 
 double StageCostModel::step_s(int i, int j, int s) const {
   // ZeRO-1: each device of the data group steps its 1/D of the stage.

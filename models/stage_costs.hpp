@@ -89,6 +89,8 @@ class StageCostModel {
   // the weights it all-gathers after its step.
   double reduce_bytes(int i, int j) const;
   double gather_bytes(int i, int j) const;
+  // The gradient buckets' size (PartitionRequest::gradient_bucket_bytes; 0: one reduction).
+  double gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
   std::int64_t params(int i, int j) const { return static_cast<std::int64_t>(params_[j] - params_[i]); }
   // Weights (+ fp32 master copy in half precision) per weight version, gradients,
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
@@ -157,6 +159,7 @@ class StageCostModel {
   std::vector<Link> data_links_;  // [rank]: data_group_link, with D > 1
   int tensor_parallel_ = 1, data_parallel_ = 1;
   bool sequence_parallel_ = false, shard_optimizer_ = false;
+  double gradient_bucket_bytes_ = 0;
   std::vector<std::int64_t> cut_;
   std::vector<schedule::StageMemory> stash_counts_;
 };

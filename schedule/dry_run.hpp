@@ -51,6 +51,10 @@ struct StageCosts {
   // its bytes in.
   CollectiveAlgorithm reduce_collective = CollectiveAlgorithm::RingAllReduce;
   int reduce_chunks = 1;
+  // Buckets of at most this many bytes (of reduce_bytes; 0: one), each
+  // reduced from when the backward before REDUCE_GRAD has produced it
+  // (models::gradient_buckets): sim/ starts them during that backward.
+  double reduce_bucket_bytes = 0;
   // Tensor parallelism: the share of forward_s (and recompute_s) and of
   // backward_s (and input_grad_s) that is the tensor group's collectives,
   // which sim/ on a shared host spends waiting, without a core.

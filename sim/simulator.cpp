@@ -69,11 +69,12 @@ class SimBackend final : public ps::Backend {
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing(in.program.num_devices())),
         cores_(std::move(cores)), taking_(std::move(taking)) {}
 
-  void compute(ps::RankId, const ps::Action& a) override {
+  void compute(ps::RankId r, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
     if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
     const double d = in_.stages.at(a.stage.value).of(a, alone_);
     alone_ = in_.stages.at(a.stage.value).of(a);
+    if (starts_buckets(r, a)) start_buckets(a, d);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
       const double waits = d > 0 ? collective_wait(a, d) : 0;
@@ -124,6 +125,13 @@ class SimBackend final : public ps::Backend {
   // this replica's part of the collective (the stage costs' choice) does.
   void reduce(const ps::Action& a) {
     const int D = in_.program.data_parallel, s = a.stage.value;
+    if (const auto it = early_.find(s); it != early_.end()) {  // bucketed: started with the backward
+      const auto state = it->second;
+      early_.erase(it);
+      out_.push_back({a, state->start, state->done >= 0 ? state->done : sg4::Engine::get_clock()});
+      if (state->done < 0) state->at = static_cast<long>(out_.size()) - 1;
+      return;
+    }
     const ps::StageCosts& costs = in_.stages.at(s);
     // Each of the group's T devices reduces its own share over its own link:
     // the group's merged route carries T shares (Topology::route_group).
@@ -141,6 +149,55 @@ class SimBackend final : public ps::Backend {
                                run_collective(entry, "R", s, replica, D, bytes, chunks, work);
                                out[at].end = sg4::Engine::get_clock();
                              });
+  }
+  // Bucketed reductions (StageCosts::reduce_bucket_bytes): the backward
+  // right before a stage's REDUCE_GRAD on this rank starts them.
+  bool starts_buckets(ps::RankId r, const ps::Action& a) {
+    if (in_.program.data_parallel <= 1 || (a.op != ps::Op::B && a.op != ps::Op::W)) return false;
+    if (!scanned_) {
+      scanned_ = true;
+      const auto& actions = in_.program.ranks.at(r.value);
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        const auto& g = actions[i];
+        const auto& costs = in_.stages.at(g.stage.value);
+        if (g.op != ps::Op::REDUCE_GRAD || models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes).size() < 2) {
+          continue;
+        }
+        for (std::size_t k = i; k-- > 0;) {
+          const auto& b = actions[k];
+          if ((b.op == ps::Op::B || b.op == ps::Op::W) && b.stage == g.stage) {
+            leads_.insert(std::array<int, 3>{static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : -1});
+            break;
+          }
+        }
+      }
+    }
+    return leads_.count(std::array<int, 3>{static_cast<int>(a.op), a.stage.value, a.microbatch ? a.microbatch->value : -1}) > 0;
+  }
+  // From now on, while the backward (`backward_s`) runs: each bucket reduced
+  // in turn from when the backward has produced it (models::gradient_buckets).
+  void start_buckets(const ps::Action& a, double backward_s) {
+    const int D = in_.program.data_parallel, s = a.stage.value, replica = replica_;
+    const ps::StageCosts& costs = in_.stages.at(s);
+    const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes);
+    const auto& entry = models::collective(in_.program.shard_optimizer ? ps::CollectiveAlgorithm::RingReduceScatter
+                                                                      : costs.reduce_collective);
+    const double T = in_.program.tensor_parallel, total = costs.reduce_bytes, chunks = costs.reduce_chunks;
+    auto state = std::make_shared<Early>();
+    state->start = sg4::Engine::get_clock();
+    auto& out = out_;
+    pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
+                             [&out, &entry, state, buckets, backward_s, s, replica, D, T, total, chunks](const RoundWork& work) {
+                               for (const auto& b : buckets) {
+                                 const double ready = state->start + b.ready * backward_s;
+                                 if (ready > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(ready);
+                                 const int c = std::max(1, static_cast<int>(std::lround(chunks * b.bytes / total)));
+                                 run_collective(entry, "R", s, replica, D, b.bytes * T, c, work);
+                               }
+                               state->done = sg4::Engine::get_clock();
+                               if (state->at >= 0) out[state->at].end = state->done;
+                             });
+    early_[s] = state;
   }
   // An actor running `body`, a collective: on a shared host with calibrated
   // collectives, on their host (its link), its rounds' work on the cores of
@@ -267,6 +324,15 @@ class SimBackend final : public ps::Backend {
   int who_ = 0;  // of the host's ranks (Cores::take)
   std::vector<int> held_;  // the cores it holds
   std::map<int, sg4::ActorPtr> pending_;  // stage -> its reduction in flight
+  // A bucketed reduction started with its backward: when, when it ended (-1:
+  // not yet), and its REDUCE_GRAD's place in out_ once timed (-1: not yet).
+  struct Early {
+    double start = 0, done = -1;
+    long at = -1;
+  };
+  std::map<int, std::shared_ptr<Early>> early_;  // stage -> its bucketed reduction, until its REDUCE_GRAD
+  std::set<std::array<int, 3>> leads_;           // (op, stage, micro-batch) of the backwards that start them
+  bool scanned_ = false;
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)
   std::shared_ptr<Cores> cores_;  // run to completion: the host's cores; null otherwise
   sg4::MutexPtr taking_;     // with cores_: one tensor group at a time takes its cores

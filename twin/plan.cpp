@@ -17,6 +17,7 @@
 #include "models/partition.hpp"
 #include "models/stage_table.hpp"
 #include "models/summary.hpp"
+#include "models/yaml_file.hpp"
 #include "schedule/dry_run.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
@@ -161,7 +162,8 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          " GPUs, global batch " + std::to_string(o.global_batch) + "; micro-batch sizes " + joined(o.microbatch_sizes) +
          "; schedules " + joined(o.schedules) + "; V " + joined(o.virtual_stages) + "; recompute " + joined(o.recompute) +
          "; max-pp " + (o.max_pp > 0 ? std::to_string(o.max_pp) : "any") + "; sequence parallel " +
-         (o.also_without_sequence_parallel ? "on and off" : "on") + "; optimizer " + o.optimizer + "; top-sim " +
+         (o.also_without_sequence_parallel ? "on and off" : "on") + "; optimizer " + o.optimizer +
+         (o.grad_bucket_mb > 0 ? "; gradient buckets " + models::yaml_number(o.grad_bucket_mb) + " MB" : "") + "; top-sim " +
          std::to_string(o.top_sim);
 }
 
@@ -179,6 +181,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.data_parallel = c.data;
   s.sequence_parallel = c.sequence_parallel;
   s.shard_optimizer = c.zero1;
+  s.grad_bucket_mb = o.grad_bucket_mb;
   return s;
 }
 

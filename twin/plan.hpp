@@ -43,6 +43,7 @@ struct PlanSpec {
   std::vector<std::string> recompute{"none", "full"};
   bool also_without_sequence_parallel = false;  // where T > 1 (it is always tried on)
   std::string optimizer = "adam";
+  double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   int top_sim = 8, jobs = 0;  // jobs 0: the cores
   int shard = 0, shards = 1;
 };

@@ -1,6 +1,7 @@
 // The evaluator's figure of a candidate with data parallelism, made a bound
 // that times its reductions: each stage's gradient reduction (ZeRO-1: its
 // reduce-scatter, and the all-gather after its step) in closed form.
+#include <cmath>
 #include <map>
 
 #include "models/collectives.hpp"
@@ -10,11 +11,21 @@ namespace pipetwin::twin {
 
 namespace {
 
-double reduce_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
+// When stage `costs`' reduction ends: one collective from `at`, or with
+// buckets each from when the backward [backward_start, + backward_s) has
+// produced it, as sim/ runs them.
+double reduce_end(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link, double at,
+                  double backward_start, double backward_s) {
   const double bytes = costs.reduce_bytes * p.tensor_parallel;  // the group's T shares on its merged route, as sim/
-  if (bytes <= 0) return 0;
-  const auto algorithm = p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective;
-  return models::collective(algorithm).seconds(link, bytes, p.data_parallel, costs.reduce_chunks);
+  if (bytes <= 0) return at;
+  const auto& entry =
+      models::collective(p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
+  const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes);
+  if (buckets.size() < 2) return at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks);
+  return models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {
+    const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
+    return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
+  });
 }
 
 double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
@@ -32,6 +43,7 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
   for (int r = 0; r < static_cast<int>(timeline.ranks.size()); ++r) {
     const models::Link link = models::data_group_link(sc.hardware.topology, p.tensor_parallel, p.data_parallel, r);
     std::map<int, double> reduced;  // stage -> when its reduction ends
+    std::map<int, std::pair<double, double>> backward;  // stage -> its latest backward's start and length
     double delay = 0;               // how much later than the evaluator's this rank's actions run
     for (auto& a : timeline.ranks[r]) {
       const int s = a.action.stage.value;
@@ -44,9 +56,14 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
         }
       }
       a.end = a.start + length;
+      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::W) backward[s] = {a.start, length};
       if (a.action.op == schedule::Op::REDUCE_GRAD) {
         // Asynchronous from here, as in sim/: the rank goes on; its STEP waits.
-        a.end = a.start + reduce_seconds(p, table.at(s), link);
+        const auto [from, span] = backward.count(s) ? backward[s] : std::pair<double, double>{a.start, 0};
+        a.end = reduce_end(p, table.at(s), link, a.start, from, span);
+        if (table.at(s).reduce_bytes > 0 && models::gradient_buckets(table.at(s).reduce_bytes, table.at(s).reduce_bucket_bytes).size() > 1) {
+          a.start = from;  // as sim/ times it: from the backward that starts it
+        }
         reduced[s] = a.end;
       } else if (a.action.op == schedule::Op::STEP) {
         const double gather = gather_seconds(p, table.at(s), link);  // in the STEP's time, as in sim/

@@ -209,6 +209,8 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (!o.recompute.empty()) r.checkpoint = models::parse_recompute_choice(o.recompute).checkpoint;
   r.optimizer = models::parse_optimizer(o.optimizer);
   r.collective = models::parse_collective(o.collective.empty() ? "auto" : o.collective);
+  if (!(o.grad_bucket_mb >= 0)) throw Error("--grad-bucket-mb must be 0 (no buckets) or positive, not " + std::to_string(o.grad_bucket_mb));
+  r.gradient_bucket_bytes = o.grad_bucket_mb * 1e6;
   // A generator's shape is known before its Program is built; a file's from the file.
   // The batch splits over the D replicas, then into each one's M micro-batches.
   const auto check_batch = [&](int microbatches, int replicas) {

@@ -28,6 +28,10 @@ struct ScenarioSpec {
   int tensor_parallel = 0, data_parallel = 0;                     // T, D; 0: 1 (or the file's)
   bool sequence_parallel = false, shard_optimizer = false;
   std::string collective;  // the all-reduces' algorithm: auto, ring or tree; "": auto
+  // With D > 1: gradient buckets of this many MB (10^6 bytes), each reduced as
+  // the backward produces it (PartitionRequest::gradient_bucket_bytes); 0: one
+  // reduction after the stage's last backward.
+  double grad_bucket_mb = 0;
 };
 
 // True when `schedule` names a file rather than a generator.

@@ -22,6 +22,7 @@
 
 #include "models/layer_graph.hpp"
 #include "models/summary.hpp"
+#include "models/yaml_file.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
@@ -173,6 +174,7 @@ class Sweep {
     s.partition = o_.partition;
     s.optimizer = o_.optimizer;
     s.collective = o_.collective;
+    s.grad_bucket_mb = o_.grad_bucket_mb;
     return s;
   }
 
@@ -270,7 +272,8 @@ class Sweep {
     return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.shard_optimizer ? "yes" : "no") +
-           (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) + "\ncolumns: " + kHeader + "\n";
+           (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
+           (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";
   }
 
   void load_existing() {

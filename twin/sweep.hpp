@@ -30,6 +30,7 @@ struct SweepSpec {
   bool sequence_parallel = false, shard_optimizer = false;
   std::string partition = "auto", optimizer = "adam";
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
+  double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)
 };
 
 // Of the configurations evaluated now: those the fast path and SimGrid

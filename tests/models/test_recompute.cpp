@@ -259,3 +259,67 @@ TEST(Recompute, MemoryPartsAddUpWithTheDevicesReserve) {
   EXPECT_DOUBLE_EQ(p.gradients, 2 * p.weights);
   EXPECT_DOUBLE_EQ(p.optimizer, 3 * p.weights);
 }
+
+// ---- torchtitan's op policy: the saved operators' outputs, the rest re-run in the backward -------
+
+namespace {
+
+// Llama 3 8B's block (torchtitan's llama3 8B): SwiGLU, RMSNorm, 8 of 32
+// heads for K and V, no biases, no dropout, flash attention.
+pm::LlmSpec llama(std::int64_t layers, std::int64_t s) {
+  pm::LlmSpec t;
+  t.layers = layers, t.hidden = 4096, t.ffn_hidden = 14336, t.heads = 32, t.kv_heads = 8, t.seq_len = s;
+  t.vocab = 128256;
+  t.mlp = pm::LlmSpec::Mlp::SwiGlu;
+  t.norm = pm::LlmSpec::Norm::RmsNorm;
+  t.positions = pm::LlmSpec::Positions::Rotary;
+  t.flash_attention = true;
+  return t;
+}
+
+}  // namespace
+
+TEST(Recompute, OpKeepsEveryOtherProductAndTheAttentionKernelsOutput) {
+  const double s = 8192, h = 4096, kv = 1024, f = 14336, a = 32;
+  const auto model = pm::llm_model(llama(8, 8192), pm::Precision::BF16, "llama");
+  const auto hw = pm::preset("dgx-h100");
+  EXPECT_EQ(pm::recompute_choice_name(pm::parse_recompute_choice("op")), "op");
+  EXPECT_TRUE(pm::parse_recompute_choice("op").checkpoint.by_op());
+  EXPECT_FALSE(pm::parse_recompute_choice("op").checkpoint.by_layer());
+  Layout none{1, 2, 1, 4}, op = none, u1 = none, sel = none;
+  op.recompute = "op", u1.recompute = "uniform:1", sel.recompute = "selective";
+  const pm::StageCostModel a0(model, hw, request_of(none)), b(model, hw, request_of(op)), u(model, hw, request_of(u1)),
+      se(model, hw, request_of(sel));
+  // Per block and sample, 16-bit: its input, Q, V, the kernel's output and
+  // fp32 log-sum-exp, the gate's and the down projection's outputs.
+  const double saved = 2 * s * (h + h + kv + h + f + h) + 4 * a * s;
+  EXPECT_NEAR(b.activation_bytes(1, 2), saved, 2.0);
+  // Korthikanti et al.'s terms for this block, all kept: 2s(6h + 2kv + 3f).
+  EXPECT_NEAR(a0.activation_bytes(1, 2), 2 * s * (6 * h + 2 * kv + 3 * f), 2.0);
+  // Between selective (which frees nothing under flash attention) and uniform:1 (the input only).
+  EXPECT_LT(b.activation_bytes(1, 5), se.activation_bytes(1, 5));
+  EXPECT_GT(b.activation_bytes(1, 5), u.checkpoint_stash_bytes(1, 5));
+  // The embedding and the head are not checkpointed: their stash is whole.
+  EXPECT_DOUBLE_EQ(b.activation_bytes(9, 10), a0.activation_bytes(9, 10));
+  // The backward re-materializes one block's unsaved activations: its workspace.
+  EXPECT_NEAR(b.workspace_bytes(1, 2) - a0.workspace_bytes(1, 2), a0.activation_bytes(1, 2) - saved, 2.0);
+  // No R action; each block's backward re-runs K, the output and the up
+  // projection, 2sh(kv + h + f) of its forward's FLOPs, and its elementwise
+  // kernels: more than that share of a recompute, less than a whole one.
+  EXPECT_EQ(b.compute_s(1, 5, 0), b.forward_s(1, 5, 0) + b.backward_s(1, 5, 0));
+  const double extra = b.input_grad_s(1, 2, 0) - a0.input_grad_s(1, 2, 0);
+  const double share = 2 * s * h * (kv + h + f) / (2 * s * (2 * h * h + 2 * h * kv + 3 * h * f) + 4 * s * s * h);
+  EXPECT_GT(extra, share * a0.recompute_s(1, 2, 0));
+  EXPECT_LT(extra, a0.recompute_s(1, 2, 0));
+  EXPECT_DOUBLE_EQ(b.weight_grad_s(1, 2, 0), a0.weight_grad_s(1, 2, 0));
+  // Tensor parallelism with sequence parallelism: the down projection's
+  // output before its reduce-scatter stays whole, the rest splits over T.
+  Layout op2{2, 2, 1, 4, true, false, "op"};
+  const pm::StageCostModel t2(model, hw, request_of(op2));
+  EXPECT_NEAR(t2.activation_bytes(1, 2), 2 * s * h + (saved - 2 * s * h) / 2, 2.0);
+  // Only the llm family describes its operators.
+  const auto tiny = pm::transformer_model({4, 64, 256, 4, 32, 0}, pm::Precision::FP32, "tiny");
+  const auto e = error_of([&] { pm::StageCostModel(tiny, hw, request_of(op)); });
+  EXPECT_NE(e.find("recompute op"), std::string::npos) << e;
+  EXPECT_NE(e.find("llm family"), std::string::npos) << e;
+}
