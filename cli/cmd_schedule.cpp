@@ -7,6 +7,7 @@
 #include "schedule/program.hpp"
 #include "models/families.hpp"
 #include "models/partition.hpp"
+#include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/grid.hpp"
 #include "schedule/io.hpp"
@@ -19,9 +20,9 @@ namespace {
 namespace ps = pipetwin::schedule;
 
 struct Options {
-  std::string name;
+  std::string name, from;
   int ranks = 0, microbatches = 0, virtual_stages = 1;
-  std::string recompute = "none";
+  std::string recompute;  // "": none, or the file's
   std::string format = "grid";
   std::string out;
   bool compute_only = false;
@@ -42,7 +43,7 @@ std::string grid_report(const ps::ValidationReport& report) {
   const auto& t = report.dry_run.timeline;
   const int K = p.num_ranks, M = p.num_microbatches;
   std::ostringstream out;
-  out << p.schedule << ": K=" << K << " ranks, V=" << p.stages_per_rank << ", M=" << M
+  out << (p.schedule.empty() ? "imported" : p.schedule) << ": K=" << K << " ranks, V=" << p.stages_per_rank << ", M=" << M
       << " micro-batches, recompute " << ps::recompute_name(p.recompute)
       << "\nunit-time dry run: every compute action (F B I W R) takes 1 step, transfers 0\n\n";
   out << ps::format_time_grid(p, t) << "\n";
@@ -93,9 +94,40 @@ int list_generators(bool json) {
   return 0;
 }
 
+// --from: a schedule file (pipetwin text or JSON, PyTorch CSV), its
+// recompute policy set by --recompute where the file leaves it open.
+ps::Program imported(const Options& o) {
+  std::vector<std::string> notes;
+  ps::Program program = ps::read_program(o.from, &notes);
+  for (const auto& n : notes) std::fprintf(stderr, "%s: %s\n", o.from.c_str(), n.c_str());
+  if (!o.recompute.empty()) {
+    const auto given = ps::parse_recompute(o.recompute);
+    if (program.leaves_recompute_open()) {
+      program.recompute = given;
+    } else if (given != program.recompute) {
+      throw Error("--recompute " + o.recompute + " contradicts the schedule file " + o.from + ", whose recompute is " +
+                  std::string(ps::recompute_name(program.recompute)));
+    }
+  }
+  if (!program.partition.empty() && !o.model.empty()) {
+    throw Error("--model contradicts the schedule file " + o.from + ", which holds its own partition line");
+  }
+  return program;
+}
+
+ps::ValidationReport validated(const Options& o, const ps::Program& program) {
+  if (o.from.empty()) return ps::validate(program);
+  try {
+    return ps::validate(program);  // a file is input: every send has its receive, and it makes progress
+  } catch (const Error& e) {
+    throw Error(o.from + ": " + e.what());
+  }
+}
+
 int run(const Options& o) {
-  ps::GeneratorOptions g{o.ranks, o.microbatches, o.virtual_stages, ps::parse_recompute(o.recompute)};
-  ps::Program program = ps::generate(o.name, g);
+  ps::Program program = o.from.empty() ? ps::generate(o.name, {o.ranks, o.microbatches, o.virtual_stages,
+                                                               ps::parse_recompute(o.recompute.empty() ? "none" : o.recompute)})
+                                       : imported(o);
   if (!o.model.empty()) {
     // The partition flows into the Program: stage s holds these layers.
     models::PartitionRequest r;
@@ -107,7 +139,7 @@ int run(const Options& o) {
                             .ranges();
   }
   if (!o.compute_only) program = ps::lower(std::move(program));
-  const auto report = ps::validate(program);
+  const auto report = validated(o, program);
   const std::string format = o.json ? "json" : o.format;
   std::vector<std::string> left_out;
   const std::string text = format == "grid"          ? grid_report(report)
@@ -130,16 +162,20 @@ Run add_schedule_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "Generate a pipeline schedule, validate it and print it");
   std::vector<std::string> names;
   for (const auto& g : ps::generators()) names.emplace_back(g.name);
-  cmd->add_option("--schedule,-s", o->name, "Schedule generator")->check(CLI::IsMember(names));
+  auto* generator = cmd->add_option("--schedule,-s", o->name, "Schedule generator")->check(CLI::IsMember(names));
+  cmd->add_option("--from", o->from,
+                  "A schedule file (pipetwin text or JSON, PyTorch CSV) in place of a generator: drawn, validated and "
+                  "written in any format")
+      ->check(CLI::ExistingFile)
+      ->excludes(generator);
   cmd->add_option("--ranks,-k", o->ranks, "Pipeline ranks K")->check(kPositive);
   cmd->add_option("--microbatches,-m", o->microbatches, "Micro-batches M per mini-batch")->check(kPositive);
   cmd->add_flag("--list", o->list, "List the generators: what each is, its constraints, its bubble and stash in closed form");
   cmd->add_option("--virtual,-v", o->virtual_stages, "Stages per rank V (interleaved-1f1b; zb-v's, dualpipe-v's, v-half's and v-min's is 2 whether given or not)")
       ->check(kPositive)
       ->capture_default_str();
-  cmd->add_option("--recompute", o->recompute, "Re-materialization policy")
-      ->check(CLI::IsMember(schedule::recompute_names()))
-      ->capture_default_str();
+  cmd->add_option("--recompute", o->recompute, "Re-materialization policy (default none, or the file's)")
+      ->check(CLI::IsMember(schedule::recompute_names()));
   cmd->add_option("--format,-f", o->format,
                   "Output: grid (dry-run table), text, csv (every action), json, pytorch-csv (what PyTorch's _load_csv reads)")
       ->check(CLI::IsMember(prepend("grid", schedule::format_names())))
@@ -156,11 +192,17 @@ Run add_schedule_command(CLI::App& app) {
   cmd->add_option("--microbatch-size", o->microbatch_size, "Samples per micro-batch, with --model")
       ->check(kPositive)
       ->capture_default_str();
-  // Without --list, a schedule needs its generator and shape.
+  // Without --list, a schedule needs its generator and shape, or a file that has them.
   cmd->parse_complete_callback([cmd, o] {
     if (o->list) return;
+    if (!o->from.empty()) {
+      for (const char* name : {"--ranks", "--microbatches", "--virtual"}) {
+        if (cmd->count(name) > 0) throw CLI::ExcludesError("--from", std::string(name) + " (the file gives the shape)");
+      }
+      return;
+    }
     for (const char* name : {"--schedule", "--ranks", "--microbatches"}) {
-      if (cmd->count(name) == 0) throw CLI::RequiredError(name);
+      if (cmd->count(name) == 0) throw CLI::RequiredError(std::string(name) + " (or --from FILE)");
     }
   });
   return [o] { return o->list ? list_generators(o->json) : run(*o); };

@@ -509,3 +509,28 @@ TEST_F(Cli, SweepGivesVToEveryGeneratorWithChunks) {
   EXPECT_TRUE(has(text, "\nlooped-bfs,none,2,2,4,4,ok,")) << text;
   EXPECT_TRUE(has(text, "\n1f1b,none,2,1,4,4,ok,")) << text;
 }
+
+// An imported schedule is drawn and written as a generated one: a
+// generator's PyTorch CSV (compute only, no STEP) read back draws the same
+// grid, and its text written back reads as the same Program.
+TEST_F(Cli, ScheduleFromAFileDrawsAndRewritesIt) {
+  ASSERT_EQ(run("schedule -s zb-h2 -k 4 -m 8 --format pytorch-csv --out " + path("zb.csv")).code, 0);
+  const auto grid = run("schedule --from " + path("zb.csv"));
+  ASSERT_EQ(grid.code, 0) << grid.out;
+  const auto generated = run("schedule -s zb-h2 -k 4 -m 8");
+  const auto table = [](const std::string& out) { return out.substr(out.find("rank 0"), out.find("steps:") - out.find("rank 0")); };
+  EXPECT_EQ(table(grid.out), table(generated.out));
+  EXPECT_TRUE(has(grid.out, "imported: K=4 ranks, V=1, M=8 micro-batches")) << grid.out;
+  ASSERT_EQ(run("schedule -s interleaved-1f1b -k 2 -m 4 -v 2 --recompute full --format text --out " + path("a.txt")).code, 0);
+  ASSERT_EQ(run("schedule --from " + path("a.txt") + " --format text --out " + path("b.txt")).code, 0);
+  EXPECT_EQ(pipetwin::schedule::read_file(path("a.txt")), pipetwin::schedule::read_file(path("b.txt")));
+  // The file gives the shape and its recompute; a generator or a shape with it is refused.
+  const auto shape = run("schedule --from " + path("a.txt") + " -k 3");
+  EXPECT_EQ(shape.code, 2);
+  EXPECT_TRUE(has(shape.out, "--from excludes --ranks (the file gives the shape)")) << shape.out;
+  EXPECT_EQ(run("schedule --from " + path("a.txt") + " -s gpipe").code, 2);
+  const auto policy = run("schedule --from " + path("a.txt") + " --recompute none");
+  EXPECT_EQ(policy.code, 1);
+  EXPECT_TRUE(has(policy.out, "contradicts the schedule file")) << policy.out;
+  EXPECT_EQ(run("schedule --from " + path("missing.csv")).code, 2);
+}
