@@ -116,7 +116,7 @@ Run add_partition_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--microbatches,-m", o->spec.microbatches, "Micro-batches M (default 1)")->check(kPositive);
   cmd->add_option("--microbatch-size", o->spec.microbatch_size, "Samples per micro-batch")->check(kPositive)->capture_default_str();
-  cmd->add_option("--recompute", o->spec.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N (default none, or the schedule file's)")
+  cmd->add_option("--recompute", o->spec.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N, op (default none, or the schedule file's)")
       ->check(kRecomputeChoice);
   cmd->add_option("--optimizer", o->spec.optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember(models::optimizer_names()))

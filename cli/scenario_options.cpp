@@ -57,8 +57,8 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--recompute", o.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N, op (default none, or the schedule file's)")
       ->check(kRecomputeChoice);
   cmd->add_option("--partition", o.partition,
-                  "auto (optimal, the default), uniform, parameters, or a file: a schedule with a partition line, or "
-                  "begin:end ranges");
+                  "auto (optimal, the default), uniform, parameters, a Megatron-LM layout (--pipeline-model-parallel-layout: "
+                  "'Et*3|t*4|t*4|t*3,L'), or a file: a schedule with a partition line, or begin:end ranges");
   cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();

@@ -12,6 +12,7 @@
 #include "models/layer_graph.hpp"
 #include "models/stage_table.hpp"
 #include "models/partition.hpp"
+#include "models/layout.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/io.hpp"
@@ -173,8 +174,17 @@ std::vector<schedule::LayerRange> choose_partition(const Scenario& sc, const std
     const auto method = models::parse_method(choice.empty() ? "auto" : choice);
     return models::partition_model(sc.model, sc.hardware, sc.request, method).ranges();
   }
+  if (models::is_layout(choice) && !std::filesystem::exists(choice)) {
+    auto ranges = models::layout_ranges(sc.model, choice);
+    if (static_cast<int>(ranges.size()) != sc.program.num_stages()) {
+      throw Error("--partition '" + choice + "': " + std::to_string(ranges.size()) + " stages, but the schedule has " +
+                  std::to_string(sc.program.num_stages()) + " (K " + std::to_string(sc.program.num_ranks) + " x V " +
+                  std::to_string(sc.program.stages_per_rank) + ")");
+    }
+    return ranges;
+  }
   if (!std::filesystem::exists(choice)) {
-    throw Error("--partition '" + choice + "' is neither auto, uniform, parameters nor a file");
+    throw Error("--partition '" + choice + "' is neither auto, uniform, parameters, a Megatron-LM layout (Et*3|t*4|...|t*3,L) nor a file");
   }
   auto ranges = partition_from_file(choice);
   if (!ranges.empty() && ranges.back().end != n) {

@@ -428,6 +428,8 @@ std::vector<Bad> catalogue() {
       {"cli_simulate_recompute_op_unknown_family", {{"m.yaml", kT}},
        "simulate --hardware cpu -s 1f1b -k 2 -m 2 --recompute op --model {}/m.yaml",
        "recompute op (torchtitan's per-operator policy) is described for the llm family's decoder blocks"},
+      {"cli_simulate_layout_stage_count", {{"m.yaml", kT}}, "simulate --hardware cpu -s 1f1b -k 2 -m 2 --partition 'E|t|tL' --model {}/m.yaml",
+       "3 stages, but the schedule has 2 (K 2 x V 1)"},
       {"cli_calibrate_runs_without_rows", {{"r.csv", "# no header, no runs\n"}}, "calibrate --runs {}/r.csv", "r.csv: no header row"},
       {"cli_calibrate_runs_unknown_column", {{"r.csv", "model,hardware,speed\n"}}, "calibrate --runs {}/r.csv",
        "r.csv:1: unknown column 'speed'"},
@@ -472,7 +474,7 @@ std::vector<Bad> catalogue() {
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition {}/p.txt", "but transformer has 4 layers"},
       {"cli_partition_ranges_inline", {{"m.yaml", kT}},
        "simulate --hardware a100 -s gpipe -k 2 -m 2 --model {}/m.yaml --partition 0:3,3:6",
-       "--partition '0:3,3:6' is neither auto, uniform, parameters nor a file"},
+       "--partition '0:3,3:6' is neither auto, uniform, parameters, a Megatron-LM layout"},
       {"cli_out_in_missing_dir", {}, "schedule -s gpipe -k 2 -m 2 --out {}/no/dir/s.txt", "cannot open"},
 
       // compare PREDICTED MEASURED, on traces that `pipetwin simulate` wrote, edited.
