@@ -23,13 +23,25 @@ from bench.common import BenchError, ROOT, ensure_build
 from stats import median
 
 SMALL = "examples/transformer-small.yaml"
+# A deep, narrow decoder for pipelines of hundreds of stages (written into the run's folder).
+DEEP_SPEC = ("family: llm\nname: deep\nlayers: 4094\nhidden: 256\nffn_hidden: 1024\nheads: 4\nseq_len: 128\n"
+             "vocab: 1000\nprecision: bf16\n")
+
+
+def deep(K: int, M: int, folder: str) -> list:
+    path = os.path.join(folder, "deep.yaml")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(DEEP_SPEC)
+    return ["simulate", "--model", path, "--hardware", "dgx-h100", "-s", "1f1b", "-k", str(K), "-m", str(M),
+            "--engine", "fast", "--partition", "uniform"]
 
 
 def seq(n: int) -> str:
     return ",".join(str(i) for i in range(1, n + 1))
 
 
-def answers(quick: bool) -> dict:
+def answers(quick: bool, folder: str) -> dict:
     """Name -> (arguments, output file or None for stdout JSON): the docs' kinds of sweep, plan and simulate."""
     m = "1,4" if quick else "1,4,8"
     out = {
@@ -52,6 +64,7 @@ def answers(quick: bool) -> dict:
                      ("interleaved-1f1b", ["-k", "2", "-v", "2"])):
         out[f"simulate_{s}.json"] = ["simulate", "--model", SMALL, "--hardware", "a100", "-s", s, "-m", "8",
                                      "--json"] + shape
+    out["simulate_deep.json"] = deep(128, 256, folder) + ["--json"]
     out["simulate_dp.json"] = ["simulate", "--model", SMALL, "--hardware", "a100", "-s", "1f1b", "-k", "4", "-m", "8",
                                "-d", "2", "--json"]
     return out
@@ -75,7 +88,7 @@ def produce(pipetwin: str, name: str, args: list, folder: str) -> str:
     return path
 
 
-def timings(quick: bool) -> dict:
+def timings(quick: bool, folder: str) -> dict:
     grid = ["--model", SMALL, "--hardware", "a100", "--ranks", "1,2,3,4", "--microbatches", seq(5 if quick else 25),
             "--schedules", "gpipe,1f1b", "--microbatch-size", "1,2,4,8,16"]
     return {
@@ -87,6 +100,7 @@ def timings(quick: bool) -> dict:
                                    "--gpus", "16", "--global-batch", "64"],
         "simulate K=24 M=512, fast": ["simulate", "--model", "examples/transformer-24.yaml", "--hardware", "a100",
                                       "-s", "1f1b", "-k", "24", "-m", "512", "--engine", "fast"],
+        f"simulate K={256 if quick else 512} deep, fast": deep(256, 512, folder) if quick else deep(512, 1024, folder),
     }
 
 
@@ -121,7 +135,7 @@ def run(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(tmp, "old"))
         os.makedirs(os.path.join(tmp, "new"))
-        for name, args in answers(a.quick).items():
+        for name, args in answers(a.quick, tmp).items():
             o = produce(a.old, name, args, os.path.join(tmp, "old"))
             n = produce(new, name, args, os.path.join(tmp, "new"))
             same = filecmp.cmp(o, n, shallow=False)
@@ -129,10 +143,11 @@ def run(a) -> dict:
             figures["answers"][name] = "identical" if same else "DIFFERENT"
             print(f"{'identical' if same else 'DIFFERENT':10s} {name}")
         rounds = 1 if a.quick else a.rounds
-        walls = {k: {"old": [], "new": []} for k in timings(a.quick)}
+        cases = timings(a.quick, tmp)
+        walls = {k: {"old": [], "new": []} for k in cases}
         for _ in range(rounds):
             for which, binary in (("old", a.old), ("new", new)):
-                for k, args in timings(a.quick).items():
+                for k, args in cases.items():
                     walls[k][which].append(wall(binary, args, tmp))
     print(f"\nwall seconds, medians of {rounds} interleaved round(s):")
     print(f"{'command':28s} {'old':>8s} {'new':>8s} {'new/old':>8s}")

@@ -209,7 +209,17 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
   }
-  for (int k = 0; k < K; ++k) time_layers(k, b);
+  // Ranks on equal devices share their times (every rank of a uniform
+  // cluster: K x layers of device curves was a third of a K = 512 step's work).
+  for (int k = 0; k < K; ++k) {
+    const auto same = std::find(devices_.begin(), devices_.begin() + k, devices_[k]);
+    if (same == devices_.begin() + k) {
+      time_layers(k, b);
+      continue;
+    }
+    const auto j = same - devices_.begin();
+    for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) (*prefix)[k] = (*prefix)[j];
+  }
   params_.assign(n + 1, 0);
   stashed_.assign(n + 1, 0);
   weight_grad_stash_.assign(n + 1, 0);

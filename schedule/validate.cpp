@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "schedule/grid.hpp"
 #include "schedule/interpreter.hpp"
@@ -38,9 +39,60 @@ std::string name(const Key& k) {
   return m < 0 ? to_string(make_stage_action(op, s)) : to_string(make_action(op, s, m));
 }
 
+// The actions of a Program by key. Dense (a step per op, stage and
+// micro-batch, the rank being the stage's) where that table is at most a few
+// times the Program's actions: every complete Program, whose checks look up
+// tens of millions of keys at K = 1024 (a tree's lookups were half of
+// simulate's time there); a tree otherwise (a file that declares far more
+// stages or micro-batches than it holds actions).
+class ActionIndex {
+ public:
+  explicit ActionIndex(const Program& p)
+      : p_(p), stages_(static_cast<std::size_t>(p.num_stages())), columns_(static_cast<std::size_t>(p.num_microbatches) + 1) {}
+  // Before the first insert: the table, where it is dense.
+  void reserve() {
+    const std::size_t slots = kOps * stages_ * columns_;
+    if (slots <= 4 * p_.num_actions() + (std::size_t{1} << 20)) dense_.assign(slots, kEmpty);
+  }
+  // The action already at `k`, if any; else records `at` for it.
+  std::optional<Loc> insert(const Key& k, Loc at) {
+    if (dense_.empty()) {
+      const auto [it, fresh] = tree_.emplace(k, at);
+      return fresh ? std::nullopt : std::optional<Loc>(it->second);
+    }
+    auto& step = dense_[slot(k)];
+    if (step != kEmpty) return loc(k, step);
+    step = static_cast<std::uint32_t>(at.step);
+    return std::nullopt;
+  }
+  std::optional<Loc> find(const Key& k) const {
+    if (dense_.empty()) {
+      const auto it = tree_.find(k);
+      return it == tree_.end() ? std::nullopt : std::optional<Loc>(it->second);
+    }
+    const auto [op, s, m] = k;
+    if (s < 0 || static_cast<std::size_t>(s) >= stages_ || m < -1 || static_cast<std::size_t>(m + 1) >= columns_) return std::nullopt;
+    const std::uint32_t step = dense_[slot(k)];
+    return step == kEmpty ? std::nullopt : std::optional<Loc>(loc(k, step));
+  }
+
+ private:
+  static constexpr std::size_t kOps = static_cast<std::size_t>(Op::STEP) + 1;
+  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
+  std::size_t slot(const Key& k) const {
+    const auto [op, s, m] = k;
+    return (static_cast<std::size_t>(op) * stages_ + static_cast<std::size_t>(s)) * columns_ + static_cast<std::size_t>(m + 1);
+  }
+  Loc loc(const Key& k, std::uint32_t step) const { return {p_.rank_of(StageId{std::get<1>(k)}), step}; }
+  const Program& p_;
+  std::size_t stages_, columns_;
+  std::vector<std::uint32_t> dense_;
+  std::map<Key, Loc> tree_;
+};
+
 class Checker {
  public:
-  explicit Checker(const Program& p) : p_(p) {}
+  explicit Checker(const Program& p) : p_(p), index_(p) {}
 
   [[noreturn]] void fail(Loc at, const std::string& what) const {
     throw ScheduleError(at.rank, at.step, what, format_order_grid(p_, {{at.rank, at.step}}));
@@ -49,10 +101,7 @@ class Checker {
     const RankId r = p_.rank_of(StageId{stage});
     return {r, p_.ranks[r.value].size()};
   }
-  std::optional<Loc> find(const Key& k) const {
-    const auto it = index_.find(k);
-    return it == index_.end() ? std::nullopt : std::optional<Loc>(it->second);
-  }
+  std::optional<Loc> find(const Key& k) const { return index_.find(k); }
   std::string where(Loc l) const {
     return "rank " + std::to_string(l.rank.value) + " step " + std::to_string(l.step);
   }
@@ -96,19 +145,19 @@ class Checker {
 
   void index_actions() {
     check_ranges();
+    index_.reserve();
     for (int r = 0; r < p_.num_ranks; ++r) {
       for (std::size_t i = 0; i < p_.ranks[r].size(); ++i) {
         const Action& a = p_.ranks[r][i];
         const Loc at{RankId{r}, i};
-        const std::string text = to_string(a);
         const RankId owner = p_.rank_of(a.stage);
         if (owner.value != r) {
-          fail(at, text + ": stage " + std::to_string(a.stage.value) + " lives on rank " +
+          fail(at, to_string(a) + ": stage " + std::to_string(a.stage.value) + " lives on rank " +
                        std::to_string(owner.value) + ", not on rank " + std::to_string(r) +
                        " (a stage cannot be on two ranks)");
         }
-        if (const auto [it, fresh] = index_.emplace(key_of(a), at); !fresh) {
-          fail(at, text + ": duplicate; the same action is already at " + where(it->second));
+        if (const auto there = index_.insert(key_of(a), at)) {
+          fail(at, to_string(a) + ": duplicate; the same action is already at " + where(*there));
         }
       }
     }
@@ -295,7 +344,7 @@ class Checker {
 
  private:
   const Program& p_;
-  std::map<Key, Loc> index_;
+  ActionIndex index_;
 };
 
 void check_shape(const Program& p) {
