@@ -13,6 +13,7 @@
 #include "schedule/io.hpp"
 #include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
+#include "twin/scenario.hpp"
 
 namespace pipetwin::cli {
 namespace {
@@ -100,28 +101,11 @@ ps::Program imported(const Options& o) {
   std::vector<std::string> notes;
   ps::Program program = ps::read_program(o.from, &notes);
   for (const auto& n : notes) std::fprintf(stderr, "%s: %s\n", o.from.c_str(), n.c_str());
-  if (!o.recompute.empty()) {
-    const auto given = ps::parse_recompute(o.recompute);
-    if (program.leaves_recompute_open()) {
-      program.recompute = given;
-    } else if (given != program.recompute) {
-      throw Error("--recompute " + o.recompute + " contradicts the schedule file " + o.from + ", whose recompute is " +
-                  std::string(ps::recompute_name(program.recompute)));
-    }
-  }
+  if (!o.recompute.empty()) twin::settle_recompute(program, ps::parse_recompute(o.recompute), o.recompute, o.from);
   if (!program.partition.empty() && !o.model.empty()) {
     throw Error("--model contradicts the schedule file " + o.from + ", which holds its own partition line");
   }
   return program;
-}
-
-ps::ValidationReport validated(const Options& o, const ps::Program& program) {
-  if (o.from.empty()) return ps::validate(program);
-  try {
-    return ps::validate(program);  // a file is input: every send has its receive, and it makes progress
-  } catch (const Error& e) {
-    throw Error(o.from + ": " + e.what());
-  }
 }
 
 int run(const Options& o) {
@@ -139,7 +123,7 @@ int run(const Options& o) {
                             .ranges();
   }
   if (!o.compute_only) program = ps::lower(std::move(program));
-  const auto report = validated(o, program);
+  const auto report = o.from.empty() ? ps::validate(program) : twin::validate_file(program, o.from);
   const std::string format = o.json ? "json" : o.format;
   std::vector<std::string> left_out;
   const std::string text = format == "grid"          ? grid_report(report)

@@ -3,6 +3,8 @@
 // reduce-scatter, and the all-gather after its step) in closed form.
 #include <cmath>
 #include <map>
+#include <tuple>
+#include <utility>
 
 #include "models/collectives.hpp"
 #include "twin/plan_parts.hpp"
@@ -11,21 +13,21 @@ namespace pipetwin::twin {
 
 namespace {
 
-// When stage `costs`' reduction ends: one collective from `at`, or with
-// buckets each from when the backward [backward_start, + backward_s) has
-// produced it, as sim/ runs them.
-double reduce_end(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link, double at,
-                  double backward_start, double backward_s) {
+// When stage `costs`' reduction starts and ends, as sim/ times it: one
+// collective from `at`, or with buckets, from the backward [backward_start,
+// + backward_s) that produces them, each bucket from when it is ready.
+std::pair<double, double> reduction(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link,
+                                    double at, double backward_start, double backward_s) {
   const double bytes = costs.reduce_bytes * p.tensor_parallel;  // the group's T shares on its merged route, as sim/
-  if (bytes <= 0) return at;
+  if (bytes <= 0) return {at, at};
   const auto& entry =
       models::collective(p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
   const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes);
-  if (buckets.size() < 2) return at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks);
-  return models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {
-    const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
-    return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
-  });
+  if (buckets.size() < 2) return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
+  return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {
+            const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
+            return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
+          })};
 }
 
 double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
@@ -60,10 +62,7 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
       if (a.action.op == schedule::Op::REDUCE_GRAD) {
         // Asynchronous from here, as in sim/: the rank goes on; its STEP waits.
         const auto [from, span] = backward.count(s) ? backward[s] : std::pair<double, double>{a.start, 0};
-        a.end = reduce_end(p, table.at(s), link, a.start, from, span);
-        if (table.at(s).reduce_bytes > 0 && models::gradient_buckets(table.at(s).reduce_bytes, table.at(s).reduce_bucket_bytes).size() > 1) {
-          a.start = from;  // as sim/ times it: from the backward that starts it
-        }
+        std::tie(a.start, a.end) = reduction(p, table.at(s), link, a.start, from, span);
         reduced[s] = a.end;
       } else if (a.action.op == schedule::Op::STEP) {
         const double gather = gather_seconds(p, table.at(s), link);  // in the STEP's time, as in sim/

@@ -129,26 +129,13 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
     flag("--zero1", o.shard_optimizer, p.shard_optimizer, "shard_optimizer");
   }
   models::check_stage_count(model, p.num_stages());
-  if (!o.recompute.empty()) {
-    const auto given = models::parse_recompute_choice(o.recompute).policy;
-    // A file with no recompute of its own (a PyTorch CSV has none) takes the option's.
-    if (p.leaves_recompute_open()) {
-      p.recompute = given;
-    } else if (given != p.recompute) {
-      throw Error("--recompute " + o.recompute + " contradicts the schedule file " + o.schedule + ", whose recompute is " +
-                  std::string(schedule::recompute_name(p.recompute)));
-    }
-  }
+  if (!o.recompute.empty()) settle_recompute(p, models::parse_recompute_choice(o.recompute).policy, o.recompute, o.schedule);
   if (!p.partition.empty() && !o.partition.empty()) {
     throw Error("--partition " + o.partition + " contradicts the schedule file " + o.schedule +
                 ", which holds its own partition line");
   }
   p = schedule::insert_gradient_reductions(schedule::lower(std::move(p)));
-  try {
-    schedule::validate(p);  // a file is input: every send has its receive, and it makes progress
-  } catch (const Error& e) {
-    throw Error(o.schedule + ": " + e.what());
-  }
+  validate_file(p, o.schedule);
   return p;
 }
 
@@ -198,6 +185,23 @@ std::vector<schedule::LayerRange> choose_partition(const Scenario& sc, const std
 
 schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec, std::vector<std::string>* notes) {
   return is_schedule_file(spec.schedule) ? program_from_file(model, spec, notes) : program_from_generator(model, spec);
+}
+
+void settle_recompute(schedule::Program& p, schedule::RecomputePolicy given, const std::string& word, const std::string& file) {
+  if (p.leaves_recompute_open()) {
+    p.recompute = given;
+  } else if (given != p.recompute) {
+    throw Error("--recompute " + word + " contradicts the schedule file " + file + ", whose recompute is " +
+                std::string(schedule::recompute_name(p.recompute)));
+  }
+}
+
+schedule::ValidationReport validate_file(const schedule::Program& p, const std::string& file) {
+  try {
+    return schedule::validate(p);  // a file is input: every send has its receive, and it makes progress
+  } catch (const Error& e) {
+    throw Error(file + ": " + e.what());
+  }
 }
 
 bool is_schedule_file(const std::string& schedule) {

@@ -12,6 +12,7 @@
 #include "models/stage_costs.hpp"
 #include "schedule/program.hpp"
 #include "schedule/trace_metadata.hpp"
+#include "schedule/validate.hpp"
 
 namespace pipetwin::twin {
 
@@ -36,6 +37,13 @@ struct ScenarioSpec {
 
 // True when `schedule` names a file rather than a generator.
 bool is_schedule_file(const std::string& schedule);
+
+// A schedule file's Program given --recompute `word` (its policy `given`):
+// the option's where the file leaves it open (a PyTorch CSV has none);
+// refused, naming both, where the file's differs.
+void settle_recompute(schedule::Program& p, schedule::RecomputePolicy given, const std::string& word, const std::string& file);
+// schedule::validate of a Program read from `file`: an error names the file.
+schedule::ValidationReport validate_file(const schedule::Program& p, const std::string& file);
 
 // The complete (lowered) Program the spec names, not yet partitioned unless
 // its file holds a partition; `model` in topological order (its layer count

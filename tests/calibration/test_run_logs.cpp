@@ -10,6 +10,7 @@
 #include "calibration/run_logs_parse.hpp"
 #include "calibration/runs.hpp"
 #include "schedule/error.hpp"
+#include "tests/support/errors.hpp"
 
 namespace pc = pipetwin::calibration;
 namespace logs = pipetwin::calibration::logs;
@@ -33,16 +34,7 @@ std::string read(const std::string& path) {
   return text;
 }
 
-// The message of the pipetwin::Error `f` throws ("" if none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const pipetwin::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipetwin::test::error_of;
 
 // `text` with the first `from` replaced by `to`.
 std::string replaced(std::string text, const std::string& from, const std::string& to) {

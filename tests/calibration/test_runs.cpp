@@ -14,6 +14,7 @@
 #include "schedule/error.hpp"
 #include "twin/calibrate_runs.hpp"
 #include "twin/predict.hpp"
+#include "tests/support/errors.hpp"
 
 namespace pc = pipetwin::calibration;
 namespace pt = pipetwin::twin;
@@ -29,14 +30,7 @@ std::string write(const std::string& name, const std::string& text) {
   return path.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pipetwin::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipetwin::test::error_of;
 
 // A Llama-shaped model large enough for its matrix products to matter on a GPU.
 std::string model_file() {

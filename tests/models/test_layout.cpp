@@ -10,20 +10,14 @@
 #include "models/families.hpp"
 #include "models/layout.hpp"
 #include "schedule/error.hpp"
+#include "tests/support/errors.hpp"
 
 namespace pm = pipetwin::models;
 namespace ps = pipetwin::schedule;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pipetwin::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipetwin::test::error_of;
 
 pm::Model llm(std::int64_t layers) {
   pm::LlmSpec t;

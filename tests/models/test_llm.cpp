@@ -18,6 +18,7 @@
 #include "tests/models/megatron_memory.hpp"
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
+#include "tests/support/errors.hpp"
 
 namespace pm = pipetwin::models;
 using pipetwin::testing::MegatronArgs;
@@ -35,14 +36,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pipetwin::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipetwin::test::error_of;
 
 // Narayanan et al.'s GPT: GELU, LayerNorm, learned positions, tied, biases, dropout.
 pm::LlmSpec gpt(std::int64_t layers, std::int64_t h, std::int64_t heads, std::int64_t s, std::int64_t vocab = 51200) {

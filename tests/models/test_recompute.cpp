@@ -19,6 +19,7 @@
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "tests/models/megatron_memory.hpp"
+#include "tests/support/errors.hpp"
 
 namespace pm = pipetwin::models;
 namespace ps = pipetwin::schedule;
@@ -26,14 +27,7 @@ namespace pt = pipetwin::testing;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pipetwin::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using pipetwin::test::error_of;
 
 // Narayanan et al.'s GPT as Megatron-LM ran it in 2021: GELU, LayerNorm,
 // learned positions, tied, biases, dropout, no flash attention.
