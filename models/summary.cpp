@@ -2,6 +2,7 @@
 #include "models/summary.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -21,26 +22,31 @@ bool RunSummary::fits() const {
   return true;
 }
 
+StageMemorySource::Parts StageMemorySource::peak_parts(int s) const {
+  Parts m = fixed_parts(s);
+  m.activations = stash(s).peak_bytes(whole_stash_bytes(s), checkpoint_stash_bytes(s), weight_grad_bytes(s));
+  m.workspace = workspace_bytes(s);
+  m.reserve = reserve_bytes(s, m.total());
+  return m;
+}
+
+PartitionMemory::Parts PartitionMemory::fixed_parts(int s) const {
+  auto m = costs_.memory_parts(ranges_.at(s).begin, ranges_.at(s).end, s);
+  m.activations = m.workspace = m.reserve = 0;
+  return m;
+}
+
 namespace {
 
 // What a stage stashes now.
-double stashed_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
-  const auto [i, j] = p.partition.at(s);
-  return schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(), costs.whole_stash_bytes(i, j),
-                               costs.checkpoint_stash_bytes(i, j), costs.weight_grad_bytes(i, j));
+double stashed_bytes(const schedule::StashTracker& tracker, const StageMemorySource& memory, int s) {
+  return schedule::stash_bytes(tracker.stage(schedule::StageId{s}).state(), memory.whole_stash_bytes(s),
+                               memory.checkpoint_stash_bytes(s), memory.weight_grad_bytes(s));
 }
 
 // A stage's bytes now: its static memory and what it stashes.
-double stage_bytes(const schedule::StashTracker& tracker, const schedule::Program& p, const StageCostModel& costs, int s) {
-  const auto [i, j] = p.partition.at(s);
-  return costs.static_bytes(i, j, s) + stashed_bytes(tracker, p, costs, s);
-}
-
-// Per stage, the working memory a backward (B or I) of it holds while it runs.
-std::vector<double> backward_workspaces(const schedule::Program& p, const StageCostModel& costs) {
-  std::vector<double> out;
-  for (const auto& [i, j] : p.partition) out.push_back(costs.workspace_bytes(i, j));
-  return out;
+double stage_bytes(const schedule::StashTracker& tracker, const StageMemorySource& memory, int s) {
+  return memory.static_bytes(s) + stashed_bytes(tracker, memory, s);
 }
 
 bool is_backward(schedule::Op op) { return op == schedule::Op::B || op == schedule::Op::I; }
@@ -49,21 +55,24 @@ bool is_backward(schedule::Op op) { return op == schedule::Op::B || op == schedu
 
 std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& t, const schedule::Program& p,
                                                          const StageCostModel& costs) {
+  return rank_peak_parts(t, p, PartitionMemory(costs, p.partition));
+}
+
+std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& t, const schedule::Program& p,
+                                                         const StageMemorySource& memory) {
   schedule::StashTracker tracker(p);
   std::vector<StageCostModel::MemoryParts> peak(t.ranks.size());
-  const auto workspace = backward_workspaces(p, costs);
   for (std::size_t r = 0; r < t.ranks.size(); ++r) {
     const auto stages = p.stages_of(schedule::RankId{static_cast<int>(r)});
     if (stages.empty()) continue;
     StageCostModel::MemoryParts fixed;  // weights, gradients, optimizer state: all the step
     for (const auto s : stages) {
-      const auto [i, j] = p.partition.at(s.value);
-      const auto parts = costs.memory_parts(i, j, s.value);
+      const auto parts = memory.fixed_parts(s.value);
       fixed.weights += parts.weights, fixed.gradients += parts.gradients, fixed.optimizer += parts.optimizer;
     }
     const auto stashed = [&] {
       double bytes = 0;
-      for (const auto s : stages) bytes += stashed_bytes(tracker, p, costs, s.value);
+      for (const auto s : stages) bytes += stashed_bytes(tracker, memory, s.value);
       return bytes;
     };
     double most = -1;
@@ -78,12 +87,12 @@ std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timelin
     for (const auto& a : t.ranks[r]) {
       if (!schedule::is_compute(a.action.op)) continue;
       // A backward's working memory, on top of the stash it starts from.
-      if (is_backward(a.action.op)) consider(stashed(), workspace[a.action.stage.value]);
+      if (is_backward(a.action.op)) consider(stashed(), memory.workspace_bytes(a.action.stage.value));
       tracker.apply(a.action);
       consider(stashed(), 0);
     }
     // The device's reserve once, on all of it (a rank's stages share its device).
-    peak[r].reserve = costs.device_of(stages.front().value).reserve_bytes(peak[r].total());
+    peak[r].reserve = memory.reserve_bytes(stages.front().value, peak[r].total());
   }
   return peak;
 }
@@ -97,6 +106,13 @@ std::vector<double> rank_peak_bytes(const schedule::Timeline& t, const schedule:
 RunSummary summarize(const schedule::Timeline& t, double samples, const StageCostModel& costs,
                      const std::vector<schedule::LayerRange>& ranges, std::string engine,
                      const schedule::Program* program) {
+  auto s = summarize(t, samples, PartitionMemory(costs, ranges), std::move(engine), program);
+  if (program != nullptr && program->tensor_parallel > 1) s.tp_collective_s = tp_collective_per_rank(*program, costs);
+  return s;
+}
+
+RunSummary summarize(const schedule::Timeline& t, double samples, const StageMemorySource& memory, std::string engine,
+                     const schedule::Program* program) {
   RunSummary s;
   s.engine = std::move(engine);
   s.step_time_s = t.makespan();
@@ -107,22 +123,21 @@ RunSummary summarize(const schedule::Timeline& t, double samples, const StageCos
   for (const double idle : s.idle) idle_sum += idle;
   s.bubble = s.idle.empty() ? 0 : idle_sum / static_cast<double>(s.idle.size());  // bubble_fraction(), from the same pass
   for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) s.busy_s.push_back(t.busy(schedule::RankId{r}));
-  for (int st = 0; st < static_cast<int>(ranges.size()); ++st) {
-    const auto& stash = costs.stash(st);
-    const auto parts = costs.memory_parts(ranges[st].begin, ranges[st].end, st);
-    s.memory.push_back({parts.total(), costs.capacity_bytes(st), stash.peak_activations, stash.peak_inputs,
+  for (int st = 0; st < memory.stages(); ++st) {
+    const auto& stash = memory.stash(st);
+    const auto parts = memory.peak_parts(st);
+    s.memory.push_back({parts.total(), memory.capacity_bytes(st), stash.peak_activations, stash.peak_inputs,
                         stash.weight_versions, parts});
   }
   if (program != nullptr && program->num_stages() > static_cast<int>(t.ranks.size())) {
-    const auto peaks = rank_peak_parts(t, *program, costs);
+    const auto peaks = rank_peak_parts(t, *program, memory);
     for (std::size_t r = 0; r < peaks.size(); ++r) {
       const auto stages = program->stages_of(schedule::RankId{static_cast<int>(r)});
       // A rank's stages share its device: the first one's capacity is the rank's.
-      const double capacity = stages.empty() ? 0 : costs.capacity_bytes(stages.front().value);
+      const double capacity = stages.empty() ? 0 : memory.capacity_bytes(stages.front().value);
       s.rank_memory.push_back({peaks[r].total(), capacity, static_cast<int>(stages.size()), peaks[r]});
     }
   }
-  if (program != nullptr && program->tensor_parallel > 1) s.tp_collective_s = tp_collective_per_rank(*program, costs);
   return s;
 }
 
@@ -142,13 +157,17 @@ std::vector<double> tp_collective_per_rank(const schedule::Program& p, const Sta
 
 std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& t, const schedule::Program& p,
                                                         const StageCostModel& costs) {
+  return memory_over_time(t, p, PartitionMemory(costs, p.partition));
+}
+
+std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& t, const schedule::Program& p,
+                                                        const StageMemorySource& memory) {
   schedule::StashTracker tracker(p);
-  const auto workspace = backward_workspaces(p, costs);
   std::vector<std::vector<MemorySample>> out(p.num_stages());
-  // The device's reserve on top of what the stage holds (as memory_parts counts it).
+  // The device's reserve on top of what the stage holds (as peak_parts counts it).
   const auto bytes_of = [&](int s, double work = 0) {
-    const double held = stage_bytes(tracker, p, costs, s) + work;
-    return held + costs.device_of(s).reserve_bytes(held);
+    const double held = stage_bytes(tracker, memory, s) + work;
+    return held + memory.reserve_bytes(s, held);
   };
   for (int s = 0; s < p.num_stages(); ++s) out[s].push_back({0, bytes_of(s)});
   // Every stage lives on one rank, so replaying each rank in its own order is a time order per stage.
@@ -156,7 +175,7 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
     for (const auto& a : rank) {
       if (!schedule::is_compute(a.action.op)) continue;
       const int s = a.action.stage.value;
-      if (is_backward(a.action.op)) out[s].push_back({a.start, bytes_of(s, workspace[s])});  // while it runs
+      if (is_backward(a.action.op)) out[s].push_back({a.start, bytes_of(s, memory.workspace_bytes(s))});  // while it runs
       tracker.apply(a.action);
       out[s].push_back({a.end, bytes_of(s)});
     }
@@ -187,6 +206,14 @@ nlohmann::json RunSummary::to_json() const {
 }
 
 namespace {
+// "of 80.000 GB", or nothing where no capacity is known (a cost table without one).
+std::string capacity_text(double bytes) {
+  if (std::isinf(bytes)) return " (no capacity given)";
+  char text[64];
+  std::snprintf(text, sizeof text, " of %.3f GB", bytes / 1e9);
+  return text;
+}
+
 std::string parts_text(const StageCostModel::MemoryParts& p) {
   char line[256];
   std::snprintf(line, sizeof line,
@@ -212,8 +239,8 @@ std::string RunSummary::to_text() const {
   out << "\nmemory       peak per stage against capacity:\n";
   for (std::size_t s = 0; s < memory.size(); ++s) {
     const auto& m = memory[s];
-    std::snprintf(line, sizeof line, "  stage %zu: %.3f GB of %.3f GB (%d micro-batches stashed%s)%s\n", s,
-                  m.peak_bytes / 1e9, m.capacity_bytes / 1e9, m.peak_activations,
+    std::snprintf(line, sizeof line, "  stage %zu: %.3f GB%s (%d micro-batches stashed%s)%s\n", s,
+                  m.peak_bytes / 1e9, capacity_text(m.capacity_bytes).c_str(), m.peak_activations,
                   m.peak_inputs ? (", " + std::to_string(m.peak_inputs) + " inputs").c_str() : "",
                   m.fits() ? "" : "  OUT OF MEMORY");
     out << line << parts_text(m.parts);
@@ -222,8 +249,8 @@ std::string RunSummary::to_text() const {
     out << "             peak per rank, its stages together, against capacity:\n";
     for (std::size_t r = 0; r < rank_memory.size(); ++r) {
       const auto& m = rank_memory[r];
-      std::snprintf(line, sizeof line, "  rank %zu: %.3f GB of %.3f GB (%d stages)%s\n", r, m.peak_bytes / 1e9,
-                    m.capacity_bytes / 1e9, m.stages, m.fits() ? "" : "  OUT OF MEMORY");
+      std::snprintf(line, sizeof line, "  rank %zu: %.3f GB%s (%d stages)%s\n", r, m.peak_bytes / 1e9,
+                    capacity_text(m.capacity_bytes).c_str(), m.stages, m.fits() ? "" : "  OUT OF MEMORY");
       out << line << parts_text(m.parts);
     }
   }

@@ -31,6 +31,52 @@ struct RankMemoryReport {
   bool fits() const { return peak_bytes <= capacity_bytes; }
 };
 
+// What summarize() needs of each stage's memory: the model's (a
+// StageCostModel on the Program's partition) or a table of the user's own
+// costs (models/cost_table.hpp). Stage s's bytes are its fixed part
+// (weights, gradients, optimizer state), a stash of micro-batches in the
+// IR's three states, a backward's workspace and the device's reserve.
+class StageMemorySource {
+ public:
+  using Parts = StageCostModel::MemoryParts;
+  virtual ~StageMemorySource() = default;
+  virtual int stages() const = 0;
+  virtual Parts fixed_parts(int s) const = 0;  // weights (every version kept), gradients, optimizer state
+  virtual double whole_stash_bytes(int s) const = 0;
+  virtual double checkpoint_stash_bytes(int s) const = 0;
+  virtual double weight_grad_bytes(int s) const = 0;
+  virtual double workspace_bytes(int s) const = 0;
+  virtual double reserve_bytes(int s, double held) const = 0;
+  virtual double capacity_bytes(int s) const = 0;
+  virtual const schedule::StageMemory& stash(int s) const = 0;  // its peak counts
+  // Its parts at its peak: the fixed ones, the stash's peak, the workspace, the reserve.
+  Parts peak_parts(int s) const;
+  virtual double static_bytes(int s) const { return fixed_parts(s).total(); }
+};
+
+// A StageCostModel's memory on a partition (the ranges of its stages).
+class PartitionMemory final : public StageMemorySource {
+ public:
+  PartitionMemory(const StageCostModel& costs, const std::vector<schedule::LayerRange>& ranges)
+      : costs_(costs), ranges_(ranges) {}
+  int stages() const override { return static_cast<int>(ranges_.size()); }
+  Parts fixed_parts(int s) const override;
+  double whole_stash_bytes(int s) const override { return costs_.whole_stash_bytes(ranges_.at(s).begin, ranges_.at(s).end); }
+  double checkpoint_stash_bytes(int s) const override {
+    return costs_.checkpoint_stash_bytes(ranges_.at(s).begin, ranges_.at(s).end);
+  }
+  double weight_grad_bytes(int s) const override { return costs_.weight_grad_bytes(ranges_.at(s).begin, ranges_.at(s).end); }
+  double workspace_bytes(int s) const override { return costs_.workspace_bytes(ranges_.at(s).begin, ranges_.at(s).end); }
+  double reserve_bytes(int s, double held) const override { return costs_.device_of(s).reserve_bytes(held); }
+  double capacity_bytes(int s) const override { return costs_.capacity_bytes(s); }
+  const schedule::StageMemory& stash(int s) const override { return costs_.stash(s); }
+  double static_bytes(int s) const override { return costs_.static_bytes(ranges_.at(s).begin, ranges_.at(s).end, s); }
+
+ private:
+  const StageCostModel& costs_;
+  const std::vector<schedule::LayerRange>& ranges_;
+};
+
 struct RunSummary {
   std::string engine;  // "simgrid", "measured", ...
   double step_time_s = 0;
@@ -57,6 +103,8 @@ struct MemorySample {
 };
 std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& timeline,
                                                         const schedule::Program& program, const StageCostModel& costs);
+std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline& timeline,
+                                                        const schedule::Program& program, const StageMemorySource& memory);
 
 // `program` (the one the timeline ran, its partition `ranges`), when given,
 // also gives each rank's peak where it holds several stages: their memory
@@ -64,6 +112,9 @@ std::vector<std::vector<MemorySample>> memory_over_time(const schedule::Timeline
 RunSummary summarize(const schedule::Timeline& timeline, double samples, const StageCostModel& costs,
                      const std::vector<schedule::LayerRange>& ranges, std::string engine,
                      const schedule::Program* program = nullptr);
+// The same from any memory source (a cost table's): tp_collective_s stays empty.
+RunSummary summarize(const schedule::Timeline& timeline, double samples, const StageMemorySource& memory,
+                     std::string engine, const schedule::Program* program = nullptr);
 
 // With T > 1, per rank: the seconds of one step that its compute actions
 // spend in the tensor group's collectives (the stage costs' collective
@@ -77,5 +128,7 @@ std::vector<double> rank_peak_bytes(const schedule::Timeline& timeline, const sc
 // The same peaks part by part (the reserve once per rank, on the rest).
 std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& timeline,
                                                          const schedule::Program& program, const StageCostModel& costs);
+std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timeline& timeline,
+                                                         const schedule::Program& program, const StageMemorySource& memory);
 
 }  // namespace pipetwin::models

@@ -32,17 +32,25 @@ const std::vector<std::string>& engine_names() {
 }
 
 EngineChoice choose_engine(const Scenario& sc, Engine asked) {
+  return choose_engine(sc.program, models::stage_table(*sc.costs, sc.hardware, sc.program), &sc.hardware.topology, asked);
+}
+
+EngineChoice choose_engine(const schedule::Program& program, std::vector<schedule::StageCosts> table,
+                           const models::Topology* topology, Engine asked) {
   EngineChoice c;
-  c.table = models::stage_table(*sc.costs, sc.hardware, sc.program);
+  c.table = std::move(table);
   if (asked == Engine::SimGrid) {
+    if (topology == nullptr) throw Error("--engine simgrid replays the transfers on a network: give --hardware");
     c.engine = Engine::SimGrid;
     c.why = "asked for (--engine simgrid)";
     return c;
   }
-  if (asked == Engine::Fast) check_fast_engine(sc.program);
-  auto fast = schedule::evaluate(sc.program, c.table);
+  if (asked == Engine::Fast) check_fast_engine(program);
+  auto fast = schedule::evaluate(program, c.table);
   if (fast.deadlocked()) throw Error("evaluation: deadlock at rank " + std::to_string(fast.blocked.front().rank.value));
-  const auto check = models::check_contention(fast.timeline, sc.program, c.table, sc.hardware.topology);
+  const auto check = topology != nullptr
+                         ? models::check_contention(fast.timeline, program, c.table, *topology)
+                         : models::ContentionCheck{true, "no network given: each transfer takes its own flight time"};
   c.timeline = std::move(fast.timeline);
   if (asked == Engine::Fast) {
     c.engine = Engine::Fast;

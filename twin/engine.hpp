@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/topology.hpp"
 #include "schedule/dry_run.hpp"
 #include "schedule/timeline.hpp"
 #include "twin/scenario.hpp"
@@ -47,6 +48,11 @@ struct EngineChoice {
 // Throws pipetwin::Error on a deadlock (naming the rank) or where fast is
 // asked for and cannot answer; models::OutOfMemory passes through.
 EngineChoice choose_engine(const Scenario& scenario, Engine asked);
+// The same for a Program and its stage table (a cost table's), on
+// `topology`; without one (null) nothing contends, the transfers take their
+// table's flight times, and SimGrid, which needs a network, is refused.
+EngineChoice choose_engine(const schedule::Program& program, std::vector<schedule::StageCosts> table,
+                           const models::Topology* topology, Engine asked);
 
 // What SimGrid replays for a choice of SimGrid (its table moved out).
 sim::SimInput simgrid_input(const Scenario& scenario, EngineChoice& choice);

@@ -105,7 +105,7 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
 // The Program of a schedule file: K, V, M, the placement and the recompute
 // policy are the file's (an option that says otherwise is refused, naming
 // both); a compute-only file is lowered by the project's passes.
-schedule::Program program_from_file(const models::Model& model, const ScenarioSpec& o, std::vector<std::string>* notes) {
+schedule::Program program_from_file(const StageBound& check_stages, const ScenarioSpec& o, std::vector<std::string>* notes) {
   schedule::Program p = schedule::read_program(o.schedule, notes);
   const auto contradicts = [&](const std::string& option, long long given, long long in_file, const char* what) {
     if (given > 0 && given != in_file) {
@@ -128,7 +128,7 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
     flag("--sequence-parallel", o.sequence_parallel, p.sequence_parallel, "sequence_parallel");
     flag("--zero1", o.shard_optimizer, p.shard_optimizer, "shard_optimizer");
   }
-  models::check_stage_count(model, p.num_stages());
+  check_stages(p.num_stages());
   if (!o.recompute.empty()) settle_recompute(p, models::parse_recompute_choice(o.recompute).policy, o.recompute, o.schedule);
   if (!p.partition.empty() && !o.partition.empty()) {
     throw Error("--partition " + o.partition + " contradicts the schedule file " + o.schedule +
@@ -140,13 +140,13 @@ schedule::Program program_from_file(const models::Model& model, const ScenarioSp
 }
 
 // The generator's Program for the shape the options give.
-schedule::Program program_from_generator(const models::Model& model, const ScenarioSpec& o) {
+schedule::Program program_from_generator(const StageBound& check_stages, const ScenarioSpec& o) {
   const int V = std::max(1, o.virtual_stages);
   if (o.ranks < 1 || o.microbatches < 1) {
     throw Error("--ranks and --microbatches are needed with a schedule generator (" + o.schedule + ")");
   }
   // Before the schedule is built, which K = 10^6 makes slow.
-  models::check_stage_count(model, static_cast<std::int64_t>(o.ranks) * V);
+  check_stages(static_cast<std::int64_t>(o.ranks) * V);
   const auto recompute = models::parse_recompute_choice(o.recompute.empty() ? "none" : o.recompute).policy;
   auto p = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
   set_parallelism(p, o);
@@ -184,7 +184,12 @@ std::vector<schedule::LayerRange> choose_partition(const Scenario& sc, const std
 }  // namespace
 
 schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec, std::vector<std::string>* notes) {
-  return is_schedule_file(spec.schedule) ? program_from_file(model, spec, notes) : program_from_generator(model, spec);
+  return scenario_program(spec, [&](std::int64_t stages) { models::check_stage_count(model, stages); }, notes);
+}
+
+schedule::Program scenario_program(const ScenarioSpec& spec, const StageBound& check_stages, std::vector<std::string>* notes) {
+  return is_schedule_file(spec.schedule) ? program_from_file(check_stages, spec, notes)
+                                         : program_from_generator(check_stages, spec);
 }
 
 void settle_recompute(schedule::Program& p, schedule::RecomputePolicy given, const std::string& word, const std::string& file) {

@@ -4,6 +4,7 @@
 // follows takes the Program, never the schedule's name.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -50,6 +51,11 @@ schedule::ValidationReport validate_file(const schedule::Program& p, const std::
 // bounds the stages). Throws pipetwin::Error naming the option or the file.
 // `notes`, when given, gets what reading a schedule file said (schedule::read_program).
 schedule::Program scenario_program(const models::Model& model, const ScenarioSpec& spec,
+                                   std::vector<std::string>* notes = nullptr);
+// The same where something else than a model's layers bounds the stages
+// (a cost table's rows): `check_stages` throws for a count it refuses.
+using StageBound = std::function<void(std::int64_t stages)>;
+schedule::Program scenario_program(const ScenarioSpec& spec, const StageBound& check_stages,
                                    std::vector<std::string>* notes = nullptr);
 
 struct Scenario {

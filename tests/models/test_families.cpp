@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <yaml-cpp/yaml.h>
 
+#include "models/cost_table.hpp"
 #include "models/families.hpp"
 #include "models/hardware.hpp"
 
@@ -140,6 +141,10 @@ TEST(Examples, EveryModelSpecLoads) {
     const auto name = entry.path().filename().string();
     if (entry.path().extension() != ".yaml") continue;
     const YAML::Node top = YAML::LoadFile(entry.path().string());
+    if (top["stages"] && top["stages"].IsSequence() && top["stages"][0].IsMap()) {  // a cost table (simulate --costs)
+      EXPECT_FALSE(pm::read_cost_table(entry.path().string()).stages.empty()) << name;
+      continue;
+    }
     if (top["preset"] || top["device"] || top["devices"]) {  // a hardware file
       EXPECT_FALSE(pm::load_hardware(entry.path().string()).name.empty()) << name;
       continue;
