@@ -3,17 +3,10 @@
 # outside the source tree, see scripts/setup.sh) for LibTorch, and the CUDA
 # toolkit with NCCL under /usr/local/cuda.
 
-find_package(PkgConfig REQUIRED)
-# SimGrid 3.32 ships no CMake config in Debian; pkg-config it is.
-pkg_check_modules(SimGrid REQUIRED IMPORTED_TARGET simgrid>=3.32)
-
-find_package(Boost 1.74 REQUIRED COMPONENTS graph)
+include(cmake/LibraryDependencies.cmake)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
-find_package(yaml-cpp REQUIRED)
-find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
-find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 
 # --- LibTorch from the torch wheel -------------------------------------------

@@ -7,7 +7,7 @@
 
 The layers, bottom up (DESIGN.md's dependency direction):
 
-    cli          parses, calls twin/, prints
+    cli  python  parse (options, or Python's arguments), call twin/, print or return
      |
     twin         the library: scenario, engine choice, sweep, plan, calibration's loop
      |
@@ -29,9 +29,9 @@ import re
 import sys
 from collections import Counter
 
-LAYERS = {"schedule": 0, "models": 1, "sim": 2, "exec": 2, "calibration": 2, "twin": 3, "cli": 4}
+LAYERS = {"schedule": 0, "models": 1, "sim": 2, "exec": 2, "calibration": 2, "twin": 3, "cli": 4, "python": 4}
 # Folders of the same layer that must not include each other, and others' extra refusals.
-FORBIDDEN = {("sim", "exec"), ("exec", "sim"), ("calibration", "sim"), ("calibration", "exec"),
+FORBIDDEN = {("python", "exec"), ("cli", "python"), ("python", "cli"), ("sim", "exec"), ("exec", "sim"), ("calibration", "sim"), ("calibration", "exec"),
              ("sim", "calibration"), ("exec", "calibration")}
 CLI_EXEC_ENTRY = re.compile(r"^cli/exec_[a-z_]+\.cpp$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"')

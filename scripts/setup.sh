@@ -43,19 +43,19 @@ install_apt() {
 venv_ok() {
   [ -x "$PIPETWIN_VENV/bin/python" ] &&
     # The installed metadata alone: no torch import, fast.
-    "$PIPETWIN_VENV/bin/python" -c 'import sys; from importlib import metadata as m; sys.exit(0 if m.version("torch") == sys.argv[1] and m.version("matplotlib") else 1)' "$TORCH_VERSION" 2>/dev/null
+    "$PIPETWIN_VENV/bin/python" -c 'import sys; from importlib import metadata as m; sys.exit(0 if m.version("torch") == sys.argv[1] and m.version("matplotlib") and m.version("pandas") else 1)' "$TORCH_VERSION" 2>/dev/null
 }
 
 install_venv() {
   venv_ok && return 0
-  log "preparing the Python virtualenv at $PIPETWIN_VENV (torch==$TORCH_VERSION, matplotlib)"
+  log "preparing the Python virtualenv at $PIPETWIN_VENV (torch==$TORCH_VERSION, matplotlib, pandas)"
   local python="${PYTHON:-python3}"
   if [ ! -x "$PIPETWIN_VENV/bin/python" ]; then
     mkdir -p "$(dirname "$PIPETWIN_VENV")"
     "$python" -m venv "$PIPETWIN_VENV"
   fi
   "$PIPETWIN_VENV/bin/pip" install --quiet --disable-pip-version-check --progress-bar off \
-    "torch==$TORCH_VERSION" matplotlib numpy
+    "torch==$TORCH_VERSION" matplotlib numpy pandas
   venv_ok || { log "error: torch $TORCH_VERSION is not importable from $PIPETWIN_VENV"; exit 1; }
 }
 

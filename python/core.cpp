@@ -1,0 +1,155 @@
+// pipetwin._core: the twin library for Python. A small surface: Programs
+// (generated, read, parsed, written, drawn) and simulations (own costs, or a
+// model on a hardware), whose results cross as JSON text that the package's
+// Python modules (python/pipetwin/) turn into typed objects. Every
+// pipetwin::Error becomes a ValueError with the same message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+#include "models/cost_table.hpp"
+#include "schedule/dry_run.hpp"
+#include "schedule/error.hpp"
+#include "schedule/generators.hpp"
+#include "schedule/grid.hpp"
+#include "schedule/io.hpp"
+#include "schedule/passes.hpp"
+#include "schedule/validate.hpp"
+#include "twin/own_costs.hpp"
+#include "twin/predict.hpp"
+#include "twin/scenario.hpp"
+
+namespace py = pybind11;
+namespace ps = pipetwin::schedule;
+namespace pt = pipetwin::twin;
+using nlohmann::json;
+
+namespace {
+
+ps::Program generate(const std::string& name, int ranks, int microbatches, int virtual_stages, const std::string& recompute) {
+  return ps::generate(name, {ranks, microbatches, virtual_stages, ps::parse_recompute(recompute)});  // F, B, I, W only
+}
+
+// Text in any of the three forms, told apart as read_program does: JSON if
+// it starts with '{', pipetwin's text if a line starts with "rank ", CSV otherwise.
+ps::Program parse(const std::string& text, const std::string& source) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return ps::parse_json(text, source);
+  if (text.rfind("rank ", 0) == 0 || text.find("\nrank ") != std::string::npos) return ps::parse_text(text, source);
+  return ps::parse_csv(text, source);
+}
+
+// The Program's F, B, I and W alone (what PyTorch's compute-only CSV holds):
+// its transfers, recomputes, reductions and optimizer steps left out.
+ps::Program compute_only(ps::Program p) {
+  for (auto& rank : p.ranks) {
+    std::erase_if(rank, [](const ps::Action& a) {
+      return a.op != ps::Op::F && a.op != ps::Op::B && a.op != ps::Op::I && a.op != ps::Op::W;
+    });
+  }
+  return p;
+}
+
+json timeline_json(const ps::Timeline& t) {
+  json ranks = json::array();
+  for (const auto& rank : t.ranks) {
+    json actions = json::array();
+    for (const auto& a : rank) actions.push_back({ps::to_string(a.action), a.start, a.end});
+    ranks.push_back(std::move(actions));
+  }
+  return ranks;
+}
+
+std::string result_json(const pipetwin::models::RunSummary& summary, const pt::Prediction& p, const ps::Program& program,
+                        json extra) {
+  extra["summary"] = summary.to_json();
+  extra["engine_reason"] = p.why;
+  extra["timeline"] = timeline_json(p.timeline);
+  extra["schedule"] = program.schedule;
+  extra["ranks"] = program.num_ranks;
+  extra["virtual"] = program.stages_per_rank;
+  extra["microbatches"] = program.num_microbatches;
+  return extra.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// `costs`: a table's YAML or JSON text named `source`, or with `is_file` the
+// path of a YAML, JSON or CSV table.
+std::string simulate_costs(const ps::Program& program, const std::string& costs, const std::string& source, bool is_file,
+                           const std::string& engine, const std::string& hardware) {
+  auto table = is_file ? pipetwin::models::read_cost_table(costs) : pipetwin::models::parse_cost_table(costs, source);
+  auto sc = pt::costs_scenario(program, std::move(table), hardware);
+  const auto p = pt::predict(*sc, pt::parse_engine(engine));
+  return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
+}
+
+// A model on a hardware: the command line's scenario, the Program given as a
+// file (its text form, in a temporary removed after).
+std::string simulate_model(const ps::Program& program, const std::string& model, const std::string& hardware,
+                           const std::string& engine, int batch, const std::string& recompute, const std::string& partition,
+                           int tensor, int data) {
+  const auto path = std::filesystem::temp_directory_path() / ("pipetwin-py-" + std::to_string(::getpid()) + ".txt");
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() { std::filesystem::remove(p); }
+  } remove{path};
+  ps::write_file_atomic(path.string(), ps::to_text(program));
+  pt::ScenarioSpec spec;
+  spec.model = model, spec.hardware = hardware, spec.schedule = path.string();
+  spec.batch = batch, spec.recompute = recompute, spec.partition = partition;
+  spec.tensor_parallel = tensor, spec.data_parallel = data;
+  const auto sc = pt::build_scenario(spec);
+  const auto p = pt::predict(*sc, pt::parse_engine(engine));
+  return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "pipetwin's twin library: schedules, and simulations of them";
+  py::register_exception<pipetwin::Error>(m, "Error", PyExc_ValueError);
+  m.attr("__version__") = PIPETWIN_VERSION;
+
+  py::class_<ps::Program>(m, "Program")
+      .def_readonly("schedule", &ps::Program::schedule)
+      .def_readonly("ranks", &ps::Program::num_ranks)
+      .def_readonly("virtual", &ps::Program::stages_per_rank)
+      .def_readonly("microbatches", &ps::Program::num_microbatches)
+      .def_property_readonly("stages", &ps::Program::num_stages)
+      .def_property_readonly("recompute", [](const ps::Program& p) { return std::string(ps::recompute_name(p.recompute)); })
+      .def("actions", [](const ps::Program& p) {
+        std::vector<std::vector<std::string>> out;
+        for (const auto& rank : p.ranks) {
+          auto& row = out.emplace_back();
+          for (const auto& a : rank) row.push_back(ps::to_string(a));
+        }
+        return out;
+      })
+      .def("to_text", [](const ps::Program& p) { return ps::to_text(p); })
+      .def("to_json", [](const ps::Program& p) { return ps::to_json(p); })
+      .def("to_pytorch_csv", [](const ps::Program& p) { return ps::to_pytorch_csv(p); })
+      .def("lowered", [](const ps::Program& p) { return ps::lower(p); })
+      .def("compute_only", &compute_only)
+      .def("validate", [](const ps::Program& p) { ps::validate(ps::lower(p)); })
+      .def("grid", [](const ps::Program& p) {
+        const auto run = ps::dry_run(p);
+        if (run.deadlocked()) throw pipetwin::Error("the schedule deadlocks at rank " + std::to_string(run.blocked.front().rank.value));
+        return ps::format_time_grid(ps::lower(p), run.timeline);
+      });
+
+  m.def("generate", &generate, py::arg("name"), py::arg("ranks"), py::arg("microbatches"), py::arg("virtual") = 1,
+        py::arg("recompute") = "none");
+  m.def("generators", [] {
+    std::vector<std::string> names;
+    for (const auto& g : ps::generators()) names.emplace_back(g.name);
+    return names;
+  });
+  m.def("read", [](const std::string& path) { return ps::read_program(path); }, py::arg("path"));
+  m.def("parse", &parse, py::arg("text"), py::arg("source") = "<text>");
+  m.def("simulate_costs", &simulate_costs, py::arg("program"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
+        py::arg("engine"), py::arg("hardware"));
+  m.def("simulate_model", &simulate_model, py::arg("program"), py::arg("model"), py::arg("hardware"), py::arg("engine"),
+        py::arg("batch"), py::arg("recompute"), py::arg("partition"), py::arg("tensor"), py::arg("data"));
+}

@@ -1,0 +1,55 @@
+"""simulate(): a Program against your own costs, or a model on a hardware."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Optional, Union
+
+from . import _core
+from .program import Program
+from .results import SimulationResult, result_from_json
+
+Costs = Union[Mapping[str, Any], "os.PathLike[str]", str, Any]
+
+
+def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional[str] = None,
+             hardware: Optional[str] = None, engine: str = "auto", batch: int = 0, recompute: str = "",
+             partition: str = "", tensor: int = 1, data: int = 1) -> SimulationResult:
+    """Predict one step of ``program``.
+
+    With ``costs``: your own per-stage costs (docs/formats.md, "Cost tables"):
+    a dict (``{"stages": [{"forward_s": ..., "backward_s": ...}], "link": ...}``),
+    a pandas DataFrame with one row per stage and the stage fields as columns,
+    or the path of a YAML, JSON or CSV table; ``hardware`` (a preset or a
+    file) is then optional, for the network and the devices' memory.
+
+    With ``model``: a model spec (YAML or a Hugging Face config.json) on
+    ``hardware``, as ``pipetwin simulate`` does; ``batch``, ``recompute``,
+    ``partition``, ``tensor`` and ``data`` as its options.
+
+    ``engine``: ``auto`` (the exact fast path where nothing contends, else
+    SimGrid), ``fast`` or ``simgrid``.
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"simulate() takes a pipetwin.Program, not {type(program).__name__}")
+    if (costs is None) == (model is None):
+        raise _core.Error("simulate() takes costs= (your own per-stage costs) or model= (a model spec), one of them")
+    if costs is not None:
+        if isinstance(costs, (str, os.PathLike)):  # a file: read by the library, errors name its lines
+            return result_from_json(_core.simulate_costs(program._core, os.fspath(costs), os.fspath(costs), True,
+                                                         engine, hardware or ""))
+        text, source = _costs_text(costs)
+        return result_from_json(_core.simulate_costs(program._core, text, source, False, engine, hardware or ""))
+    if not hardware:
+        raise _core.Error("simulate(model=...) needs hardware= (a preset name or a hardware file)")
+    return result_from_json(_core.simulate_model(program._core, os.fspath(model), hardware, engine, batch, recompute,
+                                                 partition, tensor, data))
+
+
+def _costs_text(costs: Costs) -> "tuple[str, str]":
+    if hasattr(costs, "to_dict") and hasattr(costs, "columns"):  # a pandas DataFrame: one row per stage
+        rows = [{k: v for k, v in row.items() if k != "stage" and v == v} for row in costs.to_dict("records")]
+        return json.dumps({"stages": rows}, default=float), "<DataFrame>"
+    if isinstance(costs, Mapping):
+        return json.dumps(costs, default=float), "<costs>"
+    raise TypeError("costs= takes a dict, a pandas DataFrame or a file path, not " + type(costs).__name__)
