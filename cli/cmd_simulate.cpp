@@ -35,6 +35,21 @@ void write_trace(const std::string& path, const schedule::Timeline& timeline, nl
   schedule::write_chrome_trace(path, trace);
 }
 
+// What simulate prints: with --json `j` and the summary, else the headline,
+// the summary and why the engine answered.
+void print_result(const Options& o, nlohmann::json j, const std::string& headline, const models::RunSummary& summary,
+                  const std::string& why) {
+  if (o.json) {
+    j["summary"] = summary.to_json();
+    j["engine_reason"] = why;
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return;
+  }
+  std::printf("%s\n%s", headline.c_str(), summary.to_text().c_str());
+  std::printf("engine       %s: %s\n", summary.engine.c_str(), why.c_str());
+  if (!o.trace.empty()) std::printf("trace        %s (Chrome trace: open in Perfetto)\n", o.trace.c_str());
+}
+
 // --costs: the schedule on the user's own cost table.
 int run_costs(const Options& o) {
   const auto sc = twin::build_costs_scenario(o.scenario, models::read_cost_table(o.costs));
@@ -47,16 +62,9 @@ int run_costs(const Options& o) {
     write_trace(o.trace, result.timeline, meta, models::memory_over_time(result.timeline, sc->program, *sc->memory),
                 sc->program);
   }
-  if (o.json) {
-    nlohmann::json j{{"costs", o.costs}, {"schedule", sc->program.schedule}, {"ranks", sc->program.num_ranks},
-                     {"microbatches", sc->program.num_microbatches}, {"virtual", sc->program.stages_per_rank},
-                     {"summary", summary.to_json()}, {"engine_reason", result.why}};
-    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::printf("%s\n%s", sc->headline().c_str(), summary.to_text().c_str());
-    std::printf("engine       %s: %s\n", summary.engine.c_str(), result.why.c_str());
-    if (!o.trace.empty()) std::printf("trace        %s (Chrome trace: open in Perfetto)\n", o.trace.c_str());
-  }
+  nlohmann::json j{{"costs", o.costs}, {"schedule", sc->program.schedule}, {"ranks", sc->program.num_ranks},
+                   {"microbatches", sc->program.num_microbatches}, {"virtual", sc->program.stages_per_rank}};
+  print_result(o, std::move(j), sc->headline(), summary, result.why);
   return 0;
 }
 
@@ -78,18 +86,10 @@ int run(const Options& o) {
     write_trace(o.trace, result.timeline, meta.to_json(), models::memory_over_time(result.timeline, sc->program, *sc->costs),
                 sc->program);
   }
-  if (o.json) {
-    auto j = sc->describe();
-    j["summary"] = summary.to_json();
-    j["engine_reason"] = result.why;
-    j["simulated_actions"] = sc->program.num_actions();
-    j["wall_s"] = wall;
-    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-  } else {
-    std::printf("%s\n%s", sc->headline().c_str(), summary.to_text().c_str());
-    std::printf("engine       %s: %s\n", summary.engine.c_str(), result.why.c_str());
-    if (!o.trace.empty()) std::printf("trace        %s (Chrome trace: open in Perfetto)\n", o.trace.c_str());
-  }
+  auto j = sc->describe();
+  j["simulated_actions"] = sc->program.num_actions();
+  j["wall_s"] = wall;
+  print_result(o, std::move(j), sc->headline(), summary, result.why);
   return 0;
 }
 
