@@ -37,19 +37,15 @@ def check_fifo(program: Program) -> None:
     untagged point-to-point operations, which a pair of ranks matches in
     order, so there such a Program would hand one message to another's
     receive (of the same shape, silently)."""
+    from .results import _split_action
+
     rows = order(program, with_comms=True)
-    rank_of = {}
-    for rank, row in rows.items():
-        for a in row:
-            if a and a.strip("0123456789") in ("F", "B", "I", "W"):
-                rank_of[int(_stage(a))] = rank
+    parsed = {rank: [(a, _split_action(a)) for a in row if a] for rank, row in rows.items()}
+    rank_of = {p["stage"]: rank for rank, row in parsed.items() for _, p in row if p["op"] in ("F", "B", "I", "W")}
     sent, received = {}, {}
-    for rank, row in rows.items():
-        for a in row or []:
-            if not a or ("SEND" not in a and "RECV" not in a):
-                continue
-            stage, kind = int(_stage(a)), a[len(_stage(a)):].rstrip("0123456789")
-            mb = a[len(_stage(a)) + len(kind):]
+    for rank, row in parsed.items():
+        for a, p in row:
+            stage, kind, mb = p["stage"], p["op"], p["microbatch"]
             if kind == "SEND_F":
                 sent.setdefault((rank, rank_of[stage + 1]), []).append((f"{stage}F{mb}", a))
             elif kind == "SEND_B":
@@ -66,13 +62,6 @@ def check_fifo(program: Program) -> None:
                     f"{program.schedule}: rank {src} sends {send} to rank {dst} where rank {dst} receives {recv}: "
                     "PyTorch's runtime matches the messages between two ranks in order; run it with "
                     "with_comms=False (PyTorch places the transfers)")
-
-
-def _stage(action: str) -> str:
-    i = 0
-    while i < len(action) and action[i].isdigit():
-        i += 1
-    return action[:i]
 
 
 def runtime(program: Program, stages: Union[Any, Sequence[Any]], loss_fn: Optional[Callable] = None,
