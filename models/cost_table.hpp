@@ -15,8 +15,12 @@
 //   link: {bandwidth: 25e9, latency_s: 1e-5}   # bytes/s and s (default: no time)
 //   device: {memory_bytes: 80e9, reserve_bytes: 2e9}
 //   samples_per_microbatch: 1
+//
+// A time may also be given per sample, `forward_s: {fixed_s: 1e-4, per_sample_s: 2e-3}`,
+// and the table then times micro-batches of any size (simulate --batch).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,7 +42,25 @@ struct StageCostRow {
   std::optional<double> weight_grad_bytes;  // kept from a micro-batch's I to its W (default: activation_bytes)
   double workspace_bytes = 0;               // a backward's working memory on top of the stash
   double weights_bytes = 0, gradients_bytes = 0, optimizer_bytes = 0;
+  // The runtime's own time on the stage's rank: posting each of its sends,
+  // and each of its receives (a receive that waits spends it while waiting).
+  double send_s = 0, recv_s = 0;
+  // The flight across the cut after the stage, both ways, per micro-batch;
+  // given, it replaces latency + output_bytes / bandwidth.
+  std::optional<double> output_transfer_s;
+  // The stage's first forward of each step takes this much longer.
+  double first_forward_extra_s = 0;
+  // The fields given per sample ({fixed_s, per_sample_s}: seconds = fixed +
+  // per_sample x samples per micro-batch), by name: their slope. The fields
+  // above hold their value at the table's samples_per_microbatch.
+  std::map<std::string, double> per_sample_s;
 };
+
+// The time fields that may be given per sample.
+const std::vector<std::string>& per_sample_fields();
+// A row's field by name (one of per_sample_fields()); nullptr for an unset
+// output_transfer_s.
+double* row_seconds(StageCostRow& row, const std::string& name);
 
 struct CostTable {
   std::string source;               // the file (or "<costs>") for messages
@@ -50,6 +72,16 @@ struct CostTable {
   // source, when the table has neither one row nor one per stage).
   const StageCostRow& row(int s, int stages) const;
   void check_stages(int stages) const;
+  // True when some field is given per sample.
+  bool scales() const;
+  // The table for micro-batches of `samples`: each per-sample field moved
+  // along its slope (the others as they are). Throws, naming the source,
+  // where the table has no per-sample field and `samples` is not its own
+  // samples_per_microbatch.
+  CostTable at_samples(double samples) const;
+  // at_samples(batch / microbatches); throws where the batch does not split
+  // into that many micro-batches of whole samples.
+  CostTable for_batch(int batch, int microbatches) const;
 };
 
 // A YAML or JSON file (*.yaml, *.yml, *.json) or a CSV file (*.csv: a header
@@ -58,6 +90,10 @@ struct CostTable {
 CostTable read_cost_table(const std::string& path);
 // The same from YAML or JSON text (what the Python package passes).
 CostTable parse_cost_table(const std::string& text, const std::string& source);
+
+// The table as YAML that read_cost_table() reads back: `header` (comment
+// lines, each starting with "# ") first, every field the table sets.
+std::string cost_table_to_yaml(const CostTable& table, const std::string& header);
 
 // The stage table the engines replay: the table's times; each transfer's
 // flight over the table's link, or over `hardware`'s route between the two

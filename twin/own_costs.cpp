@@ -20,14 +20,10 @@ std::unique_ptr<CostsScenario> build_costs_scenario(const ScenarioSpec& spec, mo
   auto program = scenario_program(
       spec, [&](std::int64_t stages) { table.check_stages(static_cast<int>(std::min<std::int64_t>(stages, 1 << 30))); },
       &notes);
+  // --batch B: micro-batches of B / M samples, the table moved there along its per-sample times.
+  if (spec.batch > 0) table = table.for_batch(spec.batch, program.num_microbatches);
   auto sc = costs_scenario(std::move(program), std::move(table), spec.hardware);
   sc->notes = std::move(notes);
-  const auto& t = sc->table;
-  if (spec.batch > 0 && spec.batch != static_cast<int>(sc->samples)) {
-    throw Error("--batch " + std::to_string(spec.batch) + " is not M x the table's samples_per_microbatch (" +
-                std::to_string(sc->program.num_microbatches) + " x " + std::to_string(t.samples_per_microbatch) +
-                "): leave --batch out with --costs");
-  }
   return sc;
 }
 
