@@ -26,6 +26,7 @@ Noise Noise::from_json(const nlohmann::json& j) {
   n.step_mad_s = num(j, "step_mad_s");
   n.counted_steps = static_cast<int>(num(j, "counted_steps"));
   n.compute_cpu_s = num(j, "compute_cpu_median_s");
+  n.host_known = j.contains("other_share") || j.contains("steal_share") || j.contains("hosts");
   if (n.compute_cpu_s > 0) n.compute_cpu_spread = num(j, "compute_cpu_mad_s") / n.compute_cpu_s;
   double worst = -1;
   for (const auto& h : j.value("hosts", nlohmann::json::array())) {
@@ -47,6 +48,11 @@ std::string Noise::describe() const {
   if (median_uncertainty_rel > 0) {
     std::snprintf(line, sizeof line, ", the median known to +-%.1f%% (95%%)", 100 * median_uncertainty_rel);
     known = line;
+  }
+  if (!host_known) {
+    std::snprintf(line, sizeof line, "%d steps counted, spread %.1f%% (median absolute deviation)%s; the host's load "
+                  "was not recorded", counted_steps, 100 * spread(), known.c_str());
+    return line;
   }
   std::snprintf(line, sizeof line,
                 "%d steps counted, spread %.1f%% (median absolute deviation)%s; other processes took %.1f%% of the "
@@ -111,7 +117,9 @@ Judgement judge(std::optional<double> relative_error, const std::optional<Noise>
   }
   // Quiet as far as the counters tell, or too short a run for them to tell.
   char where[256];
-  if (noise->other_share + noise->steal_share + noise->share_resolution < kBusyShare) {
+  if (!noise->host_known) {
+    std::snprintf(where, sizeof where, "(the host's load was not recorded)");
+  } else if (noise->other_share + noise->steal_share + noise->share_resolution < kBusyShare) {
     std::snprintf(where, sizeof where, "on a quiet machine");
   } else {
     std::snprintf(where, sizeof where,

@@ -46,6 +46,9 @@ struct Noise {
   // counted steps and their spread (MAD / median); 0 where the run did not
   // measure it (exec/host_load.hpp: the host's pace, which no counter shows).
   double compute_cpu_s = 0, compute_cpu_spread = 0;
+  // False where the run recorded its steps' spread but not the host's load
+  // (a torch.profiler run): the shares above are then unknown, not 0.
+  bool host_known = true;
   // From a run's otherData (the measured trace's metadata); nullopt when it has no noise record.
   static std::optional<Noise> of_trace(const nlohmann::json& meta);
   // From the noise record itself (otherData.measured.noise, `pipetwin run`'s measured.noise).

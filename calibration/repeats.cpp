@@ -93,9 +93,10 @@ void add_repeats(Comparison& c, const schedule::Trace& measured, const std::vect
     if (std::find(names.begin(), names.end(), f) != names.end()) {
       throw Error(f + ": given twice (the measured trace and its repeats must be different runs)");
     }
-    if (producer_of(r.metadata) != "pipetwin run") {
-      throw Error(f + ": otherData field 'producer' is \"" + producer_of(r.metadata) +
-                  "\": a repeat must be a measured run (pipetwin run --trace)");
+    const std::string producer = producer_of(r.metadata);
+    if (producer != "pipetwin run" && producer != "torch.profiler") {
+      throw Error(f + ": otherData field 'producer' is \"" + producer +
+                  "\": a repeat must be a measured run (pipetwin run --trace, or a torch.profiler run)");
     }
     same_configuration(measured.metadata, c.measured_file, r.metadata, f);
     const auto noise = Noise::of_trace(r.metadata);

@@ -11,6 +11,7 @@
 // --runs it fits the device's curve to whole runs and their step times or
 // TFLOP/s instead (twin/calibrate_runs.hpp), and predicts the runs it did
 // not fit.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -19,6 +20,7 @@
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "twin/calibrate.hpp"
+#include "twin/calibrate_kineto.hpp"
 #include "twin/calibrate_runs.hpp"
 #include "twin/engine.hpp"
 
@@ -29,9 +31,10 @@ struct Options {
   twin::CalibrateRequest request;
   std::string engine = "auto";
   bool json = false;
-  std::vector<std::string> runs, fit, torchtitan;
+  std::vector<std::string> runs, fit, torchtitan, held_out;
   int jobs = 0;
   bool hardware_given = false;
+  int batch = 0;  // torch.profiler runs: the samples of each run's step
 };
 
 int run_runs(Options& o) {
@@ -62,7 +65,36 @@ int run_runs(Options& o) {
   return 0;
 }
 
+// torch.profiler runs (a folder of one trace per rank each): a cost table.
+int run_kineto(Options& o) {
+  if (o.hardware_given || o.request.microbench || !o.request.model.empty()) {
+    throw Error("torch.profiler traces give a cost table (for simulate --costs): --hardware, --microbench and --model "
+                "are for pipetwin's own traces");
+  }
+  const auto c = twin::calibrate_kineto(o.request.traces, o.held_out, o.batch);
+  schedule::write_file_atomic(o.request.out, c.yaml);
+  if (o.json) {
+    std::printf("%s\n", twin::kineto_calibration_json(c).dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("%swrote %s\n", twin::kineto_calibration_text(c).c_str(), o.request.out.c_str());
+  }
+  return 0;
+}
+
 int run(Options& o) {
+  const auto kineto = [](const std::string& p) { return calibration::is_kineto_file(p); };
+  const auto& traces = o.request.traces;
+  if (!traces.empty() && std::any_of(traces.begin(), traces.end(), kineto)) {
+    for (const auto& t : traces) {
+      if (!kineto(t)) {
+        throw Error(t + ": one of pipetwin's traces, given with torch.profiler traces: calibrate either kind alone");
+      }
+    }
+    if (!o.runs.empty() || !o.torchtitan.empty()) throw Error("--runs fits whole runs: give no traces with it");
+    return run_kineto(o);
+  }
+  if (!o.held_out.empty()) throw Error("--held-out names torch.profiler runs, predicted beside the ones fitted");
+  if (o.batch > 0) throw Error("--batch is the samples per step of torch.profiler runs");
   if (!o.runs.empty() || !o.torchtitan.empty()) {
     if (!o.request.traces.empty() || o.request.microbench) {
       throw Error("--runs fits whole runs: give no traces and no --microbench with it");
@@ -93,7 +125,12 @@ int run(Options& o) {
 Run add_calibrate_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("calibrate", "Fit measured traces into a calibrated hardware profile (YAML)");
-  cmd->add_option("traces", o->request.traces, "Measured traces (pipetwin run --trace)");
+  cmd->add_option("traces", o->request.traces,
+                  "Measured traces (pipetwin run --trace), or torch.profiler runs of PyTorch's own schedules: a "
+                  "folder of one trace per rank each, fitted into a cost table for simulate --costs");
+  cmd->add_option("--held-out", o->held_out,
+                  "With torch.profiler runs: more runs (folders) of the same stages, predicted on the fitted table "
+                  "and reported beside the fitted ones");
   auto* hardware = cmd->add_option("--hardware", o->request.hardware,
                                    "Base hardware (preset or YAML) the fit starts from (with --runs: a Megatron-LM log's)")
                        ->capture_default_str();
@@ -105,6 +142,10 @@ Run add_calibrate_command(CLI::App& app) {
                   "Also fit whole runs of torchtitan: its job TOML and its training log (a pair each time), of the "
                   "model --model names on --hardware")
       ->expected(2);
+  cmd->add_option("--batch", o->batch,
+                  "With torch.profiler runs: the samples of each run's step, so that each micro-batch's size is "
+                  "known (batch / M) and runs of two sizes give per-sample times")
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--fit", o->fit, "With --runs: the runs fitted, by name (default: those whose role is fit)")->delimiter(',');
   cmd->add_option("--jobs,-j", o->jobs, "With --runs: SimGrid replays at once (0: the cores)")->check(CLI::Range(0, 1024));
   auto* microbench = cmd->add_flag("--microbench", o->request.microbench,

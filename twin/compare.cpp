@@ -1,8 +1,15 @@
 // compare_files: the traces read, the schedule checked, then compared.
 #include "twin/compare.hpp"
 
+#include <algorithm>
+#include <set>
+
+#include "calibration/kineto.hpp"
+#include "models/cost_table.hpp"
+#include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "schedule/trace.hpp"
+#include "twin/own_costs.hpp"
 
 namespace pipetwin::twin {
 
@@ -23,6 +30,73 @@ calibration::Comparison compare_files(const CompareRequest& o, std::vector<std::
   }
   c.schedule_file = o.schedule;
   c.schedule_actions = checked;
+  return c;
+}
+
+namespace {
+
+calibration::KinetoRun read_run(const std::string& path, int batch) {
+  auto run = calibration::read_kineto_run(path);
+  if (batch > 0) run.set_batch(batch);
+  return run;
+}
+
+// Each timeline keeps the actions the other has (by rank and action).
+void keep_common(schedule::Timeline& a, schedule::Timeline& b) {
+  const auto keys = [](const schedule::Timeline& t) {
+    std::set<std::pair<int, std::string>> k;
+    for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) {
+      for (const auto& x : t.ranks[r]) k.emplace(r, schedule::to_string(x.action));
+    }
+    return k;
+  };
+  const auto ka = keys(a), kb = keys(b);
+  const auto keep = [](schedule::Timeline& t, const std::set<std::pair<int, std::string>>& other) {
+    for (int r = 0; r < static_cast<int>(t.ranks.size()); ++r) {
+      auto& actions = t.ranks[r];
+      actions.erase(std::remove_if(actions.begin(), actions.end(),
+                                   [&](const schedule::TimedAction& x) {
+                                     return !schedule::is_compute(x.action.op) &&
+                                            !other.count({r, schedule::to_string(x.action)});
+                                   }),
+                    actions.end());
+    }
+  };
+  keep(a, kb);
+  keep(b, ka);
+}
+
+}  // namespace
+
+calibration::Comparison compare_costs(const CostsCompareRequest& o) {
+  const auto run = read_run(o.measured, o.batch);
+  auto table = o.costs_text.empty() ? models::read_cost_table(o.costs) : models::parse_cost_table(o.costs_text, o.costs);
+  if (run.samples_per_microbatch > 0) table = table.at_samples(run.samples_per_microbatch);
+  const auto sc = costs_scenario(run.program, table);
+  schedule::Trace predicted;
+  predicted.timeline = predict(*sc, Engine::Fast).timeline;
+  predicted.metadata = calibration::kineto_configuration(run);
+  predicted.metadata["producer"] = "pipetwin simulate";
+  predicted.metadata["program"] = schedule::to_text(sc->program);
+  predicted.metadata["costs"] = o.costs;
+  auto measured = calibration::kineto_trace(run);
+  keep_common(predicted.timeline, measured.timeline);
+  auto c = calibration::compare(predicted, o.costs, measured, o.measured);
+  if (!o.repeats.empty()) {
+    std::vector<schedule::Trace> repeats;
+    for (const auto& f : o.repeats) {
+      const auto r = read_run(f, o.batch);
+      if (schedule::to_text(r.program) != schedule::to_text(run.program)) {
+        throw Error(f + ": its ranks ran another order of actions than " + o.measured + "'s: a repeat must be a run of the same schedule");
+      }
+      repeats.push_back(calibration::kineto_trace(r));
+    }
+    calibration::add_repeats(c, measured, repeats, o.repeats);
+  }
+  if (!o.traces.empty()) {
+    schedule::write_chrome_trace(o.traces + ".predicted.json", predicted);
+    schedule::write_chrome_trace(o.traces + ".measured.json", measured);
+  }
   return c;
 }
 
