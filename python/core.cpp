@@ -18,6 +18,8 @@
 #include "schedule/io.hpp"
 #include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
+#include "twin/calibrate_kineto.hpp"
+#include "twin/compare.hpp"
 #include "twin/own_costs.hpp"
 #include "twin/predict.hpp"
 #include "twin/scenario.hpp"
@@ -77,9 +79,15 @@ std::string result_json(const pipetwin::models::RunSummary& summary, const pt::P
 
 // `costs`: a table's YAML or JSON text named `source`, or with `is_file` the
 // path of a YAML, JSON or CSV table.
+pipetwin::models::CostTable cost_table(const std::string& costs, const std::string& source, bool is_file) {
+  return is_file ? pipetwin::models::read_cost_table(costs) : pipetwin::models::parse_cost_table(costs, source);
+}
+
+// `batch` > 0: micro-batches of batch / M samples (the table's per-sample times moved there).
 std::string simulate_costs(const ps::Program& program, const std::string& costs, const std::string& source, bool is_file,
-                           const std::string& engine, const std::string& hardware) {
-  auto table = is_file ? pipetwin::models::read_cost_table(costs) : pipetwin::models::parse_cost_table(costs, source);
+                           const std::string& engine, const std::string& hardware, int batch) {
+  auto table = cost_table(costs, source, is_file);
+  if (batch > 0) table = table.for_batch(batch, program.num_microbatches);
   auto sc = pt::costs_scenario(program, std::move(table), hardware);
   const auto p = pt::predict(*sc, pt::parse_engine(engine));
   return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
@@ -103,6 +111,28 @@ std::string simulate_model(const ps::Program& program, const std::string& model,
   const auto sc = pt::build_scenario(spec);
   const auto p = pt::predict(*sc, pt::parse_engine(engine));
   return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
+}
+
+// torch.profiler runs fitted into a cost table; the report as JSON, its text beside.
+std::string calibrate_torch(const std::vector<std::string>& fit, const std::vector<std::string>& held_out, int batch) {
+  const auto c = pt::calibrate_kineto(fit, held_out, batch);
+  auto j = pt::kineto_calibration_json(c);
+  j["text"] = pt::kineto_calibration_text(c);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// One torch.profiler run against its prediction on a cost table (a file, or
+// text named `source`).
+std::string compare_costs(const std::string& run, const std::string& costs, const std::string& source, bool is_file,
+                          int batch, const std::vector<std::string>& repeats, const std::string& traces) {
+  pt::CostsCompareRequest q;
+  q.costs = is_file ? costs : source;
+  if (!is_file) q.costs_text = costs;
+  q.measured = run, q.batch = batch, q.repeats = repeats, q.traces = traces;
+  const auto c = pt::compare_costs(q);
+  auto j = c.to_json();
+  j["text"] = c.to_text();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -149,7 +179,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("read", [](const std::string& path) { return ps::read_program(path); }, py::arg("path"));
   m.def("parse", &parse, py::arg("text"), py::arg("source") = "<text>");
   m.def("simulate_costs", &simulate_costs, py::arg("program"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
-        py::arg("engine"), py::arg("hardware"));
+        py::arg("engine"), py::arg("hardware"), py::arg("batch") = 0);
+  m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));
+  m.def("compare_costs", &compare_costs, py::arg("run"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
+        py::arg("batch"), py::arg("repeats"), py::arg("traces"));
   m.def("simulate_model", &simulate_model, py::arg("program"), py::arg("model"), py::arg("hardware"), py::arg("engine"),
         py::arg("batch"), py::arg("recompute"), py::arg("partition"), py::arg("tensor"), py::arg("data"));
 }

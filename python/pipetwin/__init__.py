@@ -10,6 +10,10 @@ hardware::
     print(result.step_time_s, result.bubble)
     result.gantt()                                       # a matplotlib Figure
 
+torch.profiler traces of PyTorch's own schedules fit a cost table
+(``pipetwin.calibrate``), and a run is held against its prediction
+(``pipetwin.compare``).
+
 Errors in the inputs raise ``pipetwin.Error`` (a ValueError) naming the
 file, the line or the field.
 """
@@ -17,15 +21,21 @@ from ._core import Error, __version__
 from .program import Program, generators
 from .results import MemoryReport, SimulationResult, TimedAction
 from .simulate import simulate
+from .torch_profiler import Calibration, Comparison, RunCheck, calibrate, compare
 from . import pytorch  # noqa: E402  (imports torch only when called)
 
 __all__ = [
+    "Calibration",
+    "Comparison",
     "Error",
     "MemoryReport",
     "Program",
     "SimulationResult",
+    "RunCheck",
     "TimedAction",
     "__version__",
+    "calibrate",
+    "compare",
     "generators",
     "simulate",
 ]

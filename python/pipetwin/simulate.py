@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Union
 from . import _core
 from .program import Program
 from .results import SimulationResult, result_from_json
+from .torch_profiler import Calibration
 
 Costs = Union[Mapping[str, Any], "os.PathLike[str]", str, Any]
 
@@ -20,8 +21,11 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     With ``costs``: your own per-stage costs (docs/formats.md, "Cost tables"):
     a dict (``{"stages": [{"forward_s": ..., "backward_s": ...}], "link": ...}``),
     a pandas DataFrame with one row per stage and the stage fields as columns,
-    or the path of a YAML, JSON or CSV table; ``hardware`` (a preset or a
-    file) is then optional, for the network and the devices' memory.
+    a :class:`pipetwin.Calibration` (``pipetwin.calibrate`` of torch.profiler
+    runs), or the path of a YAML, JSON or CSV table; ``hardware`` (a preset or
+    a file) is then optional, for the network and the devices' memory;
+    ``batch`` sets micro-batches of batch / M samples (the table's per-sample
+    times moved there).
 
     With ``model``: a model spec (YAML or a Hugging Face config.json) on
     ``hardware``, as ``pipetwin simulate`` does; ``batch``, ``recompute``,
@@ -37,9 +41,9 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     if costs is not None:
         if isinstance(costs, (str, os.PathLike)):  # a file: read by the library, errors name its lines
             return result_from_json(_core.simulate_costs(program._core, os.fspath(costs), os.fspath(costs), True,
-                                                         engine, hardware or ""))
+                                                         engine, hardware or "", batch))
         text, source = _costs_text(costs)
-        return result_from_json(_core.simulate_costs(program._core, text, source, False, engine, hardware or ""))
+        return result_from_json(_core.simulate_costs(program._core, text, source, False, engine, hardware or "", batch))
     if not hardware:
         raise _core.Error("simulate(model=...) needs hardware= (a preset name or a hardware file)")
     return result_from_json(_core.simulate_model(program._core, os.fspath(model), hardware, engine, batch, recompute,
@@ -47,6 +51,8 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
 
 
 def _costs_text(costs: Costs) -> "tuple[str, str]":
+    if isinstance(costs, Calibration):
+        return costs.costs_yaml, "<calibration>"
     if hasattr(costs, "to_dict") and hasattr(costs, "columns"):  # a pandas DataFrame: one row per stage
         rows = [{k: v for k, v in row.items() if k != "stage" and v == v} for row in costs.to_dict("records")]
         return json.dumps({"stages": rows}, default=float), "<DataFrame>"

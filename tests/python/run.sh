@@ -26,4 +26,6 @@ if [ -x "$PROJECT_PYTHON" ]; then
   echo "[python] pipetwin's schedules on PyTorch's runtime, over Gloo:"
   PYTHONPATH="$SITE" "$PROJECT_PYTHON" -B "$ROOT/tests/python/test_torch_runtime.py" -v 2>&1 | grep -v "^USDT\|gpuGetDeviceCount\|^$" | tail -n 30
   PYTHONPATH="$SITE" "$PROJECT_PYTHON" -B "$ROOT/examples/python/train_zb_h2.py" 2>&1 | grep -v "^USDT\|gpuGetDeviceCount\|^$" | tail -n 8
+  echo "[python] calibration from torch.profiler traces of PyTorch's own schedules:"
+  PYTHONPATH="$SITE" PIPETWIN_CLI="$CLI" "$PROJECT_PYTHON" -B "$ROOT/tests/python/test_torch_profiler.py" -v 2>&1 | grep -v "^USDT\|gpuGetDeviceCount\|^$" | tail -n 30
 fi
