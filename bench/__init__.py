@@ -20,6 +20,7 @@ BENCHMARKS = (
     "cross_model",
     "schedules",
     "narayanan",
+    "torch_profiler",
     "noise",
     "malloc",
     "gloo_backoff",
