@@ -31,32 +31,6 @@ std::string engine_words(const std::string& engine) {
          "--top-sim)";
 }
 
-nlohmann::json candidate_json(const twin::Candidate& c, int rank) {
-  return {{"rank", rank},
-          {"index", c.index},
-          {"tensor", c.tensor},
-          {"pipeline", c.pipeline},
-          {"data", c.data},
-          {"virtual", c.virtual_stages},
-          {"microbatches", c.microbatches},
-          {"microbatch_size", c.microbatch_size},
-          {"schedule", c.schedule},
-          {"recompute", c.recompute},
-          {"sequence_parallel", c.sequence_parallel},
-          {"zero1", c.zero1},
-          {"engine", c.engine},
-          {"step_time_s", c.step_s},
-          {"throughput_samples_per_s", c.samples_per_s},
-          {"tokens_per_s", c.tokens_per_s},
-          {"model_tflops_per_gpu", c.tflops_per_gpu},
-          {"mfu", c.mfu},
-          {"why",
-           {{"bubble_fraction", c.bubble},
-            {"tp_collectives_s", c.tp_comm_s},
-            {"dp_exposed_s", c.dp_exposed_s},
-            {"memory_headroom_gb", c.headroom_gb}}}};
-}
-
 void print_json(const twin::PlanResult& r, const std::vector<const twin::Candidate*>& best, const Output& o) {
   nlohmann::json j = {{"inputs", {{"fingerprint", r.fingerprint}, {"description", r.description}}},
                       {"shard", std::to_string(r.shard) + "/" + std::to_string(r.shards)},
@@ -74,7 +48,7 @@ void print_json(const twin::PlanResult& r, const std::vector<const twin::Candida
                       {"top", nlohmann::json::array()}};
   if (r.prediction_error > 0) j["prediction_error"] = r.prediction_error;
   for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
-    auto c = candidate_json(*best[i], static_cast<int>(i) + 1);
+    auto c = twin::candidate_json(*best[i], static_cast<int>(i) + 1);
     if (r.prediction_error > 0) {  // the interval the hardware's calibration gives
       c["throughput_samples_per_s_low"] = best[i]->samples_per_s * (1 - r.prediction_error);
       c["throughput_samples_per_s_high"] = best[i]->samples_per_s * (1 + r.prediction_error);

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@
 #include "twin/calibrate_kineto.hpp"
 #include "twin/compare.hpp"
 #include "twin/own_costs.hpp"
+#include "twin/plan.hpp"
+#include "twin/sweep.hpp"
 #include "twin/predict.hpp"
 #include "twin/scenario.hpp"
 
@@ -135,6 +138,52 @@ std::string compare_costs(const std::string& run, const std::string& costs, cons
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// A sweep into `out` (its CSV, whole and in a fixed order, which the
+// package reads back); the report's counts as JSON.
+std::string sweep(const std::string& model, const std::string& hardware, const std::string& out,
+                  const std::vector<std::string>& schedules, const std::vector<int>& ranks,
+                  const std::vector<int>& microbatches, const std::vector<int>& microbatch_sizes,
+                  const std::vector<std::string>& recompute, int virtual_stages, int batch, const std::vector<int>& tensor,
+                  const std::vector<int>& data, const std::string& engine, int jobs) {
+  pt::SweepSpec spec;
+  spec.model = model, spec.hardware = hardware, spec.out = out;
+  spec.schedules = schedules, spec.ranks = ranks, spec.microbatches = microbatches;
+  spec.microbatch_sizes = microbatch_sizes, spec.recompute = recompute, spec.virtual_stages = virtual_stages;
+  spec.batch = batch, spec.tensor = tensor, spec.data = data, spec.engine = pt::parse_engine(engine), spec.jobs = jobs;
+  const auto r = pt::run_sweep(spec);
+  return json{{"configurations", r.configurations}, {"evaluated", r.evaluated}, {"fast", r.fast},
+              {"simgrid", r.simgrid},             {"ok", r.ok},               {"oom", r.out_of_memory},
+              {"errors", r.errors}}
+      .dump();
+}
+
+// Every candidate of a plan (its place in the ranking where it is ok), as JSON.
+std::string plan(const std::string& model, const std::string& hardware, int gpus, int global_batch, int max_pp,
+                 const std::vector<int>& microbatch_sizes, const std::vector<std::string>& schedules,
+                 const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs) {
+  pt::PlanSpec spec;
+  spec.model = model, spec.hardware = hardware, spec.gpus = gpus, spec.global_batch = global_batch, spec.max_pp = max_pp;
+  spec.microbatch_sizes = microbatch_sizes, spec.schedules = schedules, spec.virtual_stages = virtual_stages;
+  spec.recompute = recompute, spec.top_sim = top_sim, spec.jobs = jobs;
+  const auto r = pt::run_plan(spec);
+  std::map<std::size_t, int> place;
+  const auto best = pt::ranking(r);
+  for (std::size_t i = 0; i < best.size(); ++i) place[best[i]->index] = static_cast<int>(i) + 1;
+  json candidates = json::array();
+  for (const auto& c : r.candidates) {
+    auto j = pt::candidate_json(c, place.count(c.index) ? place[c.index] : 0);
+    j["status"] = c.status;
+    j["reason"] = c.reason;
+    candidates.push_back(std::move(j));
+  }
+  return json{{"description", r.description},
+              {"enumerated", r.enumerated},
+              {"prediction_error", r.prediction_error},
+              {"wall_s", r.wall_s},
+              {"candidates", candidates}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -180,6 +229,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("parse", &parse, py::arg("text"), py::arg("source") = "<text>");
   m.def("simulate_costs", &simulate_costs, py::arg("program"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
         py::arg("engine"), py::arg("hardware"), py::arg("batch") = 0);
+  m.def("sweep", &sweep, py::arg("model"), py::arg("hardware"), py::arg("out"), py::arg("schedules"), py::arg("ranks"),
+        py::arg("microbatches"), py::arg("microbatch_sizes"), py::arg("recompute"), py::arg("virtual"), py::arg("batch"),
+        py::arg("tensor"), py::arg("data"), py::arg("engine"), py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
+  m.def("plan", &plan, py::arg("model"), py::arg("hardware"), py::arg("gpus"), py::arg("global_batch"), py::arg("max_pp"),
+        py::arg("microbatch_sizes"), py::arg("schedules"), py::arg("virtual"), py::arg("recompute"), py::arg("top_sim"),
+        py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));
   m.def("compare_costs", &compare_costs, py::arg("run"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
         py::arg("batch"), py::arg("repeats"), py::arg("traces"));

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,9 @@ struct PlanObserver {
 // Throws pipetwin::Error naming the option at fault (an unknown model or
 // hardware, N or B that no candidate splits, a bad shard).
 PlanResult run_plan(const PlanSpec& spec, const PlanObserver& observer = {});
+
+// A candidate as `plan --json` lists it (`rank`: its place, best first).
+nlohmann::json candidate_json(const Candidate& candidate, int rank);
 
 // The ok candidates, best first (throughput, then index).
 std::vector<const Candidate*> ranking(const PlanResult& result);

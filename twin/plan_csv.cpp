@@ -201,4 +201,30 @@ PlanResult merge_plans(const std::vector<std::string>& paths) {
   return out;
 }
 
+nlohmann::json candidate_json(const Candidate& c, int rank) {
+  return {{"rank", rank},
+          {"index", c.index},
+          {"tensor", c.tensor},
+          {"pipeline", c.pipeline},
+          {"data", c.data},
+          {"virtual", c.virtual_stages},
+          {"microbatches", c.microbatches},
+          {"microbatch_size", c.microbatch_size},
+          {"schedule", c.schedule},
+          {"recompute", c.recompute},
+          {"sequence_parallel", c.sequence_parallel},
+          {"zero1", c.zero1},
+          {"engine", c.engine},
+          {"step_time_s", c.step_s},
+          {"throughput_samples_per_s", c.samples_per_s},
+          {"tokens_per_s", c.tokens_per_s},
+          {"model_tflops_per_gpu", c.tflops_per_gpu},
+          {"mfu", c.mfu},
+          {"why",
+           {{"bubble_fraction", c.bubble},
+            {"tp_collectives_s", c.tp_comm_s},
+            {"dp_exposed_s", c.dp_exposed_s},
+            {"memory_headroom_gb", c.headroom_gb}}}};
+}
+
 }  // namespace pipetwin::twin

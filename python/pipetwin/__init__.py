@@ -21,6 +21,7 @@ from ._core import Error, __version__
 from .program import Program, generators
 from .results import MemoryReport, SimulationResult, TimedAction
 from .simulate import simulate
+from .sweep import PlanResult, SweepResult, plan, sweep
 from .torch_profiler import Calibration, Comparison, RunCheck, calibrate, compare
 from . import pytorch  # noqa: E402  (imports torch only when called)
 
@@ -29,13 +30,17 @@ __all__ = [
     "Comparison",
     "Error",
     "MemoryReport",
+    "PlanResult",
     "Program",
     "SimulationResult",
+    "SweepResult",
     "RunCheck",
     "TimedAction",
     "__version__",
     "calibrate",
     "compare",
     "generators",
+    "plan",
     "simulate",
+    "sweep",
 ]

@@ -164,6 +164,44 @@ class SimulateTest(unittest.TestCase):
             pt.simulate(pt.Program.generate("1f1b", ranks=2, microbatches=4), costs=UNIFORM,
                         model=os.path.join(EXAMPLES, "transformer-small.yaml"))
 
+    def test_sweep_rows_are_the_commands(self):
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        r = pt.sweep(model, "cpu", ["gpipe", "1f1b"], 2, [4, 8], microbatch_sizes=2, engine="fast")
+        self.assertEqual(len(r.rows), 4)
+        self.assertEqual({(row["schedule"], row["microbatches"]) for row in r.rows},
+                         {("gpipe", 4), ("gpipe", 8), ("1f1b", 4), ("1f1b", 8)})
+        gpipe = {row["microbatches"]: row for row in r.rows if row["schedule"] == "gpipe"}
+        self.assertLess(gpipe[8]["bubble_fraction"], gpipe[4]["bubble_fraction"])  # (K-1)/(M+K-1) falls with M
+        cli = os.environ.get("PIPETWIN_CLI")
+        if cli:
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "s.csv")
+                subprocess.run([cli, "sweep", "--model", model, "--hardware", "cpu", "-s", "gpipe,1f1b", "-k", "2",
+                                "-m", "4,8", "--microbatch-size", "2", "--engine", "fast", "--out", out], check=True,
+                               capture_output=True)
+                with open(out) as f:
+                    self.assertEqual(f.read(), r.csv)
+        with self.assertRaises(pt.Error):
+            pt.sweep(model, "cpu", ["gpipe"], 2, 4, batch=7)  # 7 samples do not split into 4 micro-batches
+
+    def test_plan_ranks_like_the_command(self):
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        r = pt.plan(model, "a100", 4, 16, microbatch_sizes=[1, 2], recompute=["none"], top_sim=0)
+        ranked = r.ranking()
+        self.assertGreater(len(ranked), 1)
+        speeds = [c["throughput_samples_per_s"] for c in ranked]
+        self.assertEqual(speeds, sorted(speeds, reverse=True))
+        for c in r.candidates:
+            self.assertEqual(c["tensor"] * c["pipeline"] * c["data"], 4)
+        cli = os.environ.get("PIPETWIN_CLI")
+        if cli:
+            out = subprocess.run([cli, "plan", "--model", model, "--hardware", "a100", "-n", "4", "-b", "16",
+                                  "--microbatch-sizes", "1,2", "--recompute", "none", "--top-sim", "0", "--json",
+                                  "--top", "3"], check=True, capture_output=True, text=True).stdout
+            top = json.loads(out)["top"]
+            self.assertEqual([c["index"] for c in top], [c["index"] for c in ranked[:3]])
+            self.assertEqual([c["step_time_s"] for c in top], [c["step_time_s"] for c in ranked[:3]])
+
     def test_gantt_is_a_figure(self):
         try:
             import matplotlib
