@@ -153,6 +153,9 @@ Run add_plan_command(CLI::App& app) {
                   "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--grad-bucket-first-mb", s.grad_bucket_first_mb,
+                  "With --grad-bucket-mb: the first bucket's size apart (DDP's 1 MiB: 1.048576); 0: as the others")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-sim", s.top_sim,
                   "The best N candidates' figures exact: those with contention (D > 1) among them replayed in SimGrid, in rounds")
       ->check(CLI::NonNegativeNumber)

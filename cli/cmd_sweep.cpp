@@ -92,6 +92,9 @@ Run add_sweep_command(CLI::App& app) {
                   "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--grad-bucket-first-mb", spec.grad_bucket_first_mb,
+                  "With --grad-bucket-mb: the first bucket's size apart (DDP's 1 MiB: 1.048576); 0: as the others")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--engine", o->engine, "auto (fast path unless contention), simgrid or fast")
       ->check(CLI::IsMember(twin::engine_names()))
       ->capture_default_str();

@@ -52,6 +52,10 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
                   "With D > 1: gradient buckets of this many MB, each reduced while the last backward produces the "
                   "rest (DDP's bucket_cap_mb, Megatron-LM's --overlap-grad-reduce); 0: one reduction after it (default)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--grad-bucket-first-mb", o.grad_bucket_first_mb,
+                  "With --grad-bucket-mb: the first bucket's size apart (DDP's first bucket is 1 MiB: 1.048576); 0: "
+                  "the same as the others (default)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", o.batch, "Samples per mini-batch, all replicas (a multiple of M x D; default M x D)")
       ->check(kPositive);
   cmd->add_option("--recompute", o.recompute, "Re-materialization: none, full, except-last, selective, uniform[:N], block:N, op (default none, or the schedule file's)")

@@ -161,13 +161,17 @@ const CollectiveEntry& collective(CollectiveAlgorithm algorithm) {
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no row in the table");
 }
 
-std::vector<GradientBucket> gradient_buckets(double bytes, double cap) {
+std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double first_cap) {
   if (bytes <= 0) return {};
-  if (cap <= 0 || cap >= bytes) return {{bytes, 1}};
+  if (cap <= 0 || (cap >= bytes && (first_cap <= 0 || first_cap >= bytes))) return {{bytes, 1}};
   std::vector<GradientBucket> out;
-  const auto n = static_cast<std::size_t>(std::ceil(bytes / cap - 1e-9));
-  out.reserve(n);
   double done = 0;
+  if (first_cap > 0 && first_cap < bytes) {
+    done = first_cap;
+    out.push_back({first_cap, first_cap / bytes});
+  }
+  const auto n = static_cast<std::size_t>(std::ceil((bytes - done) / cap - 1e-9));
+  out.reserve(out.size() + n);
   for (std::size_t i = 0; i < n; ++i) {
     const double b = std::min(cap, bytes - done);
     done += b;

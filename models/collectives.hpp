@@ -98,12 +98,14 @@ Link data_group_link(const Topology& topology, int width, int replicas, int rank
 // backward produces them (the last layer's first), with when each is ready
 // as a share of that backward's time: the share of the bytes produced up to
 // and including it (gradients come out at an even pace). One bucket of all
-// the bytes, ready at 1, where cap is 0 or at least the bytes.
+// the bytes, ready at 1, where cap is 0 or at least the bytes. `first_cap`
+// > 0 caps the first bucket apart (DDP's first bucket of 1 MiB,
+// dist._DEFAULT_FIRST_BUCKET_BYTES): the rest then in buckets of `cap`.
 struct GradientBucket {
   double bytes = 0;
   double ready = 1;  // (0, 1]: of the backward that produces it
 };
-std::vector<GradientBucket> gradient_buckets(double bytes, double cap);
+std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double first_cap = 0);
 // When the last of `buckets` is reduced, reduced one after the other (one
 // stream), each from when it is ready (backward_start + ready ·
 // backward_s) and taking seconds(its bytes).

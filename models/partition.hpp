@@ -53,6 +53,8 @@ struct PartitionRequest {
   // last backward has produced it. 0: the whole stage's gradients in one
   // reduction after that backward.
   double gradient_bucket_bytes = 0;
+  // With buckets: the first one's size apart (DDP's 1 MiB); 0: as the others.
+  double gradient_first_bucket_bytes = 0;
   int ranks() const { return program.num_ranks; }
   int stages() const { return program.num_stages(); }
   int microbatches() const { return program.num_microbatches; }

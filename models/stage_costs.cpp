@@ -181,7 +181,8 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       data_parallel_(r.program.data_parallel),
       sequence_parallel_(r.program.sequence_parallel),
       shard_optimizer_(r.program.shard_optimizer),
-      gradient_bucket_bytes_(r.gradient_bucket_bytes) {
+      gradient_bucket_bytes_(r.gradient_bucket_bytes),
+      gradient_first_bucket_bytes_(r.gradient_first_bucket_bytes) {
   collective_ = r.collective;
   const int n = static_cast<int>(m.layers.size());
   check_checkpoint(m, recompute_policy_, checkpoint_);

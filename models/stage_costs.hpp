@@ -91,6 +91,7 @@ class StageCostModel {
   double gather_bytes(int i, int j) const;
   // The gradient buckets' size (PartitionRequest::gradient_bucket_bytes; 0: one reduction).
   double gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
+  double gradient_first_bucket_bytes() const { return gradient_first_bucket_bytes_; }
   std::int64_t params(int i, int j) const { return static_cast<std::int64_t>(params_[j] - params_[i]); }
   // Weights (+ fp32 master copy in half precision) per weight version, gradients,
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
@@ -160,6 +161,7 @@ class StageCostModel {
   int tensor_parallel_ = 1, data_parallel_ = 1;
   bool sequence_parallel_ = false, shard_optimizer_ = false;
   double gradient_bucket_bytes_ = 0;
+  double gradient_first_bucket_bytes_ = 0;
   std::vector<std::int64_t> cut_;
   std::vector<schedule::StageMemory> stash_counts_;
 };

@@ -68,6 +68,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.reduce_collective = costs.reduce_collective(i, j, s);
     t.reduce_chunks = costs.reduce_chunks(i, j, s);
     t.reduce_bucket_bytes = costs.gradient_bucket_bytes();
+    t.reduce_first_bucket_bytes = costs.gradient_first_bucket_bytes();
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;

@@ -55,6 +55,7 @@ struct StageCosts {
   // reduced from when the backward before REDUCE_GRAD has produced it
   // (models::gradient_buckets): sim/ starts them during that backward.
   double reduce_bucket_bytes = 0;
+  double reduce_first_bucket_bytes = 0;  // the first bucket's apart (DDP's 1 MiB); 0: as the others
   // Tensor parallelism: the share of forward_s (and recompute_s) and of
   // backward_s (and input_grad_s) that is the tensor group's collectives,
   // which sim/ on a shared host spends waiting, without a core.

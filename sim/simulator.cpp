@@ -160,7 +160,7 @@ class SimBackend final : public ps::Backend {
       for (std::size_t i = 0; i < actions.size(); ++i) {
         const auto& g = actions[i];
         const auto& costs = in_.stages.at(g.stage.value);
-        if (g.op != ps::Op::REDUCE_GRAD || models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes).size() < 2) {
+        if (g.op != ps::Op::REDUCE_GRAD || models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes).size() < 2) {
           continue;
         }
         for (std::size_t k = i; k-- > 0;) {
@@ -179,7 +179,7 @@ class SimBackend final : public ps::Backend {
   void start_buckets(const ps::Action& a, double backward_s) {
     const int D = in_.program.data_parallel, s = a.stage.value, replica = replica_;
     const ps::StageCosts& costs = in_.stages.at(s);
-    const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes);
+    const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
     const auto& entry = models::collective(in_.program.shard_optimizer ? ps::CollectiveAlgorithm::RingReduceScatter
                                                                       : costs.reduce_collective);
     const double T = in_.program.tensor_parallel, total = costs.reduce_bytes, chunks = costs.reduce_chunks;

@@ -163,7 +163,8 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          "; schedules " + joined(o.schedules) + "; V " + joined(o.virtual_stages) + "; recompute " + joined(o.recompute) +
          "; max-pp " + (o.max_pp > 0 ? std::to_string(o.max_pp) : "any") + "; sequence parallel " +
          (o.also_without_sequence_parallel ? "on and off" : "on") + "; optimizer " + o.optimizer +
-         (o.grad_bucket_mb > 0 ? "; gradient buckets " + models::yaml_number(o.grad_bucket_mb) + " MB" : "") + "; top-sim " +
+         (o.grad_bucket_mb > 0 ? "; gradient buckets " + models::yaml_number(o.grad_bucket_mb) + " MB" : "") +
+         (o.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o.grad_bucket_first_mb) + " MB" : "") + "; top-sim " +
          std::to_string(o.top_sim);
 }
 
@@ -182,6 +183,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.sequence_parallel = c.sequence_parallel;
   s.shard_optimizer = c.zero1;
   s.grad_bucket_mb = o.grad_bucket_mb;
+  s.grad_bucket_first_mb = o.grad_bucket_first_mb;
   return s;
 }
 

@@ -45,6 +45,7 @@ struct PlanSpec {
   bool also_without_sequence_parallel = false;  // where T > 1 (it is always tried on)
   std::string optimizer = "adam";
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
+  double grad_bucket_first_mb = 0;  // and the first one's size apart
   int top_sim = 8, jobs = 0;  // jobs 0: the cores
   int shard = 0, shards = 1;
 };

@@ -22,7 +22,7 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
   if (bytes <= 0) return {at, at};
   const auto& entry =
       models::collective(p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
-  const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes);
+  const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
   if (buckets.size() < 2) return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
   return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {
             const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));

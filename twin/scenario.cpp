@@ -230,6 +230,13 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   r.collective = models::parse_collective(o.collective.empty() ? "auto" : o.collective);
   if (!(o.grad_bucket_mb >= 0)) throw Error("--grad-bucket-mb must be 0 (no buckets) or positive, not " + std::to_string(o.grad_bucket_mb));
   r.gradient_bucket_bytes = o.grad_bucket_mb * 1e6;
+  if (!(o.grad_bucket_first_mb >= 0)) {
+    throw Error("--grad-bucket-first-mb must be 0 (as the others) or positive, not " + std::to_string(o.grad_bucket_first_mb));
+  }
+  if (o.grad_bucket_first_mb > 0 && o.grad_bucket_mb <= 0) {
+    throw Error("--grad-bucket-first-mb sizes the first of the gradient buckets: give --grad-bucket-mb too");
+  }
+  r.gradient_first_bucket_bytes = o.grad_bucket_first_mb * 1e6;
   // A generator's shape is known before its Program is built; a file's from the file.
   // The batch splits over the D replicas, then into each one's M micro-batches.
   const auto check_batch = [&](int microbatches, int replicas) {

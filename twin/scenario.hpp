@@ -34,6 +34,9 @@ struct ScenarioSpec {
   // the backward produces it (PartitionRequest::gradient_bucket_bytes); 0: one
   // reduction after the stage's last backward.
   double grad_bucket_mb = 0;
+  // With buckets: the first one's size in MB apart (DDP's first bucket is
+  // 1 MiB, 1.048576 MB); 0: the same as the others.
+  double grad_bucket_first_mb = 0;
 };
 
 // True when `schedule` names a file rather than a generator.

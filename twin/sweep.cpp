@@ -175,6 +175,7 @@ class Sweep {
     s.optimizer = o_.optimizer;
     s.collective = o_.collective;
     s.grad_bucket_mb = o_.grad_bucket_mb;
+    s.grad_bucket_first_mb = o_.grad_bucket_first_mb;
     return s;
   }
 
@@ -273,7 +274,8 @@ class Sweep {
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.shard_optimizer ? "yes" : "no") +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
-           (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";
+           (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
+           (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";
   }
 
   void load_existing() {

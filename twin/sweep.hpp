@@ -31,6 +31,7 @@ struct SweepSpec {
   std::string partition = "auto", optimizer = "adam";
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
   double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)
+  double grad_bucket_first_mb = 0;   // and the first one's size apart (ScenarioSpec::grad_bucket_first_mb)
 };
 
 // Of the configurations evaluated now: those the fast path and SimGrid

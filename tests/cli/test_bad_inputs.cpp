@@ -274,6 +274,9 @@ std::vector<Bad> catalogue() {
       hw("hw_cluster_missing_inter", "preset: a100\ntopology:\n  kind: cluster\n", "hw.yaml:3: field 'topology.inter': missing"),
       {"hw_neither_preset_nor_file", {{"m.yaml", kMlp}}, "simulate --hardware tpu-v9 -s gpipe -k 2 -m 2 --model {}/m.yaml",
        "hardware 'tpu-v9' is neither a preset"},
+      {"grad_bucket_first_without_buckets", {{"m.yaml", kMlp}},
+       "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --model {}/m.yaml --grad-bucket-first-mb 1",
+       "--grad-bucket-first-mb sizes the first of the gradient buckets: give --grad-bucket-mb too"},
       // Own cost tables (simulate --costs).
       {"costs_missing_backward", {{"c.yaml", "stages:\n  - {forward_s: 0.01}\n"}}, "simulate --costs {}/c.yaml -s 1f1b -k 2 -m 2",
        "c.yaml:2: field 'stages[0].backward_s': missing"},

@@ -119,3 +119,30 @@ TEST(GradientBuckets, WithSplitBackwardsTheLastWeightGradientStartsThem) {
     EXPECT_GE(find(t, s, ps::Op::STEP, s).start, r.end - 1e-12);
   }
 }
+
+// DDP's first bucket (1 MiB) apart: the rest cut as before, the first ready
+// at its share of the backward; in SimGrid as in the closed form.
+TEST(GradientBuckets, TheFirstBucketApart) {
+  const auto b = pm::gradient_buckets(100, 30, 5);
+  ASSERT_EQ(b.size(), 5u);
+  const double bytes[] = {5, 30, 30, 30, 5}, ready[] = {0.05, 0.35, 0.65, 0.95, 1.0};
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    EXPECT_DOUBLE_EQ(b[i].bytes, bytes[i]);
+    EXPECT_NEAR(b[i].ready, ready[i], 1e-15);
+  }
+  EXPECT_EQ(pm::gradient_buckets(100, 200, 5).size(), 2u);  // the rest in one
+  EXPECT_EQ(pm::gradient_buckets(100, 30, 100).size(), 4u);  // a first cap of all: as without one
+  EXPECT_EQ(pm::gradient_buckets(100, 0, 5).size(), 1u);     // no buckets at all
+  const int D = 4;
+  const double grads = 4e9, cap = 1e9, first = 1e8;
+  auto in = one_stage("gpipe", 1, 2, D, grads, cap);
+  for (auto& s : in.stages) s.reduce_first_bucket_bytes = first;
+  const auto t = pipetwin::sim::simulate(in).timeline;
+  const auto& bw = find(t, 0, ps::Op::B, 0);
+  const auto& r = find(t, 0, ps::Op::REDUCE_GRAD, 0);
+  double end = bw.start;
+  for (const auto& x : pm::gradient_buckets(grads, cap, first)) {
+    end = std::max(end, bw.start + x.ready * (bw.end - bw.start)) + ring_allreduce_s(D, x.bytes);
+  }
+  EXPECT_NEAR(r.end, end, 1e-9 * end);
+}
