@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
@@ -51,12 +51,29 @@ int gpipe_microbatch(const std::string& name, std::string_view word) {
   return mb;
 }
 
+// The file's bytes, inflated where it is gzipped (torch.profiler's
+// tensorboard_trace_handler(use_gzip=True) writes *.pt.trace.json.gz):
+// at most `limit` of them.
+std::string file_text(const std::string& path, std::size_t limit = std::string::npos) {
+  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are
+  if (f == nullptr) throw Error(path + ": cannot read the trace");
+  std::string text;
+  char buffer[1 << 16];
+  int n = 0;
+  while (text.size() < limit && (n = gzread(f, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<std::size_t>(n));
+  int code = Z_OK;
+  const char* message = n < 0 ? gzerror(f, &code) : nullptr;
+  const std::string why = message != nullptr ? message : "";
+  gzclose(f);
+  if (n < 0) throw Error(path + ": a damaged gzip file: " + why);
+  if (text.size() > limit) text.resize(limit);
+  return text;
+}
+
 RankFile read_rank_file(const std::string& path) {
   json doc;
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot read the trace");
-    doc = json::parse(in);
+    doc = json::parse(file_text(path));
   } catch (const json::exception& e) {
     throw Error(path + ": not a JSON trace: " + e.what());
   }
@@ -159,11 +176,15 @@ std::vector<std::string> run_files(const std::string& path) {
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const auto name = entry.path().filename().string();
-    if (entry.is_regular_file() && ends_with(name, ".json")) files.push_back(entry.path().string());
+    if (entry.is_regular_file() && (ends_with(name, ".json") || ends_with(name, ".json.gz"))) {
+      files.push_back(entry.path().string());
+    }
   }
   if (ec) throw Error(path + ": cannot list the folder: " + ec.message());
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw Error(path + ": no *.json traces in the folder (one torch.profiler trace per rank)");
+  if (files.empty()) {
+    throw Error(path + ": no *.json or *.json.gz traces in the folder (one torch.profiler trace per rank)");
+  }
   return files;
 }
 
@@ -176,10 +197,12 @@ std::string key(const ps::Action& a, bool other, const std::string& label) {
 bool is_kineto_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return true;
-  std::ifstream in(path, std::ios::binary);
-  std::string head(65536, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
+  std::string head;
+  try {
+    head = file_text(path, 65536);
+  } catch (const Error&) {
+    return false;  // the reader that follows names what is wrong with it
+  }
   if (head.find("\"producer\": \"pipetwin") != std::string::npos || head.find("\"producer\":\"pipetwin") != std::string::npos) {
     return false;
   }

@@ -1,6 +1,7 @@
 // torch.profiler (Kineto) traces of PyTorch's own pipelining runs, read as
-// measured runs: one Chrome JSON file per rank (export_chrome_trace), the
-// files of one run in one folder (torchtitan's iteration_N/rankR_trace.json).
+// measured runs: one Chrome JSON file per rank (export_chrome_trace, or
+// tensorboard_trace_handler's *.pt.trace.json.gz), the files of one run in
+// one folder (torchtitan's iteration_N/rankR_trace.json).
 //
 // PyTorch's action-list runtime (ScheduleInterleaved1F1B,
 // ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleLoopedBFS,

@@ -13,6 +13,7 @@ APT_PACKAGES=(
   libsimgrid-dev libboost-graph-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev
   libspdlog-dev libfmt-dev libgloo-dev
+  zlib1g-dev  # calibration/: torch.profiler's gzipped traces (*.pt.trace.json.gz)
   iproute2  # tests/exec: two network namespaces joined by a veth pair
   clang libclang-rt-14-dev llvm  # scripts/sanitize.sh: ASan/UBSan/libFuzzer runtimes, llvm-symbolizer
 )

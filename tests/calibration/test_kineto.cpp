@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <zlib.h>
 
 #include "calibration/kineto.hpp"
 #include "schedule/error.hpp"
@@ -131,6 +133,31 @@ TEST(Kineto, TwoSizesOfMicroBatchGiveTimesPerSample) {
   EXPECT_NEAR(r.per_sample_s.at("forward_s"), 200e-6 / 8, 1e-9);  // 200 µs at 8 samples, 100 at 4
   EXPECT_NEAR(c.fit.table.samples_per_microbatch, 8, 0);
   EXPECT_NEAR(c.fit.table.at_samples(2).stages[1].forward_s, 50e-6, 1e-9);
+}
+
+TEST(Kineto, ReadsGzippedTraces) {
+  // tensorboard_trace_handler(use_gzip=True) writes *.pt.trace.json.gz.
+  const fs::path plain = two_rank_run("plain");
+  const fs::path gz = fs::path(::testing::TempDir()) / "gzipped";
+  fs::remove_all(gz);
+  fs::create_directories(gz);
+  for (const int r : {0, 1}) {
+    std::ifstream in(plain / ("rank" + std::to_string(r) + ".json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string out = (gz / ("host_" + std::to_string(r) + ".1.pt.trace.json.gz")).string();
+    gzFile f = gzopen(out.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, text.str().data(), static_cast<unsigned>(text.str().size())), static_cast<int>(text.str().size()));
+    gzclose(f);
+  }
+  EXPECT_TRUE(pipetwin::calibration::is_kineto_file((gz / "host_0.1.pt.trace.json.gz").string()));
+  const auto a = read_kineto_run(plain.string()), b = read_kineto_run(gz.string());
+  EXPECT_EQ(pipetwin::schedule::to_text(a.program), pipetwin::schedule::to_text(b.program));
+  EXPECT_EQ(a.step_times_s, b.step_times_s);
+  // A damaged one is refused by name.
+  std::ofstream(gz / "host_1.1.pt.trace.json.gz", std::ios::trunc) << "\x1f\x8b\x08\x00garbage";
+  EXPECT_THROW(read_kineto_run(gz.string()), pipetwin::Error);
 }
 
 TEST(Kineto, RefusesWhatItCannotRead) {
