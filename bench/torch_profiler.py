@@ -9,12 +9,12 @@ rank. `pipetwin calibrate` fits a cost table to every run of the two
 configurations --fit names (two micro-batch sizes, so per-sample times), and
 each other configuration is predicted on it in its own order of actions.
 
-A configuration's measured step is the median over its runs of each run's
-median step; its error is the prediction's against that. Each one is also
-held against its runs by `pipetwin compare --costs RUN --repeats OTHERS`,
-whose verdict weighs the error against how far the step moves from run to
-run (the 95% interval of the runs' median): on this host's CPUs a run's pace
-moves by more than the model's error, which the report says where it is so.
+Each configuration is held against its runs by `pipetwin compare --costs
+RUN --repeats OTHERS`: its measured step is the median over its runs of each
+run's median step, and the verdict weighs the error against how far the step
+moves from run to run (the 95% interval of the runs' median): on this host's
+CPUs a run's pace moves by more than the model's error, which the report says
+where it is so.
 """
 import os
 import subprocess
@@ -76,10 +76,13 @@ def run(a) -> dict:
     rows = []
     for c in CONFIGS:
         each = [by_path[r] for r in runs[c]]
-        measured = median([r["measured_median_s"] for r in each])
-        predicted = each[0]["predicted_s"]  # one order of actions, one table: the same for every run
+        # compare's figures, which its verdict weighs: each run's median step
+        # (its timeline), their median over the runs, the prediction in the
+        # run's own order on the table.
         report = run_json([pipetwin, "compare", "--costs", costs, "--batch", str(BATCH), runs[c][0], "--json",
                            *(["--repeats", *runs[c][1:]] if len(runs[c]) > 1 else [])])
+        predicted = report["step_time_s"]["predicted"]
+        measured = report["repeats"]["median_s"] if "repeats" in report else report["step_time_s"]["measured"]
         rows.append({"config": c, "fitted": c in fit, "predicted_s": predicted, "measured_s": measured,
                      "error": predicted / measured - 1, "run_medians_s": [r["measured_median_s"] for r in each],
                      "verdict": report["verdict"]["step_time"], "why": report["verdict"]["why"]})
