@@ -184,6 +184,17 @@ std::string plan(const std::string& model, const std::string& hardware, int gpus
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// Two of pipetwin's traces (a prediction and a run), as `pipetwin compare` does.
+std::string compare_traces(const std::string& predicted, const std::string& measured, const std::string& schedule,
+                           const std::vector<std::string>& repeats) {
+  pt::CompareRequest q;
+  q.predicted = predicted, q.measured = measured, q.schedule = schedule, q.repeats = repeats;
+  const auto c = pt::compare_files(q);
+  auto j = c.to_json();
+  j["text"] = c.to_text();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -235,6 +246,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &plan, py::arg("model"), py::arg("hardware"), py::arg("gpus"), py::arg("global_batch"), py::arg("max_pp"),
         py::arg("microbatch_sizes"), py::arg("schedules"), py::arg("virtual"), py::arg("recompute"), py::arg("top_sim"),
         py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
+  m.def("compare_traces", &compare_traces, py::arg("predicted"), py::arg("measured"), py::arg("schedule"),
+        py::arg("repeats"));
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));
   m.def("compare_costs", &compare_costs, py::arg("run"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
         py::arg("batch"), py::arg("repeats"), py::arg("traces"));

@@ -126,17 +126,34 @@ def costs_text(costs: Any) -> "tuple[str, str, bool]":
     raise TypeError("costs= takes a Calibration, a dict or a file path, not " + type(costs).__name__)
 
 
-def compare(run: PathLike, costs: Any, batch: Optional[int] = None, repeats: Sequence[PathLike] = (),
-            traces: Optional[PathLike] = None) -> Comparison:
-    """The run (a folder of one trace per rank) against its prediction on
-    ``costs`` (a Calibration, a dict or a cost table's path): the run's own
-    order of actions timed on the table. ``repeats``: other runs of the same
-    configuration, whose spread the verdict weighs. ``traces``: a prefix;
-    PREFIX.predicted.json and PREFIX.measured.json are written for
-    ``pipetwin plot gantt``."""
-    text, source, is_file = costs_text(costs)
-    j = json.loads(_core.compare_costs(os.fspath(run), text, source, is_file, batch or 0, _paths(repeats) if repeats else [],
-                                       os.fspath(traces) if traces else ""))
+def compare(run: PathLike, costs: Any = None, batch: Optional[int] = None, repeats: Sequence[PathLike] = (),
+            traces: Optional[PathLike] = None, *, predicted: Optional[PathLike] = None,
+            schedule: Optional[PathLike] = None) -> Comparison:
+    """The run (a folder of one torch.profiler trace per rank) against its
+    prediction on ``costs`` (a Calibration, a dict or a cost table's path):
+    the run's own order of actions timed on the table. ``repeats``: other
+    runs of the same configuration, whose spread the verdict weighs.
+    ``traces``: a prefix; PREFIX.predicted.json and PREFIX.measured.json are
+    written for ``pipetwin plot gantt``.
+
+    Or, with ``predicted`` instead of ``costs``: ``run`` and ``predicted``
+    are pipetwin's own traces (``pipetwin run --trace`` and ``pipetwin
+    simulate --trace``), compared as ``pipetwin compare`` does (``schedule``:
+    a schedule file both must have run)."""
+    if (costs is None) == (predicted is None):
+        raise _core.Error("compare() takes costs= (a torch.profiler run against a cost table) or predicted= (a "
+                          "pipetwin run's trace against a prediction's), one of them")
+    if predicted is not None:
+        if batch or traces:
+            raise _core.Error("compare(predicted=...): batch and traces go with costs=")
+        j = json.loads(_core.compare_traces(os.fspath(predicted), os.fspath(run), os.fspath(schedule) if schedule else "",
+                                            _paths(repeats) if repeats else []))
+    else:
+        if schedule:
+            raise _core.Error("compare(costs=...): the run's own order is compared; schedule goes with predicted=")
+        text, source, is_file = costs_text(costs)
+        j = json.loads(_core.compare_costs(os.fspath(run), text, source, is_file, batch or 0,
+                                           _paths(repeats) if repeats else [], os.fspath(traces) if traces else ""))
     step = j["step_time_s"]
     return Comparison(predicted_step_s=step["predicted"], measured_step_s=step["measured"],
                       verdict=j["verdict"]["step_time"], report=j, text=j["text"])

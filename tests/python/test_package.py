@@ -202,6 +202,24 @@ class SimulateTest(unittest.TestCase):
             self.assertEqual([c["index"] for c in top], [c["index"] for c in ranked[:3]])
             self.assertEqual([c["step_time_s"] for c in top], [c["step_time_s"] for c in ranked[:3]])
 
+    def test_compare_two_of_pipetwins_traces(self):
+        cli = os.environ.get("PIPETWIN_CLI")
+        if not cli:
+            self.skipTest("PIPETWIN_CLI not set")
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+            for path, hardware in ((a, "cpu"), (b, "cpu")):
+                subprocess.run([cli, "simulate", "--model", model, "--hardware", hardware, "-s", "1f1b", "-k", "2", "-m",
+                                "4", "--trace", path], check=True, capture_output=True)
+            c = pt.compare(b, predicted=a)
+            self.assertEqual(c.error, 0.0)  # the same configuration predicted twice: the same timeline
+            self.assertGreater(c.report["matched_actions"], 0)
+            out = subprocess.run([cli, "compare", a, b, "--json"], check=True, capture_output=True, text=True).stdout
+            self.assertEqual(json.loads(out)["step_time_s"], c.report["step_time_s"])
+            with self.assertRaises(pt.Error):
+                pt.compare(b, costs=UNIFORM, predicted=a)
+
     def test_gantt_is_a_figure(self):
         try:
             import matplotlib
