@@ -1,7 +1,6 @@
 // A torch.profiler run as one of pipetwin's measured traces: what compare,
 // its repeats and the gantt plot read.
 #include <algorithm>
-#include <numeric>
 
 #include "calibration/kineto.hpp"
 #include "calibration/noise.hpp"
@@ -24,16 +23,10 @@ json kineto_configuration(const KinetoRun& run) {
           {"partition", json::array()}};
 }
 
-int representative_step(const KinetoRun& run) {
-  std::vector<int> order(run.step_times_s.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return run.step_times_s[a] < run.step_times_s[b]; });
-  return order[(order.size() - 1) / 2];
-}
-
 schedule::Trace kineto_trace(const KinetoRun& run) {
   schedule::Trace t;
-  const int step = representative_step(run);
+  // The median step, as pipetwin run's traces hold theirs (every profiled step counts).
+  const int step = static_cast<int>(ps::median_index(run.step_times_s));
   t.timeline = run.timeline(step);
   json meta = kineto_configuration(run);
   meta["producer"] = "torch.profiler";

@@ -7,6 +7,7 @@
 
 #include "exec/report.hpp"
 #include "schedule/error.hpp"
+#include "schedule/stats.hpp"
 
 namespace pipetwin::exec {
 namespace {
@@ -255,10 +256,10 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
   }
   out.wall_s = steps > 0 ? last - first : 0;
   // The median step, leaving out the warm-up.
-  std::vector<int> order;
-  for (int s = warmup_steps(static_cast<int>(steps)); s < static_cast<int>(steps); ++s) order.push_back(s);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return out.step_times_s[a] < out.step_times_s[b]; });
-  out.representative_step = order.empty() ? 0 : order[(order.size() - 1) / 2];
+  const auto counted = static_cast<std::size_t>(warmup_steps(static_cast<int>(steps)));
+  out.representative_step = counted < out.step_times_s.size()
+                                ? static_cast<int>(schedule::median_index(out.step_times_s, counted))
+                                : 0;
   out.stage_peak_stash_bytes.assign(stages, 0);
   out.stage_weight_versions.assign(stages, 1);
   int holders = 0;  // the last stage's ranks: one per replica (and tensor member)

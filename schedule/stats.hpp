@@ -10,6 +10,11 @@ namespace pipetwin::schedule {
 // 0 of none; of an even count, the mean of the middle two.
 double median(std::vector<double> values);
 
+// The index of the median one of values[first, end): of an even count the
+// lower of the middle two (a step that ran, as a run's trace holds it);
+// `first` where there are none.
+std::size_t median_index(const std::vector<double>& values, std::size_t first = 0);
+
 // The median absolute deviation of `values` about `about` (their median); 0 of none.
 double mad(const std::vector<double>& values, double about);
 
