@@ -360,7 +360,7 @@ std::vector<std::vector<KinetoAction>> attribute(const std::vector<std::vector<K
 
 }  // namespace
 
-KinetoRun read_kineto_run(const std::string& path) {
+KinetoRun read_kineto_run(const std::string& path, int batch) {
   KinetoRun run;
   run.path = path;
   const auto ranks = rank_files(path);
@@ -371,23 +371,28 @@ KinetoRun read_kineto_run(const std::string& path) {
   const Steps raw = split_steps(ranks);
   run.program = program_of(raw, path);
   for (const auto& step : raw) run.steps.push_back(attribute(step, run));
-  const int first = run.program.rank_of(ps::StageId{0}).value;
-  for (const auto& step : run.steps) {
-    double begin = std::numeric_limits<double>::infinity(), end = -begin;
-    for (const auto& a : step[first]) begin = std::min(begin, a.start);
-    for (const auto& rank : step) {
+  for (int k = 0; k < run.num_steps(); ++k) {
+    double end = -std::numeric_limits<double>::infinity();
+    for (const auto& rank : run.steps[k]) {
       for (const auto& a : rank) end = std::max(end, a.end);
     }
-    run.step_times_s.push_back(end - begin);
+    run.step_times_s.push_back(end - run.step_start_s(k));
   }
+  if (batch > 0) run.set_batch(batch);
   return run;
+}
+
+double KinetoRun::step_start_s(int step) const {
+  double begin = std::numeric_limits<double>::infinity();
+  for (const auto& a : steps.at(static_cast<std::size_t>(step)).at(program.rank_of(ps::StageId{0}).value)) {
+    begin = std::min(begin, a.start);
+  }
+  return begin;
 }
 
 schedule::Timeline KinetoRun::timeline(int step) const {
   const auto& s = steps.at(static_cast<std::size_t>(step));
-  const int first = program.rank_of(ps::StageId{0}).value;
-  double begin = std::numeric_limits<double>::infinity();
-  for (const auto& a : s[first]) begin = std::min(begin, a.start);
+  const double begin = step_start_s(step);
   ps::Timeline t;
   t.ranks.resize(s.size());
   for (std::size_t r = 0; r < s.size(); ++r) {

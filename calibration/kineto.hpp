@@ -67,6 +67,8 @@ struct KinetoRun {
   // batch does not split into M micro-batches of whole samples.
   void set_batch(int batch);
   int num_steps() const { return static_cast<int>(steps.size()); }
+  // When step `step` began: the first action of the rank that holds stage 0.
+  double step_start_s(int step) const;
   // One step as a pipetwin Timeline (seconds from that step's start; a
   // compute action from when its input had arrived); the runtime's own
   // actions (UNSHARD, ...) left out.
@@ -84,7 +86,8 @@ bool is_kineto_file(const std::string& path);
 // *.json files). Throws pipetwin::Error naming the file, the rank, the step
 // or the label at fault, and what is missing (no distributedInfo, no
 // labelled actions, a step cut short, CUDA kernels, ranks on two hosts).
-KinetoRun read_kineto_run(const std::string& path);
+// `batch` > 0: the samples of its step (set_batch).
+KinetoRun read_kineto_run(const std::string& path, int batch = 0);
 
 // The cost table that torch.profiler runs of one model and partition give:
 // per stage the mean attributed cost of its F, B, I and W (the first

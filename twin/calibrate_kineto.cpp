@@ -14,6 +14,10 @@
 namespace pipetwin::twin {
 namespace ps = pipetwin::schedule;
 
+std::unique_ptr<CostsScenario> kineto_scenario(const calibration::KinetoRun& run, const models::CostTable& table) {
+  return costs_scenario(run.program, run.samples_per_microbatch > 0 ? table.at_samples(run.samples_per_microbatch) : table);
+}
+
 KinetoRunCheck check_kineto_run(const calibration::KinetoRun& run, const models::CostTable& table, bool fitted) {
   KinetoRunCheck c;
   c.path = run.path;
@@ -24,8 +28,7 @@ KinetoRunCheck check_kineto_run(const calibration::KinetoRun& run, const models:
   c.min_s = *std::min_element(c.steps_s.begin(), c.steps_s.end());
   c.max_s = *std::max_element(c.steps_s.begin(), c.steps_s.end());
   try {
-    const auto sc = costs_scenario(run.program, run.samples_per_microbatch > 0 ? table.at_samples(run.samples_per_microbatch) : table);
-    c.predicted_s = predict(*sc, Engine::Fast).timeline.makespan();
+    c.predicted_s = predict(*kineto_scenario(run, table), Engine::Fast).timeline.makespan();
   } catch (const Error& e) {
     throw Error(run.path + ": replaying it on the fitted costs: " + e.what());
   }
@@ -36,13 +39,8 @@ KinetoCalibration calibrate_kineto(const std::vector<std::string>& fit, const st
                                    int batch) {
   if (fit.empty()) throw Error("calibrate: no torch.profiler run to fit (a folder of one trace per rank)");
   std::vector<calibration::KinetoRun> fitted, others;
-  const auto read = [&](const std::string& p) {
-    auto run = calibration::read_kineto_run(p);
-    if (batch > 0) run.set_batch(batch);
-    return run;
-  };
-  for (const auto& p : fit) fitted.push_back(read(p));
-  for (const auto& p : held_out) others.push_back(read(p));
+  for (const auto& p : fit) fitted.push_back(calibration::read_kineto_run(p, batch));
+  for (const auto& p : held_out) others.push_back(calibration::read_kineto_run(p, batch));
   KinetoCalibration c;
   c.fit = calibration::fit_kineto(fitted);
   std::string header = "# Fitted by pipetwin calibrate from torch.profiler traces of:\n";

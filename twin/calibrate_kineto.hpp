@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "calibration/kineto.hpp"
+#include "twin/own_costs.hpp"
 
 namespace pipetwin::twin {
 
@@ -32,6 +33,10 @@ struct KinetoCalibration {
   std::vector<KinetoRunCheck> runs;
   std::string yaml;  // the cost table, with a header naming what it was fitted on
 };
+
+// The run's own compute order on `table`, moved to the run's micro-batch
+// size where it is known: what its replay and compare --costs time.
+std::unique_ptr<CostsScenario> kineto_scenario(const calibration::KinetoRun& run, const models::CostTable& table);
 
 // The measured run replayed on `table`: the run's own compute order, lowered
 // as simulate lowers it, on the evaluator.

@@ -9,7 +9,7 @@
 #include "schedule/error.hpp"
 #include "schedule/io.hpp"
 #include "schedule/trace.hpp"
-#include "twin/own_costs.hpp"
+#include "twin/calibrate_kineto.hpp"
 
 namespace pipetwin::twin {
 
@@ -34,12 +34,6 @@ calibration::Comparison compare_files(const CompareRequest& o, std::vector<std::
 }
 
 namespace {
-
-calibration::KinetoRun read_run(const std::string& path, int batch) {
-  auto run = calibration::read_kineto_run(path);
-  if (batch > 0) run.set_batch(batch);
-  return run;
-}
 
 // Each timeline keeps the actions the other has (by rank and action).
 void keep_common(schedule::Timeline& a, schedule::Timeline& b) {
@@ -69,10 +63,9 @@ void keep_common(schedule::Timeline& a, schedule::Timeline& b) {
 }  // namespace
 
 calibration::Comparison compare_costs(const CostsCompareRequest& o) {
-  const auto run = read_run(o.measured, o.batch);
-  auto table = o.costs_text.empty() ? models::read_cost_table(o.costs) : models::parse_cost_table(o.costs_text, o.costs);
-  if (run.samples_per_microbatch > 0) table = table.at_samples(run.samples_per_microbatch);
-  const auto sc = costs_scenario(run.program, table);
+  const auto run = calibration::read_kineto_run(o.measured, o.batch);
+  const auto table = o.costs_text.empty() ? models::read_cost_table(o.costs) : models::parse_cost_table(o.costs_text, o.costs);
+  const auto sc = kineto_scenario(run, table);
   schedule::Trace predicted;
   predicted.timeline = predict(*sc, Engine::Fast).timeline;
   predicted.metadata = calibration::kineto_configuration(run);
@@ -85,7 +78,7 @@ calibration::Comparison compare_costs(const CostsCompareRequest& o) {
   if (!o.repeats.empty()) {
     std::vector<schedule::Trace> repeats;
     for (const auto& f : o.repeats) {
-      const auto r = read_run(f, o.batch);
+      const auto r = calibration::read_kineto_run(f, o.batch);
       if (schedule::to_text(r.program) != schedule::to_text(run.program)) {
         throw Error(f + ": its ranks ran another order of actions than " + o.measured + "'s: a repeat must be a run of the same schedule");
       }
