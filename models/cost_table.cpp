@@ -36,12 +36,6 @@ double seconds(const YamlFields& f, const std::string& name, double fallback, St
 StageCostRow read_row(const YamlFields& f) {
   f.reject_unknown(kStageFields);
   StageCostRow r;
-  for (const auto& name : per_sample_fields()) {
-    if (f.has(name) && f.node()[name].IsMap()) {
-      seconds(f, name, 0, r);  // checked here, read again below
-    }
-  }
-  r.per_sample_s.clear();
   const auto sec = [&](const std::string& name, double fallback) { return seconds(f, name, fallback, r); };
   if (!f.has("forward_s")) f.fail("forward_s", "missing: every stage needs its forward's seconds");
   r.forward_s = sec("forward_s", 0);
