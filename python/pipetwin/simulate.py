@@ -1,14 +1,13 @@
 """simulate(): a Program against your own costs, or a model on a hardware."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping, Optional, Union
 
 from . import _core
 from .program import Program
 from .results import SimulationResult, result_from_json
-from .torch_profiler import Calibration
+from .torch_profiler import costs_argument
 
 Costs = Union[Mapping[str, Any], "os.PathLike[str]", str, Any]
 
@@ -39,23 +38,9 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     if (costs is None) == (model is None):
         raise _core.Error("simulate() takes costs= (your own per-stage costs) or model= (a model spec), one of them")
     if costs is not None:
-        if isinstance(costs, (str, os.PathLike)):  # a file: read by the library, errors name its lines
-            return result_from_json(_core.simulate_costs(program._core, os.fspath(costs), os.fspath(costs), True,
-                                                         engine, hardware or "", batch))
-        text, source = _costs_text(costs)
-        return result_from_json(_core.simulate_costs(program._core, text, source, False, engine, hardware or "", batch))
+        text, source, is_file = costs_argument(costs)
+        return result_from_json(_core.simulate_costs(program._core, text, source, is_file, engine, hardware or "", batch))
     if not hardware:
         raise _core.Error("simulate(model=...) needs hardware= (a preset name or a hardware file)")
     return result_from_json(_core.simulate_model(program._core, os.fspath(model), hardware, engine, batch, recompute,
                                                  partition, tensor, data))
-
-
-def _costs_text(costs: Costs) -> "tuple[str, str]":
-    if isinstance(costs, Calibration):
-        return costs.costs_yaml, "<calibration>"
-    if hasattr(costs, "to_dict") and hasattr(costs, "columns"):  # a pandas DataFrame: one row per stage
-        rows = [{k: v for k, v in row.items() if k != "stage" and v == v} for row in costs.to_dict("records")]
-        return json.dumps({"stages": rows}, default=float), "<DataFrame>"
-    if isinstance(costs, Mapping):
-        return json.dumps(costs, default=float), "<costs>"
-    raise TypeError("costs= takes a dict, a pandas DataFrame or a file path, not " + type(costs).__name__)

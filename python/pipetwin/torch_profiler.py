@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 
@@ -115,22 +115,28 @@ def calibrate(runs: Union[PathLike, Sequence[PathLike]], held_out: Sequence[Path
                        samples=j.get("samples", []))
 
 
-def costs_text(costs: Any) -> "tuple[str, str, bool]":
-    """(text or path, source, is_file) of a cost table given as a Calibration, a dict or a path."""
-    if isinstance(costs, Calibration):
-        return costs.costs_yaml, "<calibration>", False
+def costs_argument(costs: Any) -> "tuple[str, str, bool]":
+    """(text or path, source, is_file) of a cost table given as a file path
+    (read by the library, whose errors name its lines), a Calibration, a
+    pandas DataFrame (one row per stage) or a dict: what simulate() and
+    compare() pass to the extension."""
     if isinstance(costs, (str, os.PathLike)):
         return os.fspath(costs), os.fspath(costs), True
-    if isinstance(costs, dict):
+    if isinstance(costs, Calibration):
+        return costs.costs_yaml, "<calibration>", False
+    if hasattr(costs, "to_dict") and hasattr(costs, "columns"):  # a pandas DataFrame: one row per stage
+        rows = [{k: v for k, v in row.items() if k != "stage" and v == v} for row in costs.to_dict("records")]
+        return json.dumps({"stages": rows}, default=float), "<DataFrame>", False
+    if isinstance(costs, Mapping):
         return json.dumps(costs, default=float), "<costs>", False
-    raise TypeError("costs= takes a Calibration, a dict or a file path, not " + type(costs).__name__)
+    raise TypeError("costs= takes a dict, a pandas DataFrame, a Calibration or a file path, not " + type(costs).__name__)
 
 
 def compare(run: PathLike, costs: Any = None, batch: Optional[int] = None, repeats: Sequence[PathLike] = (),
             traces: Optional[PathLike] = None, *, predicted: Optional[PathLike] = None,
             schedule: Optional[PathLike] = None) -> Comparison:
     """The run (a folder of one torch.profiler trace per rank) against its
-    prediction on ``costs`` (a Calibration, a dict or a cost table's path):
+    prediction on ``costs`` (as simulate() takes them):
     the run's own order of actions timed on the table. ``repeats``: other
     runs of the same configuration, whose spread the verdict weighs.
     ``traces``: a prefix; PREFIX.predicted.json and PREFIX.measured.json are
@@ -151,7 +157,7 @@ def compare(run: PathLike, costs: Any = None, batch: Optional[int] = None, repea
     else:
         if schedule:
             raise _core.Error("compare(costs=...): the run's own order is compared; schedule goes with predicted=")
-        text, source, is_file = costs_text(costs)
+        text, source, is_file = costs_argument(costs)
         j = json.loads(_core.compare_costs(os.fspath(run), text, source, is_file, batch or 0,
                                            _paths(repeats) if repeats else [], os.fspath(traces) if traces else ""))
     step = j["step_time_s"]
