@@ -58,7 +58,7 @@ std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs) {
       }
     }
     for (const auto& [s, durations] : all) {
-      Reduction g{run, s, run->program.shard_optimizer ? D - 1 : 2 * (D - 1), fitting::weight_bytes(*run, s) / D};
+      Reduction g{run, s, run->program.shard_optimizer() ? D - 1 : 2 * (D - 1), fitting::weight_bytes(*run, s) / D};
       const auto it = alone.find(s);
       g.alone = it != alone.end();
       g.measured = median(g.alone ? it->second : durations);

@@ -25,7 +25,7 @@ std::string TraceRun::describe() const {
          " mb=" + std::to_string(microbatch_size) + " recompute " + std::string(ps::recompute_name(program.recompute)) +
          (program.tensor_parallel > 1 ? " T=" + std::to_string(program.tensor_parallel) : "") +
          (program.data_parallel > 1 ? " D=" + std::to_string(program.data_parallel) : "") +
-         (program.shard_optimizer ? " ZeRO-1" : "");
+         (program.shard_optimizer() ? " ZeRO-1" : "");
 }
 
 namespace {

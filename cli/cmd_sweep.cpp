@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
 #include "models/collectives.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
@@ -75,7 +76,7 @@ Run add_sweep_command(CLI::App& app) {
       ->check(kPositive)
       ->capture_default_str();
   cmd->add_flag("--sequence-parallel", spec.sequence_parallel, "Sequence parallelism on every row with T > 1");
-  cmd->add_flag("--zero1", spec.shard_optimizer, "The optimizer state sharded over the data group (ZeRO-1) on every row with D > 1");
+  add_zero_options(cmd, spec.zero, spec.reshard_after_forward, "On every row with D > 1: ");
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");

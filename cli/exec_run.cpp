@@ -171,6 +171,10 @@ void refuse_simulated_only(const twin::Scenario& sc) {
     throw Error("--recompute " + sc.recompute_name() +
                 ": simulated only; the executor recomputes whole stages (none, full, except-last)");
   }
+  if (sc.program.zero > 1) {
+    throw Error("--zero " + std::to_string(sc.program.zero) +
+                ": simulated only; the executor shards the optimizer state at most (--zero 1)");
+  }
   if (sc.request.gradient_bucket_bytes > 0 || sc.request.gradient_first_bucket_bytes > 0) {
     throw Error("--grad-bucket-mb: simulated only; the executor reduces each stage's gradients at once after its last "
                 "backward (--grad-bucket-mb 0)");

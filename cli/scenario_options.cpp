@@ -26,6 +26,22 @@ CLI::Validator schedule_check() {
       "GENERATOR|FILE");
 }
 
+void add_zero_options(CLI::App* cmd, int& zero, bool& reshard_after_forward, const std::string& where) {
+  auto* level = cmd->add_option("--zero", zero,
+                                where + "ZeRO's stage over the data group: 0 none (default), 1 the optimizer state sharded, "
+                                        "2 and the gradients (reduce-scattered per micro-batch), 3 and the weights (FSDP2: "
+                                        "each layer all-gathered before its forward and backward, one ahead)")
+                    ->check(CLI::Range(0, 3));
+  cmd->add_flag_callback("--zero1", [&zero] { zero = 1; }, where + "the same as --zero 1 (ZeRO-1)")->excludes(level);
+  cmd->add_option_function<std::string>(
+         "--reshard-after-forward",
+         [&reshard_after_forward](const std::string& v) { reshard_after_forward = v == "on"; },
+         "With --zero 3: on frees each layer's gathered weights after its forward and gathers them again for its "
+         "backward (FSDP2's default); off gathers a stage's weights once per step and keeps them (torchtitan's choice "
+         "under a pipeline)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--model", o.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
@@ -47,7 +63,7 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
       ->check(kPositive);
   cmd->add_flag("--sequence-parallel", o.sequence_parallel,
                 "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
-  cmd->add_flag("--zero1", o.shard_optimizer, "With D > 1: the optimizer state sharded over the data group (ZeRO-1)");
+  add_zero_options(cmd, o.zero, o.reshard_after_forward, "With D > 1: ");
   cmd->add_option("--grad-bucket-mb", o.grad_bucket_mb,
                   "With D > 1: gradient buckets of this many MB, each reduced while the last backward produces the "
                   "rest (DDP's bucket_cap_mb, Megatron-LM's --overlap-grad-reduce); 0: one reduction after it (default)")

@@ -11,6 +11,10 @@ namespace pipetwin::cli {
 
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o);
 
+// --zero N (ZeRO's stage, 0 to 3), --zero1 (a spelling of --zero 1) and
+// --reshard-after-forward on|off (ZeRO-3), their help led by `where`.
+void add_zero_options(CLI::App* cmd, int& zero, bool& reshard_after_forward, const std::string& where);
+
 // --schedule: a generator's name or a schedule file.
 CLI::Validator schedule_check();
 

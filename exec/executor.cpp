@@ -248,7 +248,7 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
     for (const auto& [stage, bytes] : dp->stage_bytes()) {
       out.push_back({{"dimension", "data"},
                      {"stage", stage},
-                     {"kind", p.shard_optimizer ? "reduce-scatter, then all-gather in STEP" : "all-reduce"},
+                     {"kind", p.shard_optimizer() ? "reduce-scatter, then all-gather in STEP" : "all-reduce"},
                      {"bytes", bytes},
                      {"group", where.data_group(where.pipeline_rank)},
                      {"backend", via}});

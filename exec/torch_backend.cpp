@@ -31,7 +31,7 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
                                  where_.tensor_group());
   }
   if (p.data_parallel > 1) {
-    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer, config.optimizer, config.lr);
+    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer(), config.optimizer, config.lr);
   }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);

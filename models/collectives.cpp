@@ -195,4 +195,15 @@ std::string collective_names(const std::vector<Collective>& used) {
   return out;
 }
 
+double prefetched_pass_s(const std::vector<GatheredUnit>& units) {
+  double gathered = 0, computed = 0, started = 0;  // the last gather's end, the last compute's end and start
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const double issued = u == 0 ? 0 : started;  // one ahead: when the unit before it started computing
+    gathered = std::max(issued, gathered) + units[u].gather_s;
+    started = std::max(computed, gathered);
+    computed = started + units[u].compute_s;
+  }
+  return computed;
+}
+
 }  // namespace pipetwin::models

@@ -112,6 +112,17 @@ std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double fi
 double bucketed_reduce_end(const std::vector<GradientBucket>& buckets, double backward_start, double backward_s,
                            const std::function<double(double)>& seconds);
 
+// A pass over FSDP units, each unit's all-gather issued when the unit before
+// it starts computing (the first at the pass's start), the gathers one after
+// the other on one stream, each unit computing once its gather and the unit
+// before it are done: the pass's time,
+//   g_1 + sum over u < n of max(c_u, g_{u+1}) + c_n
+// in order of execution.
+struct GatheredUnit {
+  double gather_s = 0, compute_s = 0;
+};
+double prefetched_pass_s(const std::vector<GatheredUnit>& units);
+
 // "ring", "tree", or "ring, tree": the algorithms in `used`, each once.
 std::string collective_names(const std::vector<Collective>& used);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "models/collectives.hpp"
 #include "models/stage_costs.hpp"
 #include "schedule/error.hpp"
 
@@ -59,7 +60,7 @@ double StageCostModel::tp_allreduce_s(double bytes) const {
 
 Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
   const double bytes = reduce_bytes(i, j) * tensor_parallel_;
-  if (data_parallel_ <= 1 || bytes <= 0 || shard_optimizer_) return Collective::Ring;
+  if (data_parallel_ <= 1 || bytes <= 0 || zero_ >= 1) return Collective::Ring;
   // A shared host's calibrated collectives are Gloo's rings (their rounds' work on the cores).
   if (hardware_.topology.kind == TopologyKind::SharedHost && hardware_.topology.collective.bandwidth > 0) {
     return Collective::Ring;
@@ -69,7 +70,7 @@ Collective StageCostModel::reduce_algorithm(int i, int j, int s) const {
 }
 
 CollectiveAlgorithm StageCostModel::reduce_collective(int i, int j, int s) const {
-  if (shard_optimizer_) return CollectiveAlgorithm::RingReduceScatter;
+  if (zero_ >= 1) return CollectiveAlgorithm::RingReduceScatter;
   return reduce_algorithm(i, j, s) == Collective::Tree ? CollectiveAlgorithm::TreeAllReduce : CollectiveAlgorithm::RingAllReduce;
 }
 
@@ -92,7 +93,58 @@ double StageCostModel::reduce_bytes(int i, int j) const {
 }
 
 double StageCostModel::gather_bytes(int i, int j) const {
-  return data_parallel_ > 1 && shard_optimizer_ ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+  // ZeRO-1 and 2 gather the updated weights after the step; ZeRO-3 before each use instead.
+  const bool after_step = zero_ == 1 || zero_ == 2;
+  return data_parallel_ > 1 && after_step ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+}
+
+double StageCostModel::gradient_bucket_bytes(int i, int j) const {
+  if (gradient_bucket_bytes_ > 0 || zero_ < 2 || data_parallel_ <= 1) return gradient_bucket_bytes_;
+  double largest = 0;
+  for (int l = i; l < j; ++l) largest = std::max(largest, params_[l + 1] - params_[l]);
+  return largest * bytes_per_element(model_.gradients());
+}
+
+double StageCostModel::layer_gather_s(int l, int s) const {
+  if (data_parallel_ <= 1) return 0;
+  const double bytes = (params_[l + 1] - params_[l]) * bytes_per_element(model_.precision) * tensor_parallel_;
+  if (bytes <= 0) return 0;
+  return collective(CollectiveAlgorithm::RingAllGather).seconds(data_links_.at(rank_of(s)), bytes, data_parallel_, 1);
+}
+
+double StageCostModel::layer_pass_s(schedule::Op op, int l, int s, bool nograd) const {
+  using schedule::Op;
+  switch (op) {
+    case Op::F: return nograd ? sum(forward_nograd_, l, l + 1, s) : sum(forward_, l, l + 1, s);
+    case Op::R: return sum(recompute_, l, l + 1, s);
+    case Op::B: return sum(input_grad_, l, l + 1, s) + sum(weight_grad_, l, l + 1, s);
+    case Op::I: return sum(input_grad_, l, l + 1, s);
+    default: return 0;
+  }
+}
+
+double StageCostModel::gather_exposed_s(int i, int j, int s, schedule::Op op) const {
+  using schedule::Op;
+  if (zero_ != 3 || data_parallel_ <= 1 || !(op == Op::F || op == Op::R || op == Op::B || op == Op::I)) return 0;
+  // The layers the action runs: R only those it recomputes; the forward
+  // without autograd where it checkpoints them.
+  auto [a, e] = op == Op::R ? recomputed_layers(i, j) : std::pair{i, j};
+  const auto [ca, ce] = checkpoints() ? recomputed_layers(i, j) : std::pair{i, i};
+  const bool backward = op == Op::B || op == Op::I;
+  std::vector<GatheredUnit> units;
+  double computing = 0;
+  for (int n = 0; n < e - a; ++n) {
+    const int l = backward ? e - 1 - n : a + n;
+    const double c = layer_pass_s(op, l, s, op == Op::F && l >= ca && l < ce);
+    const double g = layer_gather_s(l, s);
+    if (g > 0 || units.empty()) {
+      units.push_back({g, c});
+    } else {
+      units.back().compute_s += c;
+    }
+    computing += c;
+  }
+  return std::max(0.0, prefetched_pass_s(units) - computing);
 }
 
 }  // namespace pipetwin::models

@@ -180,7 +180,8 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       tensor_parallel_(r.program.tensor_parallel),
       data_parallel_(r.program.data_parallel),
       sequence_parallel_(r.program.sequence_parallel),
-      shard_optimizer_(r.program.shard_optimizer),
+      zero_(r.program.zero),
+      reshard_after_forward_(r.program.reshard_after_forward),
       gradient_bucket_bytes_(r.gradient_bucket_bytes),
       gradient_first_bucket_bytes_(r.gradient_first_bucket_bytes) {
   collective_ = r.collective;
@@ -251,7 +252,7 @@ double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 
 double StageCostModel::step_s(int i, int j, int s) const {
   // ZeRO-1: each device of the data group steps its 1/D of the stage.
-  const double p = (params_[j] - params_[i]) / (shard_optimizer_ ? data_parallel_ : 1);
+  const double p = (params_[j] - params_[i]) / (zero_ >= 1 ? data_parallel_ : 1);
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
   const double traffic = p * (bytes_per_element(model_.gradients()) + 2 * bytes + 2 * master_bytes(model_.precision) +
@@ -312,10 +313,13 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   const double p = params_[j] - params_[i];
   const auto& st = stash_counts_.at(s);
   const double bytes = bytes_per_element(model_.precision);
-  // ZeRO-1 shards the fp32 master copy and the optimizer states over the data group.
-  const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) /
-                         (shard_optimizer_ ? data_parallel_ : 1);
-  return p * (bytes * st.weight_versions + bytes_per_element(model_.gradients()) + sharded);
+  // ZeRO-1 shards the fp32 master copy and the optimizer states over the
+  // data group, ZeRO-2 the gradients too, ZeRO-3 the weights too (between
+  // their uses: the units gathered at a time are workspace).
+  const double D = data_parallel_;
+  const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) / (zero_ >= 1 ? D : 1);
+  return p * (bytes * st.weight_versions / (shards_weights() ? D : 1) +
+              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded);
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
@@ -363,9 +367,13 @@ double StageCostModel::weight_grad_bytes(int i, int j) const {
 }
 
 double StageCostModel::workspace_bytes(int i, int j) const {
-  double most = 0;
-  for (int l = i; l < j; ++l) most = std::max(most, workspace_[l]);
-  return most * microbatch_size_;
+  double most = 0, largest = 0;  // largest: the largest layer's weights (an FSDP unit)
+  for (int l = i; l < j; ++l) most = std::max(most, workspace_[l]), largest = std::max(largest, params_[l + 1] - params_[l]);
+  // ZeRO-2 and 3: a layer's gradients whole until reduce-scattered; ZeRO-3:
+  // the unit computing and the one prefetched, gathered whole.
+  const double sharding = (shards_gradients() ? largest * bytes_per_element(model_.gradients()) : 0) +
+                          (shards_weights() ? 2 * largest * bytes_per_element(model_.precision) : 0);
+  return most * microbatch_size_ + sharding;
 }
 
 // The stash peaks where a backward starts (every schedule runs one there
@@ -376,8 +384,9 @@ StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) co
   const auto& st = stash_counts_.at(s);
   const double p = params_[j] - params_[i];
   MemoryParts m;
-  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions;
-  m.gradients = p * bytes_per_element(model_.gradients());
+  const double D = data_parallel_;
+  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1);
+  m.gradients = p * bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1);
   m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;
   m.activations = st.peak_bytes(whole_stash_bytes(i, j), checkpoint_stash_bytes(i, j), weight_grad_bytes(i, j));
   m.workspace = workspace_bytes(i, j);

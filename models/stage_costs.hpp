@@ -9,6 +9,7 @@
 #include "models/hardware.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
+#include "schedule/action.hpp"
 #include "schedule/memory.hpp"
 
 namespace pipetwin::models {
@@ -89,8 +90,26 @@ class StageCostModel {
   // the weights it all-gathers after its step.
   double reduce_bytes(int i, int j) const;
   double gather_bytes(int i, int j) const;
-  // The gradient buckets' size (PartitionRequest::gradient_bucket_bytes; 0: one reduction).
+  // The gradient buckets' size (PartitionRequest::gradient_bucket_bytes; 0:
+  // one reduction). Under ZeRO-2 and 3, where none is asked, each layer's
+  // gradients are reduce-scattered as its backward produces them (a bucket of
+  // the stage's largest layer).
+  double gradient_bucket_bytes(int i, int j) const;
   double gradient_bucket_bytes() const { return gradient_bucket_bytes_; }
+  // ZeRO-2, and ZeRO-3 resharding after the forward: every micro-batch's
+  // backward reduce-scatters its gradients (not one reduction after the last).
+  bool reduces_each_microbatch() const { return shards_gradients(); }
+  int zero() const { return zero_; }
+  // ZeRO-3: what the all-gathers of the weights add to one `op` (F, R, B or
+  // I) of stage s: its layers as FSDP2's units (a layer with weights, and the
+  // weightless ones after it), each unit's ring all-gather over the data
+  // group issued when the one before it starts computing (one ahead), one
+  // gather at a time (prefetched_pass_s). 0 for W (a weight gradient needs
+  // no weights) and below ZeRO-3.
+  double gather_exposed_s(int i, int j, int s, schedule::Op op) const;
+  // One layer's weights all-gathered over stage s's data group (a ring; a
+  // tensor group's T shares side by side on the group's merged route).
+  double layer_gather_s(int l, int s) const;
   double gradient_first_bucket_bytes() const { return gradient_first_bucket_bytes_; }
   std::int64_t params(int i, int j) const { return static_cast<std::int64_t>(params_[j] - params_[i]); }
   // Weights (+ fp32 master copy in half precision) per weight version, gradients,
@@ -119,7 +138,10 @@ class StageCostModel {
   double checkpoint_stash_bytes(int i, int j) const;
   // What a micro-batch keeps between its I and its W (deferred weight gradients).
   double weight_grad_bytes(int i, int j) const;
-  // The largest working memory of a backward of one of the layers [i, j).
+  // The largest working memory of a backward of one of the layers [i, j);
+  // under ZeRO-2 and 3, with the layer's gradients held whole until
+  // reduce-scattered, and under ZeRO-3 two layers' weights gathered (the
+  // one computing and the one prefetched).
   double workspace_bytes(int i, int j) const;
   // The stage input one device keeps: split over T with sequence parallelism.
   double input_bytes(int i) const { return cut_bytes(i) / (sequence_parallel_ ? tensor_parallel_ : 1); }
@@ -159,7 +181,13 @@ class StageCostModel {
   std::vector<Collective> tp_used_;
   std::vector<Link> data_links_;  // [rank]: data_group_link, with D > 1
   int tensor_parallel_ = 1, data_parallel_ = 1;
-  bool sequence_parallel_ = false, shard_optimizer_ = false;
+  bool sequence_parallel_ = false;
+  int zero_ = 0;                      // Program::zero
+  bool reshard_after_forward_ = true;  // Program::reshard_after_forward
+  // ZeRO-3 with its weights freed after each use; its gradients sharded (ZeRO-2, or that).
+  bool shards_weights() const { return zero_ == 3 && reshard_after_forward_; }
+  bool shards_gradients() const { return zero_ == 2 || shards_weights(); }
+  double layer_pass_s(schedule::Op op, int l, int s, bool nograd) const;
   double gradient_bucket_bytes_ = 0;
   double gradient_first_bucket_bytes_ = 0;
   std::vector<std::int64_t> cut_;

@@ -40,6 +40,24 @@ void add_core_waits(const Topology& topo, const schedule::Program& program, std:
   }
 }
 
+// ZeRO-3: FSDP's all-gathers of the weights, where compute does not cover
+// them: before every forward, recompute and backward (input gradient) where
+// a unit's weights are freed after each use; once per step, before the
+// stage's first forward, where they are kept (reshard_after_forward off).
+void add_weight_gathers(const StageCostModel& costs, const schedule::Program& program, int s, schedule::StageCosts& t) {
+  if (program.zero != 3) return;
+  using schedule::Op;
+  const auto [i, j] = program.partition[s];
+  if (!program.reshard_after_forward) {
+    t.first_forward_extra_s += costs.gather_exposed_s(i, j, s, Op::F);
+    return;
+  }
+  for (auto [d, op] : {std::pair{&t.forward_s, Op::F}, std::pair{&t.recompute_s, Op::R}, std::pair{&t.backward_s, Op::B},
+                       std::pair{&t.input_grad_s, Op::I}}) {
+    *d += costs.gather_exposed_s(i, j, s, op);
+  }
+}
+
 }  // namespace
 
 std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const Hardware& hw,
@@ -67,7 +85,9 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.gather_bytes = costs.gather_bytes(i, j);
     t.reduce_collective = costs.reduce_collective(i, j, s);
     t.reduce_chunks = costs.reduce_chunks(i, j, s);
-    t.reduce_bucket_bytes = costs.gradient_bucket_bytes();
+    t.reduce_bucket_bytes = costs.gradient_bucket_bytes(i, j);
+    t.reduce_each_microbatch = costs.reduces_each_microbatch() && program.data_parallel > 1;
+    add_weight_gathers(costs, program, s, t);
     t.reduce_first_bucket_bytes = costs.gradient_first_bucket_bytes();
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);

@@ -100,7 +100,7 @@ std::string simulate_costs(const ps::Program& program, const std::string& costs,
 // file (its text form, in a temporary removed after).
 std::string simulate_model(const ps::Program& program, const std::string& model, const std::string& hardware,
                            const std::string& engine, int batch, const std::string& recompute, const std::string& partition,
-                           int tensor, int data) {
+                           int tensor, int data, int zero) {
   const auto path = std::filesystem::temp_directory_path() / ("pipetwin-py-" + std::to_string(::getpid()) + ".txt");
   struct Remove {
     std::filesystem::path p;
@@ -110,7 +110,7 @@ std::string simulate_model(const ps::Program& program, const std::string& model,
   pt::ScenarioSpec spec;
   spec.model = model, spec.hardware = hardware, spec.schedule = path.string();
   spec.batch = batch, spec.recompute = recompute, spec.partition = partition;
-  spec.tensor_parallel = tensor, spec.data_parallel = data;
+  spec.tensor_parallel = tensor, spec.data_parallel = data, spec.zero = zero;
   const auto sc = pt::build_scenario(spec);
   const auto p = pt::predict(*sc, pt::parse_engine(engine));
   return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
@@ -252,5 +252,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("compare_costs", &compare_costs, py::arg("run"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
         py::arg("batch"), py::arg("repeats"), py::arg("traces"));
   m.def("simulate_model", &simulate_model, py::arg("program"), py::arg("model"), py::arg("hardware"), py::arg("engine"),
-        py::arg("batch"), py::arg("recompute"), py::arg("partition"), py::arg("tensor"), py::arg("data"));
+        py::arg("batch"), py::arg("recompute"), py::arg("partition"), py::arg("tensor"), py::arg("data"),
+        py::arg("zero"));
 }

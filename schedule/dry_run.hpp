@@ -56,6 +56,10 @@ struct StageCosts {
   // (models::gradient_buckets): sim/ starts them during that backward.
   double reduce_bucket_bytes = 0;
   double reduce_first_bucket_bytes = 0;  // the first bucket's apart (DDP's 1 MiB); 0: as the others
+  // ZeRO-2 and 3 (Program::zero): every B or W of the stage reduce-scatters
+  // its micro-batch's gradients in those buckets, one reduction after the
+  // other; REDUCE_GRAD then waits for the last (sim/).
+  bool reduce_each_microbatch = false;
   // Tensor parallelism: the share of forward_s (and recompute_s) and of
   // backward_s (and input_grad_s) that is the tensor group's collectives,
   // which sim/ on a shared host spends waiting, without a core.

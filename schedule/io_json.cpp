@@ -61,7 +61,9 @@ std::string to_json(const Program& p, int indent) {
     j["tensor_parallel"] = p.tensor_parallel;
     j["data_parallel"] = p.data_parallel;
     j["sequence_parallel"] = p.sequence_parallel;
-    j["shard_optimizer"] = p.shard_optimizer;
+    j["shard_optimizer"] = p.shard_optimizer();
+    if (p.zero > 1) j["zero"] = p.zero;
+    if (p.zero == 3 && !p.reshard_after_forward) j["reshard_after_forward"] = false;
   }
   j["stage_to_rank"] = json::array();
   for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
@@ -76,6 +78,39 @@ std::string to_json(const Program& p, int indent) {
   }
   return j.dump(indent) + "\n";
 }
+
+namespace {
+
+// T, D, sequence parallelism and ZeRO: absent for a pipeline alone.
+void read_parallel(const json& j, const std::string& source, Program& p) {
+  for (const char* key : {"tensor_parallel", "data_parallel"}) {
+    if (!j.contains(key)) continue;
+    const int v = int_field(j, key, source);
+    if (v < 1 || v > kMaxParallel) {
+      throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
+                  std::to_string(v));
+    }
+    (std::string(key) == "tensor_parallel" ? p.tensor_parallel : p.data_parallel) = v;
+  }
+  for (const char* key : {"sequence_parallel", "shard_optimizer", "reshard_after_forward"}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) throw Error(source + ": field '" + key + "' must be true or false");
+    const bool on = j[key].get<bool>();
+    if (std::string(key) == "sequence_parallel") p.sequence_parallel = on;
+    if (std::string(key) == "shard_optimizer") p.zero = on ? 1 : 0;
+    if (std::string(key) == "reshard_after_forward") p.reshard_after_forward = on;
+  }
+  if (j.contains("zero")) {
+    const int v = int_field(j, "zero", source);
+    if (v < 0 || v > 3) throw Error(source + ": field 'zero' (ZeRO's stage) must be 0, 1, 2 or 3, got " + std::to_string(v));
+    if (j.contains("shard_optimizer") && j["shard_optimizer"].get<bool>() != (v >= 1)) {
+      throw Error(source + ": field 'zero' is " + std::to_string(v) + " but 'shard_optimizer' says otherwise");
+    }
+    p.zero = v;
+  }
+}
+
+}  // namespace
 
 Program parse_json(std::string_view text, const std::string& source) {
   json j;
@@ -110,20 +145,7 @@ Program parse_json(std::string_view text, const std::string& source) {
   } catch (const Error& e) {
     throw Error(source + ": field 'recompute': " + e.what());
   }
-  for (const char* key : {"tensor_parallel", "data_parallel"}) {
-    if (!j.contains(key)) continue;
-    const int v = int_field(j, key, source);
-    if (v < 1 || v > kMaxParallel) {
-      throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
-                  std::to_string(v));
-    }
-    (std::string(key) == "tensor_parallel" ? p.tensor_parallel : p.data_parallel) = v;
-  }
-  for (const char* key : {"sequence_parallel", "shard_optimizer"}) {
-    if (!j.contains(key)) continue;
-    if (!j[key].is_boolean()) throw Error(source + ": field '" + key + "' must be true or false");
-    (std::string(key) == "sequence_parallel" ? p.sequence_parallel : p.shard_optimizer) = j[key].get<bool>();
-  }
+  read_parallel(j, source, p);
   for (const int r : int_list(j, "stage_to_rank", source)) p.stage_to_rank.push_back(RankId{r});
   p.weight_versions = int_list(j, "weight_versions", source);
   if (j.contains("partition")) {

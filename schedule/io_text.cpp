@@ -77,7 +77,8 @@ struct Header {
   std::optional<int> ranks, stages_per_rank, microbatches;
   std::optional<RecomputePolicy> recompute;
   int tensor_parallel = 1, data_parallel = 1;
-  bool sequence_parallel = false, shard_optimizer = false;
+  bool sequence_parallel = false, reshard_after_forward = true;
+  int zero = 0;
   std::vector<int> stage_to_rank, weight_versions;
   std::vector<LayerRange> partition;
 };
@@ -155,7 +156,8 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
   p.tensor_parallel = h.tensor_parallel;
   p.data_parallel = h.data_parallel;
   p.sequence_parallel = h.sequence_parallel;
-  p.shard_optimizer = h.shard_optimizer;
+  p.zero = h.zero;
+  p.reshard_after_forward = h.reshard_after_forward;
   return p;
 }
 
@@ -179,7 +181,10 @@ std::string to_text(const Program& p) {
   if (p.tensor_parallel != 1) out << "tensor_parallel " << p.tensor_parallel << "\n";
   if (p.data_parallel != 1) out << "data_parallel " << p.data_parallel << "\n";
   if (p.sequence_parallel) out << "sequence_parallel on\n";
-  if (p.shard_optimizer) out << "shard_optimizer on\n";
+  // ZeRO-1 keeps its older spelling.
+  if (p.zero == 1) out << "shard_optimizer on\n";
+  if (p.zero > 1) out << "zero " << p.zero << "\n";
+  if (p.zero == 3 && !p.reshard_after_forward) out << "reshard_after_forward off\n";
   std::vector<int> map;
   for (const auto r : p.stage_to_rank) map.push_back(r.value);
   out << "stage_to_rank" << join_ints(map) << "\n";
@@ -248,10 +253,16 @@ Program parse_text(std::string_view text, const std::string& source) {
         throw Error(where + ": '" + k + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " + w[1]);
       }
       (k == "tensor_parallel" ? h.tensor_parallel : h.data_parallel) = v;
-    } else if (k == "sequence_parallel" || k == "shard_optimizer") {
+    } else if (k == "sequence_parallel" || k == "shard_optimizer" || k == "reshard_after_forward") {
       const std::string& v = one();
       if (v != "on" && v != "off") throw Error(where + ": '" + k + "' must be on or off, got '" + v + "'");
-      (k == "sequence_parallel" ? h.sequence_parallel : h.shard_optimizer) = v == "on";
+      if (k == "sequence_parallel") h.sequence_parallel = v == "on";
+      if (k == "shard_optimizer") h.zero = v == "on" ? std::max(h.zero, 1) : 0;
+      if (k == "reshard_after_forward") h.reshard_after_forward = v == "on";
+    } else if (k == "zero") {
+      const int v = to_int(one(), where);
+      if (v < 0 || v > 3) throw Error(where + ": 'zero' (ZeRO's stage) must be 0, 1, 2 or 3, got " + w[1]);
+      h.zero = v;
     } else if (k == "stage_to_rank") {
       h.stage_to_rank = ints();
     } else if (k == "weight_versions") {

@@ -68,7 +68,21 @@ struct Program {
   int tensor_parallel = 1;      // T
   int data_parallel = 1;        // D
   bool sequence_parallel = false;  // Korthikanti et al.: norms and dropout split over T too
-  bool shard_optimizer = false;    // ZeRO-1: optimizer state sharded over D (reduce-scatter, step, all-gather)
+  // ZeRO's stage over the data group (Rajbhandari et al. 2020): 0 none; 1
+  // the optimizer state (and fp32 master copy) sharded: one reduce-scatter
+  // of the gradients after the last backward, the step on the shard, an
+  // all-gather of the weights after it; 2 the gradients too: each
+  // micro-batch's gradients reduce-scattered as its backward produces them
+  // (DeepSpeed's stage 2); 3 the weights too, as FSDP2 runs it: each unit (a
+  // layer) all-gathered before its forward and its backward, prefetched one
+  // unit ahead, and its gradients reduce-scattered per micro-batch. With
+  // reshard_after_forward off (torchtitan's choice under a pipeline) a
+  // stage's weights are gathered once per step before its first forward and
+  // kept to the end of its last backward, whose gradients (accumulated whole)
+  // are reduce-scattered unit by unit.
+  int zero = 0;
+  bool reshard_after_forward = true;  // ZeRO-3 only
+  bool shard_optimizer() const { return zero >= 1; }
 
   int num_stages() const { return num_ranks * stages_per_rank; }
   // Devices in all: T x K x D.
@@ -81,7 +95,7 @@ struct Program {
     return tensor_parallel * (replica + data_parallel * rank.value);
   }
   bool is_pipeline_only() const {
-    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && !shard_optimizer;
+    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && zero == 0;
   }
   RankId rank_of(StageId stage) const { return stage_to_rank.at(stage.value); }
   std::vector<StageId> stages_of(RankId rank) const;

@@ -367,7 +367,8 @@ void check_shape(const Program& p) {
         std::to_string(std::numeric_limits<int>::max()));
   }
   if (p.sequence_parallel && p.tensor_parallel == 1) bad("sequence_parallel needs tensor_parallel > 1");
-  if (p.shard_optimizer && p.data_parallel == 1) bad("shard_optimizer (ZeRO-1) needs data_parallel > 1");
+  if (p.zero < 0 || p.zero > 3) bad("zero (ZeRO's stage) must be 0, 1, 2 or 3, not " + std::to_string(p.zero));
+  if (p.zero > 0 && p.data_parallel == 1) bad("zero " + std::to_string(p.zero) + " (ZeRO) needs data_parallel > 1");
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

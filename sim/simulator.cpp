@@ -139,7 +139,7 @@ class SimBackend final : public ps::Backend {
     out_.push_back({a, sg4::Engine::get_clock(), sg4::Engine::get_clock()});
     if (D <= 1 || bytes <= 0) return;
     const std::size_t at = out_.size() - 1;
-    const auto& entry = models::collective(in_.program.shard_optimizer ? ps::CollectiveAlgorithm::RingReduceScatter
+    const auto& entry = models::collective(in_.program.shard_optimizer() ? ps::CollectiveAlgorithm::RingReduceScatter
                                                                       : costs.reduce_collective);
     const int chunks = costs.reduce_chunks;
     auto& out = out_;
@@ -151,9 +151,11 @@ class SimBackend final : public ps::Backend {
                              });
   }
   // Bucketed reductions (StageCosts::reduce_bucket_bytes): the backward
-  // right before a stage's REDUCE_GRAD on this rank starts them.
+  // right before a stage's REDUCE_GRAD on this rank starts them; under
+  // ZeRO-2 and 3 (reduce_each_microbatch) every backward of the stage does.
   bool starts_buckets(ps::RankId r, const ps::Action& a) {
     if (in_.program.data_parallel <= 1 || (a.op != ps::Op::B && a.op != ps::Op::W)) return false;
+    if (in_.stages.at(a.stage.value).reduce_each_microbatch) return true;
     if (!scanned_) {
       scanned_ = true;
       const auto& actions = in_.program.ranks.at(r.value);
@@ -175,19 +177,23 @@ class SimBackend final : public ps::Backend {
     return leads_.count(std::array<int, 3>{static_cast<int>(a.op), a.stage.value, a.microbatch ? a.microbatch->value : -1}) > 0;
   }
   // From now on, while the backward (`backward_s`) runs: each bucket reduced
-  // in turn from when the backward has produced it (models::gradient_buckets).
+  // in turn from when the backward has produced it (models::gradient_buckets),
+  // after the stage's reductions started before (one after the other).
   void start_buckets(const ps::Action& a, double backward_s) {
     const int D = in_.program.data_parallel, s = a.stage.value, replica = replica_;
     const ps::StageCosts& costs = in_.stages.at(s);
     const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
-    const auto& entry = models::collective(in_.program.shard_optimizer ? ps::CollectiveAlgorithm::RingReduceScatter
+    const auto& entry = models::collective(in_.program.shard_optimizer() ? ps::CollectiveAlgorithm::RingReduceScatter
                                                                       : costs.reduce_collective);
     const double T = in_.program.tensor_parallel, total = costs.reduce_bytes, chunks = costs.reduce_chunks;
     auto state = std::make_shared<Early>();
     state->start = sg4::Engine::get_clock();
     auto& out = out_;
+    sg4::ActorPtr before;
+    if (const auto it = pending_.find(s); it != pending_.end()) before = it->second;
     pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
-                             [&out, &entry, state, buckets, backward_s, s, replica, D, T, total, chunks](const RoundWork& work) {
+                             [&out, &entry, state, buckets, backward_s, s, replica, D, T, total, chunks, before](const RoundWork& work) {
+                               if (before) before->join();
                                for (const auto& b : buckets) {
                                  const double ready = state->start + b.ready * backward_s;
                                  if (ready > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(ready);

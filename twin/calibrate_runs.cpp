@@ -46,7 +46,7 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
   s.tensor_parallel = r.tensor;
   s.data_parallel = r.data;
   s.sequence_parallel = r.sequence_parallel;
-  s.shard_optimizer = r.zero1;
+  s.zero = r.zero1 ? 1 : 0;
   s.partition = r.partition;
   return s;
 }

@@ -11,8 +11,8 @@ namespace pipetwin::twin {
 
 std::unique_ptr<CostsScenario> build_costs_scenario(const ScenarioSpec& spec, models::CostTable table) {
   if (!spec.model.empty()) throw Error("--costs replaces --model: give one of them");
-  if (spec.tensor_parallel > 1 || spec.data_parallel > 1 || spec.sequence_parallel || spec.shard_optimizer) {
-    throw Error("--costs: a cost table times one pipeline; --tensor, --data, --sequence-parallel and --zero1 need --model");
+  if (spec.tensor_parallel > 1 || spec.data_parallel > 1 || spec.sequence_parallel || spec.zero > 0) {
+    throw Error("--costs: a cost table times one pipeline; --tensor, --data, --sequence-parallel and --zero need --model");
   }
   if (!spec.partition.empty()) throw Error("--costs: the table's rows are the stages; --partition needs --model");
   if (spec.grad_bucket_mb > 0) throw Error("--costs: --grad-bucket-mb needs --data D > 1, which needs --model");

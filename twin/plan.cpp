@@ -181,7 +181,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.tensor_parallel = c.tensor;
   s.data_parallel = c.data;
   s.sequence_parallel = c.sequence_parallel;
-  s.shard_optimizer = c.zero1;
+  s.zero = c.zero1 ? 1 : 0;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;
   return s;

@@ -21,7 +21,7 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
   const double bytes = costs.reduce_bytes * p.tensor_parallel;  // the group's T shares on its merged route, as sim/
   if (bytes <= 0) return {at, at};
   const auto& entry =
-      models::collective(p.shard_optimizer ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
+      models::collective(p.shard_optimizer() ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
   const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
   if (buckets.size() < 2) return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
   return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {

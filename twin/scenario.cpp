@@ -92,9 +92,17 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   p.tensor_parallel = std::max(1, o.tensor_parallel);
   p.data_parallel = std::max(1, o.data_parallel);
   p.sequence_parallel = o.sequence_parallel;
-  p.shard_optimizer = o.shard_optimizer;
+  p.zero = o.zero;
+  p.reshard_after_forward = o.reshard_after_forward;
   if (p.sequence_parallel && p.tensor_parallel == 1) throw Error("--sequence-parallel needs --tensor T > 1");
-  if (p.shard_optimizer && p.data_parallel == 1) throw Error("--zero1 needs --data D > 1 (it shards over the data group)");
+  if (p.zero < 0 || p.zero > 3) throw Error("--zero " + std::to_string(p.zero) + ": ZeRO's stage is 0, 1, 2 or 3");
+  if (p.zero > 0 && p.data_parallel == 1) {
+    throw Error(std::string(p.zero == 1 ? "--zero1" : "--zero " + std::to_string(p.zero)) +
+                " needs --data D > 1 (it shards over the data group)");
+  }
+  if (!p.reshard_after_forward && p.zero != 3) {
+    throw Error("--reshard-after-forward off needs --zero 3 (only ZeRO-3 shards the weights)");
+  }
   if (p.num_devices() > std::numeric_limits<int>::max()) {
     throw Error("--tensor " + std::to_string(p.tensor_parallel) + " x --ranks " + std::to_string(p.num_ranks) +
                 " x --data " + std::to_string(p.data_parallel) + " makes " + std::to_string(p.num_devices()) +
@@ -126,7 +134,10 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
       if (given && !in_file) throw Error(std::string(option) + " contradicts the schedule file " + o.schedule + ", which has " + what + " off");
     };
     flag("--sequence-parallel", o.sequence_parallel, p.sequence_parallel, "sequence_parallel");
-    flag("--zero1", o.shard_optimizer, p.shard_optimizer, "shard_optimizer");
+    if (o.zero > 0 && o.zero != p.zero) {
+      throw Error("--zero " + std::to_string(o.zero) + " contradicts the schedule file " + o.schedule + ", which has zero " +
+                  std::to_string(p.zero));
+    }
   }
   check_stages(p.num_stages());
   if (!o.recompute.empty()) settle_recompute(p, models::parse_recompute_choice(o.recompute).policy, o.recompute, o.schedule);
@@ -328,7 +339,9 @@ nlohmann::json Scenario::describe() const {
     j["tensor_parallel"] = program.tensor_parallel;
     j["data_parallel"] = program.data_parallel;
     j["sequence_parallel"] = program.sequence_parallel;
-    j["shard_optimizer"] = program.shard_optimizer;
+    j["shard_optimizer"] = program.shard_optimizer();
+    if (program.zero > 1) j["zero"] = program.zero;
+    if (program.zero == 3) j["reshard_after_forward"] = program.reshard_after_forward;
     j["devices"] = program.num_devices();
     j["collective"] = models::collective_name(request.collective);  // as asked; what each all-reduce used:
     std::vector<std::string> tp;
@@ -360,7 +373,8 @@ std::string Scenario::headline() const {
   if (!program.is_pipeline_only()) {
     out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
-           (program.shard_optimizer ? ", ZeRO-1" : "") + ", all-reduce " + collectives_used() + ")";
+           (program.zero > 0 ? ", ZeRO-" + std::to_string(program.zero) : "") +
+           (program.zero == 3 && !program.reshard_after_forward ? " (weights kept through the step)" : "") + ", all-reduce " + collectives_used() + ")";
   }
   return out;
 }

@@ -28,7 +28,12 @@ struct ScenarioSpec {
   int ranks = 0, microbatches = 0, virtual_stages = 0, batch = 0;  // V 0: 1; batch 0: M
   std::string recompute, partition, optimizer = "adam";           // "": none; "": auto (or the file's)
   int tensor_parallel = 0, data_parallel = 0;                     // T, D; 0: 1 (or the file's)
-  bool sequence_parallel = false, shard_optimizer = false;
+  bool sequence_parallel = false;
+  // ZeRO's stage over the data group (Program::zero: 0 none, 1 the optimizer
+  // state, 2 and the gradients, 3 and the weights as FSDP2 shards them), and
+  // with 3 whether a unit's gathered weights are freed after its forward.
+  int zero = 0;
+  bool reshard_after_forward = true;
   std::string collective;  // the all-reduces' algorithm: auto, ring or tree; "": auto
   // With D > 1: gradient buckets of this many MB (10^6 bytes), each reduced as
   // the backward produces it (PartitionRequest::gradient_bucket_bytes); 0: one

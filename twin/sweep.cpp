@@ -169,7 +169,8 @@ class Sweep {
     s.tensor_parallel = c.tensor;
     s.data_parallel = c.data;
     s.sequence_parallel = o_.sequence_parallel && c.tensor > 1;
-    s.shard_optimizer = o_.shard_optimizer && c.data > 1;
+    s.zero = c.data > 1 ? o_.zero : 0;
+    s.reshard_after_forward = o_.reshard_after_forward || s.zero != 3;
     s.recompute = c.recompute;
     s.partition = o_.partition;
     s.optimizer = o_.optimizer;
@@ -272,7 +273,8 @@ class Sweep {
     };
     return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
-           "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.shard_optimizer ? "yes" : "no") +
+           "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.zero == 1 ? "yes" : "no") +
+           (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") : "") +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
            (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
            (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";

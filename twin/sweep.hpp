@@ -26,8 +26,9 @@ struct SweepSpec {
   int batch = 0;                     // > 0: a fixed mini-batch, micro-batch size batch / (M x D)
   std::vector<int> tensor{1}, data{1};  // T and D; the CSV's last columns
   // Applied to every row where they mean something: sequence parallelism
-  // where T > 1, ZeRO-1 where D > 1.
-  bool sequence_parallel = false, shard_optimizer = false;
+  // where T > 1, ZeRO (zero: its stage, 0 to 3) where D > 1.
+  bool sequence_parallel = false, reshard_after_forward = true;
+  int zero = 0;
   std::string partition = "auto", optimizer = "adam";
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
   double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)

@@ -14,7 +14,7 @@ Costs = Union[Mapping[str, Any], "os.PathLike[str]", str, Any]
 
 def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional[str] = None,
              hardware: Optional[str] = None, engine: str = "auto", batch: int = 0, recompute: str = "",
-             partition: str = "", tensor: int = 1, data: int = 1) -> SimulationResult:
+             partition: str = "", tensor: int = 1, data: int = 1, zero: int = 0) -> SimulationResult:
     """Predict one step of ``program``.
 
     With ``costs``: your own per-stage costs (docs/formats.md, "Cost tables"):
@@ -28,7 +28,8 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
 
     With ``model``: a model spec (YAML or a Hugging Face config.json) on
     ``hardware``, as ``pipetwin simulate`` does; ``batch``, ``recompute``,
-    ``partition``, ``tensor`` and ``data`` as its options.
+    ``partition``, ``tensor``, ``data`` and ``zero`` (ZeRO's stage over the
+    data group, 0 to 3) as its options.
 
     ``engine``: ``auto`` (the exact fast path where nothing contends, else
     SimGrid), ``fast`` or ``simgrid``.
@@ -43,4 +44,4 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     if not hardware:
         raise _core.Error("simulate(model=...) needs hardware= (a preset name or a hardware file)")
     return result_from_json(_core.simulate_model(program._core, os.fspath(model), hardware, engine, batch, recompute,
-                                                 partition, tensor, data))
+                                                 partition, tensor, data, zero))

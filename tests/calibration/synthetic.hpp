@@ -68,7 +68,7 @@ inline schedule::Trace synthetic_trace(const std::string& schedule_name, int mic
   if (data_parallel > 1 || tensor_parallel > 1) {
     p.tensor_parallel = tensor_parallel;
     p.data_parallel = data_parallel;
-    p.shard_optimizer = zero1;
+    p.zero = zero1 ? 1 : 0;
     p = schedule::insert_gradient_reductions(std::move(p));
     simgrid = true;
   }

@@ -59,7 +59,7 @@ pm::PartitionRequest request_of(const Layout& c) {
   pm::PartitionRequest r;
   r.program = ps::build_schedule("1f1b", {c.K, c.M > 0 ? c.M : 2 * c.K, 1, choice.policy});
   r.program.tensor_parallel = c.T, r.program.data_parallel = c.D;
-  r.program.sequence_parallel = c.sp, r.program.shard_optimizer = c.zero;
+  r.program.sequence_parallel = c.sp, r.program.zero = c.zero ? 1 : 0;
   r.checkpoint = choice.checkpoint;
   return r;
 }

@@ -164,6 +164,19 @@ class SimulateTest(unittest.TestCase):
             pt.simulate(pt.Program.generate("1f1b", ranks=2, microbatches=4), costs=UNIFORM,
                         model=os.path.join(EXAMPLES, "transformer-small.yaml"))
 
+    def test_zero_shards_over_the_data_group(self):
+        program = pt.Program.generate("1f1b", ranks=2, microbatches=4)
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        runs = {z: pt.simulate(program, model=model, hardware="a100", batch=16, data=4, zero=z) for z in (0, 2, 3)}
+        for z, r in runs.items():
+            self.assertIn("ZeRO-%d" % z if z else "D=4", r.headline)
+        # ZeRO-2 divides the gradients over D = 4, ZeRO-3 the weights too.
+        self.assertAlmostEqual(runs[2].memory[0].gradients, runs[0].memory[0].gradients / 4, delta=1)
+        self.assertAlmostEqual(runs[3].memory[0].weights, runs[0].memory[0].weights / 4, delta=1)
+        with self.assertRaises(pt.Error) as e:
+            pt.simulate(program, model=model, hardware="a100", batch=16, zero=2)
+        self.assertIn("--zero 2 needs --data D > 1", str(e.exception))
+
     def test_sweep_rows_are_the_commands(self):
         model = os.path.join(EXAMPLES, "transformer-small.yaml")
         r = pt.sweep(model, "cpu", ["gpipe", "1f1b"], 2, [4, 8], microbatch_sizes=2, engine="fast")

@@ -146,3 +146,35 @@ TEST(GradientBuckets, TheFirstBucketApart) {
   }
   EXPECT_NEAR(r.end, end, 1e-9 * end);
 }
+
+// ZeRO-2 (and ZeRO-3 freeing its weights after each use): every backward
+// reduce-scatters its micro-batch's gradients in buckets as it produces
+// them, each micro-batch's after the one before it; REDUCE_GRAD ends with
+// the last. In SimGrid against that closed form: a ring reduce-scatter,
+// (D - 1)(latency + ⌈bytes / D⌉ / bandwidth), per bucket.
+TEST(GradientBuckets, ZeroTwoReduceScattersEveryMicrobatch) {
+  for (const int D : {2, 4}) {
+    for (const double grads : {2e8, 4e9}) {
+      const double cap = grads / 4;
+      auto in = one_stage("gpipe", 1, 3, D, grads, cap);
+      in.program.zero = 2;
+      for (auto& s : in.stages) s.reduce_each_microbatch = true;
+      const auto t = pipetwin::sim::simulate(in).timeline;
+      double end = 0;
+      int backwards = 0;
+      for (const auto& a : t.ranks.at(0)) {
+        if (a.action.op != ps::Op::B) continue;
+        ++backwards;
+        end = std::max(end, a.start);
+        for (const auto& b : pm::gradient_buckets(grads, cap)) {
+          end = std::max(end, a.start + b.ready * (a.end - a.start)) +
+                (D - 1) * (std::ceil(b.bytes / D) / kBandwidth + kLatency);
+        }
+      }
+      ASSERT_EQ(backwards, 3);
+      const auto& r = find(t, 0, ps::Op::REDUCE_GRAD, 0);
+      EXPECT_NEAR(r.end, end, 1e-9 * end) << "D=" << D << " grads=" << grads;
+      EXPECT_GE(find(t, 0, ps::Op::STEP, 0).start, r.end - 1e-12);
+    }
+  }
+}

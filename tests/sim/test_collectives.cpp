@@ -123,7 +123,7 @@ pm::PartitionRequest request(int T, int D, pm::Collective collective, bool zero1
   pm::PartitionRequest r;
   r.program = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
   r.program.tensor_parallel = T, r.program.data_parallel = D;
-  r.program.shard_optimizer = zero1;
+  r.program.zero = zero1 ? 1 : 0;
   r.collective = collective;
   return r;
 }

@@ -38,7 +38,7 @@ pm::Topology links(double latency_s, double bandwidth) {
 ps::Program parallel(const std::string& schedule, int K, int M, int D, bool zero1 = false) {
   auto p = ps::build_schedule(schedule, {K, M, 1, ps::RecomputePolicy::None});
   p.data_parallel = D;
-  p.shard_optimizer = zero1;
+  p.zero = zero1 ? 1 : 0;
   return ps::insert_gradient_reductions(std::move(p));
 }
 
@@ -269,6 +269,30 @@ TEST(DataParallel, TheFormatsCarryTAndD) {
   p.sequence_parallel = true;
   EXPECT_EQ(ps::parse_text(ps::to_text(p), "t.txt"), p);
   EXPECT_EQ(ps::parse_json(ps::to_json(p), "t.json"), p);
+  // ZeRO's stages: 1 keeps its older spelling; 2 and 3, and ZeRO-3's weights kept.
+  EXPECT_NE(ps::to_text(p).find("shard_optimizer on\n"), std::string::npos);
+  for (const int zero : {0, 2, 3}) {
+    for (const bool reshard : {true, false}) {
+      if (!reshard && zero != 3) continue;
+      auto z = p;
+      z.zero = zero, z.reshard_after_forward = reshard;
+      EXPECT_EQ(ps::parse_text(ps::to_text(z), "t.txt"), z) << zero << reshard;
+      EXPECT_EQ(ps::parse_json(ps::to_json(z), "t.json"), z) << zero << reshard;
+    }
+  }
+  EXPECT_THROW(ps::parse_text("data_parallel 2\nzero 4\nrank 0: 0F0\n", "bad.txt"), pipetwin::Error);
+  auto two = p;
+  two.zero = 2;
+  std::string json = ps::to_json(two);
+  const auto at = json.find("true", json.find("\"shard_optimizer\""));
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, 4, "false");
+  try {
+    ps::parse_json(json, "bad.json");
+    FAIL() << "zero 2 beside shard_optimizer false was read";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.json: field 'zero' is 2"), std::string::npos) << e.what();
+  }
   // A pipeline alone writes none of them: older files read the same.
   const auto alone = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
   EXPECT_EQ(ps::to_text(alone).find("parallel"), std::string::npos);
@@ -279,9 +303,9 @@ TEST(DataParallel, TheFormatsCarryTAndD) {
   auto lone = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
   lone.sequence_parallel = true;
   EXPECT_THROW(ps::validate(lone), pipetwin::Error);
-  lone.sequence_parallel = false, lone.shard_optimizer = true;
+  lone.sequence_parallel = false, lone.zero = 1;
   EXPECT_THROW(ps::validate(lone), pipetwin::Error);
-  lone.shard_optimizer = false, lone.tensor_parallel = 1 << 16, lone.data_parallel = 1 << 16;
+  lone.zero = 0, lone.tensor_parallel = 1 << 16, lone.data_parallel = 1 << 16;
   EXPECT_THROW(ps::validate(lone), pipetwin::Error);  // 2^33 devices
   try {
     ps::parse_text("data_parallel -2\nrank 0: 0F0\n", "bad.txt");
@@ -310,7 +334,7 @@ pm::PartitionRequest request(int T, int D, bool sp, bool zero1, int b) {
   pm::PartitionRequest r;
   r.program = ps::build_schedule("1f1b", {2, 4, 1, ps::RecomputePolicy::None});
   r.program.tensor_parallel = T, r.program.data_parallel = D;
-  r.program.sequence_parallel = sp, r.program.shard_optimizer = zero1;
+  r.program.sequence_parallel = sp, r.program.zero = zero1 ? 1 : 0;
   r.microbatch_size = b;
   r.collective = pm::Collective::Ring;  // the tree and auto: test_collectives.cpp
   return r;
