@@ -113,14 +113,14 @@ std::vector<std::pair<std::string, int>> schedule_shapes(const PlanSpec& o, int 
 void add_variants(const PlanSpec& o, Candidate c, std::vector<Candidate>& out) {
   std::vector<bool> sp{c.tensor > 1};
   if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
-  std::vector<bool> zero{false};
-  if (c.data > 1) zero.push_back(true);
+  std::vector<int> zero{0};
+  if (c.data > 1) zero = o.zero;
   for (const auto& r : o.recompute) {
     for (const bool s : sp) {
-      for (const bool z : zero) {
+      for (const int z : zero) {
         c.recompute = r;
         c.sequence_parallel = s;
-        c.zero1 = z;
+        c.zero = z;
         c.index = out.size();
         out.push_back(c);
       }
@@ -164,7 +164,10 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          "; max-pp " + (o.max_pp > 0 ? std::to_string(o.max_pp) : "any") + "; sequence parallel " +
          (o.also_without_sequence_parallel ? "on and off" : "on") + "; optimizer " + o.optimizer +
          (o.grad_bucket_mb > 0 ? "; gradient buckets " + models::yaml_number(o.grad_bucket_mb) + " MB" : "") +
-         (o.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o.grad_bucket_first_mb) + " MB" : "") + "; top-sim " +
+         (o.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o.grad_bucket_first_mb) + " MB" : "") +
+         // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
+         (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
+         (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") + "; top-sim " +
          std::to_string(o.top_sim);
 }
 
@@ -181,7 +184,8 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.tensor_parallel = c.tensor;
   s.data_parallel = c.data;
   s.sequence_parallel = c.sequence_parallel;
-  s.zero = c.zero1 ? 1 : 0;
+  s.zero = c.zero;
+  s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;
   return s;

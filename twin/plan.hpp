@@ -1,7 +1,7 @@
 // The plan: every way to train a model on N GPUs with a global batch B, as
 // T (tensor) x K (pipeline) x D (data) with a micro-batch size b, M = B /
-// (D x b) micro-batches, a schedule (and its V), a recompute policy, ZeRO-1
-// and sequence parallelism; each candidate predicted, the ones that do not
+// (D x b) micro-batches, a schedule (and its V), a recompute policy, ZeRO's
+// stage and sequence parallelism; each candidate predicted, the ones that do not
 // fit in memory counted and left out, the rest ranked by throughput.
 //
 // Two passes: the timed evaluator (schedule/dry_run) answers every
@@ -43,6 +43,10 @@ struct PlanSpec {
   std::vector<int> virtual_stages{2, 4};  // V of the generators with several stages per rank
   std::vector<std::string> recompute{"none", "full"};
   bool also_without_sequence_parallel = false;  // where T > 1 (it is always tried on)
+  // ZeRO's stages tried where D > 1 (ScenarioSpec::zero; D = 1: 0 alone),
+  // and whether ZeRO-3 candidates free each layer's weights after its forward.
+  std::vector<int> zero{0, 1};
+  bool reshard_after_forward = true;
   std::string optimizer = "adam";
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;  // and the first one's size apart
@@ -59,7 +63,8 @@ struct Candidate {
   std::size_t index = 0;
   std::string schedule, recompute;
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1, microbatch_size = 1;
-  bool sequence_parallel = false, zero1 = false;
+  bool sequence_parallel = false;
+  int zero = 0;  // ZeRO's stage (PlanSpec::reshard_after_forward for 3)
   // Its prediction. status: ok, oom (does not fit: left out of the
   // ranking), error (cannot be built or run: the reason says why).
   std::string status, engine, reason;

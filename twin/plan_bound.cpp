@@ -1,6 +1,7 @@
 // The evaluator's figure of a candidate with data parallelism, made a bound
 // that times its reductions: each stage's gradient reduction (ZeRO-1: its
-// reduce-scatter, and the all-gather after its step) in closed form.
+// reduce-scatter, and the all-gather after its step; ZeRO-2 and 3: a
+// reduce-scatter per micro-batch, each after the one before) in closed form.
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -23,11 +24,19 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
   const auto& entry =
       models::collective(p.shard_optimizer() ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
   const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
-  if (buckets.size() < 2) return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
-  return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, [&](double b) {
-            const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
-            return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
-          })};
+  if (buckets.size() < 2 && !costs.reduce_each_microbatch) {
+    return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
+  }
+  const auto seconds = [&](double b) {
+    const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
+    return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
+  };
+  if (!costs.reduce_each_microbatch) return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, seconds)};
+  // ZeRO-2 and 3, one micro-batch's: its first bucket from when the stage's
+  // earlier reductions are done (`at`) too.
+  double end = std::max(at, backward_start);
+  for (const auto& b : buckets) end = std::max(end, backward_start + b.ready * backward_s) + seconds(b.bytes);
+  return {backward_start, end};
 }
 
 double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
@@ -58,8 +67,16 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
         }
       }
       a.end = a.start + length;
-      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::W) backward[s] = {a.start, length};
-      if (a.action.op == schedule::Op::REDUCE_GRAD) {
+      const bool each = table.at(s).reduce_each_microbatch;
+      if (a.action.op == schedule::Op::B || a.action.op == schedule::Op::W) {
+        backward[s] = {a.start, length};
+        // ZeRO-2 and 3: this micro-batch's reduce-scatter, after the stage's earlier ones.
+        if (each) reduced[s] = reduction(p, table.at(s), link, reduced.count(s) ? reduced[s] : 0, a.start, length).second;
+      }
+      if (a.action.op == schedule::Op::REDUCE_GRAD && each) {
+        a.start = backward.count(s) ? backward[s].first : a.start;  // as sim/ times it: from the last backward
+        a.end = std::max(a.start, reduced.count(s) ? reduced[s] : a.start);
+      } else if (a.action.op == schedule::Op::REDUCE_GRAD) {
         // Asynchronous from here, as in sim/: the rank goes on; its STEP waits.
         const auto [from, span] = backward.count(s) ? backward[s] : std::pair<double, double>{a.start, 0};
         std::tie(a.start, a.end) = reduction(p, table.at(s), link, a.start, from, span);

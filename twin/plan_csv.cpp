@@ -14,6 +14,10 @@ namespace {
 
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
+    "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,status,"
+    "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
+    "dp_exposed_s,memory_headroom_gb,reason";
+const char* kHeaderZero1 =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
@@ -48,7 +52,7 @@ std::string row(const Candidate& c) {
   return std::to_string(c.index) + "," + c.schedule + "," + std::to_string(c.tensor) + "," + std::to_string(c.pipeline) +
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
-         (c.zero1 ? "1" : "0") + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
+         std::to_string(c.zero) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
          figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
@@ -98,7 +102,8 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   c.data = static_cast<int>(r.whole("data")), c.virtual_stages = static_cast<int>(r.whole("virtual"));
   c.microbatches = static_cast<int>(r.whole("microbatches")), c.microbatch_size = static_cast<int>(r.whole("microbatch_size"));
   c.recompute = r.next();
-  c.sequence_parallel = r.whole("sequence_parallel") != 0, c.zero1 = r.whole("zero1") != 0;
+  c.sequence_parallel = r.whole("sequence_parallel") != 0, c.zero = static_cast<int>(r.whole("zero"));
+  if (c.zero > 3) throw r.bad("column 'zero' is " + std::to_string(c.zero));
   c.status = r.next();
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
   c.engine = r.next();
@@ -145,7 +150,8 @@ PlanResult read_plan_csv(const std::string& path) {
   r.fingerprint = first.substr(prefix.size(), colon - prefix.size());
   r.description = first.substr(colon + 2);
   if (!parse_shard_line(second, r)) throw Error(path + ":2: not a '# shard I/N of E candidates' line");
-  if (header != kHeader) throw Error(path + ":3: not the header pipetwin plan writes");
+  // Plans before ZeRO's stages named the column zero1 (0 or 1: the same values).
+  if (header != kHeader && header != kHeaderZero1) throw Error(path + ":3: not the header pipetwin plan writes");
   int number = 3;
   for (std::string line; std::getline(in, line);) {
     ++number;
@@ -213,7 +219,7 @@ nlohmann::json candidate_json(const Candidate& c, int rank) {
           {"schedule", c.schedule},
           {"recompute", c.recompute},
           {"sequence_parallel", c.sequence_parallel},
-          {"zero1", c.zero1},
+          {"zero", c.zero},
           {"engine", c.engine},
           {"step_time_s", c.step_s},
           {"throughput_samples_per_s", c.samples_per_s},

@@ -332,6 +332,52 @@ TEST_F(Plan, BoundsTimeTheDataParallelReductions) {
   EXPECT_GT(alone, 10);
 }
 
+// ZeRO's stages searched where D > 1: each configuration with every stage
+// asked for, ZeRO-3's memory below ZeRO-0's, and the bound of the
+// reduce-scatters per micro-batch (ZeRO-2 and 3) an upper bound of SimGrid's
+// throughput, equal to it where nothing else follows the backward (K = 1).
+TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
+  const std::string args = kPlan + "--max-pp 2 -s 1f1b --microbatch-sizes 1,2 --zero 0,1,2,3 --top 1000 --json";
+  ASSERT_EQ(run_stdout(args + " --top-sim 0 -o " + path("bound.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --top-sim 100000 -o " + path("replayed.csv")).code, 0);
+  const auto bound = plan_rows(path("bound.csv")), replayed = plan_rows(path("replayed.csv"));
+  std::map<std::string, std::map<std::string, double>> headroom;  // configuration -> zero -> headroom
+  int compared = 0, alone = 0;
+  for (const auto& [index, b] : bound) {
+    if (b.at("status") == "error") continue;
+    const std::string config = b.at("tensor") + "/" + b.at("pipeline") + "/" + b.at("data") + "/" + b.at("microbatch_size") +
+                               "/" + b.at("recompute") + "/" + b.at("sequence_parallel");
+    if (!b.at("memory_headroom_gb").empty()) headroom[config][b.at("zero")] = std::stod(b.at("memory_headroom_gb"));
+    const auto& s = replayed.at(index);
+    if (b.at("zero") < "2" || b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
+    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
+    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
+    if (b.at("pipeline") == "1") {
+      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
+      ++alone;
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 10);
+  EXPECT_GT(alone, 2);
+  int sharded = 0;
+  for (const auto& [config, by_zero] : headroom) {
+    if (by_zero.size() != 4) continue;  // D = 1: ZeRO 0 alone
+    EXPECT_GT(by_zero.at("3"), by_zero.at("0")) << config;
+    EXPECT_GE(by_zero.at("2"), by_zero.at("1")) << config;
+    ++sharded;
+  }
+  EXPECT_GT(sharded, 4);
+  // Older plans' files (their column named zero1) merge still.
+  std::ifstream in(path("bound.csv"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string old = text.str();
+  old.replace(old.find(",zero,"), 6, ",zero1,");
+  std::ofstream(path("old.csv")) << old;
+  EXPECT_EQ(run("merge " + path("merged.csv") + " " + path("old.csv")).code, 0);
+}
+
 // The status words agree: what sweep and plan count as fit, out of memory
 // and not runnable are the rows whose status is ok, oom and error.
 TEST_F(Plan, CountsEachStatusUnderItsOwnWord) {
