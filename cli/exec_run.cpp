@@ -171,6 +171,7 @@ void refuse_simulated_only(const twin::Scenario& sc) {
     throw Error("--recompute " + sc.recompute_name() +
                 ": simulated only; the executor recomputes whole stages (none, full, except-last)");
   }
+  if (sc.program.shard_group > 0) throw Error("--shard-group: simulated only; the executor shards over all D replicas");
   if (sc.program.zero > 1) {
     throw Error("--zero " + std::to_string(sc.program.zero) +
                 ": simulated only; the executor shards the optimizer state at most (--zero 1)");

@@ -64,6 +64,10 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_flag("--sequence-parallel", o.sequence_parallel,
                 "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
   add_zero_options(cmd, o.zero, o.reshard_after_forward, "With D > 1: ");
+  cmd->add_option("--shard-group", o.shard_group,
+                  "With --zero: HSDP, ZeRO's shards over groups of G consecutive replicas (G divides D), replicated "
+                  "across the D / G groups; 0: one group of all D (default)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--grad-bucket-mb", o.grad_bucket_mb,
                   "With D > 1: gradient buckets of this many MB, each reduced while the last backward produces the "
                   "rest (DDP's bucket_cap_mb, Megatron-LM's --overlap-grad-reduce); 0: one reduction after it (default)")

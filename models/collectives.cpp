@@ -64,12 +64,16 @@ Link group_tree_link(const Topology& topology, int width) {
 }
 
 Link data_group_link(const Topology& topology, int width, int replicas, int rank) {
+  return data_subgroup_link(topology, width, replicas, rank, replicas, 1);
+}
+
+Link data_subgroup_link(const Topology& topology, int width, int replicas, int rank, int members, int stride) {
   // A shared host's collectives, calibrated: their own step rate.
   if (topology.kind == TopologyKind::SharedHost && topology.collective.bandwidth > 0) return topology.collective;
   const int first = width * replicas * rank;
   Link worst{0, 0};
-  for (int d = 1; d < replicas; ++d) {
-    const Link l = topology.path_group(first, width * (d + replicas * rank), width);
+  for (int m = 1; m < members; ++m) {
+    const Link l = topology.path_group(first, width * (m * stride + replicas * rank), width);
     worst.latency_s = std::max(worst.latency_s, l.latency_s);
     worst.bandwidth = worst.bandwidth == 0 ? l.bandwidth : std::min(worst.bandwidth, l.bandwidth);
   }

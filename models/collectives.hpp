@@ -92,6 +92,10 @@ Link group_tree_link(const Topology& topology, int width);
 // whole group's T streams merged. A shared host with a calibrated collective
 // link: that link (Topology::collective).
 Link data_group_link(const Topology& topology, int width, int replicas, int rank);
+// The same over `members` of those replicas, `stride` apart from replica 0
+// (0, stride, 2·stride, ...): HSDP's shard group (stride 1) and its
+// replicate group (stride the shard group's size).
+Link data_subgroup_link(const Topology& topology, int width, int replicas, int rank, int members, int stride);
 
 // Gradient buckets (DDP, Megatron-LM's --overlap-grad-reduce): `bytes` cut
 // into buckets of `cap` bytes, the last one the rest, in the order the

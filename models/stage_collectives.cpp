@@ -109,7 +109,7 @@ double StageCostModel::layer_gather_s(int l, int s) const {
   if (data_parallel_ <= 1) return 0;
   const double bytes = (params_[l + 1] - params_[l]) * bytes_per_element(model_.precision) * tensor_parallel_;
   if (bytes <= 0) return 0;
-  return collective(CollectiveAlgorithm::RingAllGather).seconds(data_links_.at(rank_of(s)), bytes, data_parallel_, 1);
+  return collective(CollectiveAlgorithm::RingAllGather).seconds(shard_links_.at(rank_of(s)), bytes, shard_, 1);
 }
 
 double StageCostModel::layer_pass_s(schedule::Op op, int l, int s, bool nograd) const {

@@ -179,6 +179,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       checkpoint_(r.checkpoint),
       tensor_parallel_(r.program.tensor_parallel),
       data_parallel_(r.program.data_parallel),
+      shard_(r.program.shard_degree()),
       sequence_parallel_(r.program.sequence_parallel),
       zero_(r.program.zero),
       reshard_after_forward_(r.program.reshard_after_forward),
@@ -205,7 +206,10 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   }
   for (const auto rank : r.program.stage_to_rank) stage_rank_.push_back(rank.value);
   if (data_parallel_ > 1) {
-    for (int k = 0; k < K; ++k) data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
+    for (int k = 0; k < K; ++k) {
+      data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
+      shard_links_.push_back(data_subgroup_link(hw.topology, T, data_parallel_, k, shard_, 1));
+    }
   }
   const double b = r.microbatch_size;
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
@@ -252,7 +256,7 @@ double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 
 double StageCostModel::step_s(int i, int j, int s) const {
   // ZeRO-1: each device of the data group steps its 1/D of the stage.
-  const double p = (params_[j] - params_[i]) / (zero_ >= 1 ? data_parallel_ : 1);
+  const double p = (params_[j] - params_[i]) / (zero_ >= 1 ? shard_ : 1);
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
   const double traffic = p * (bytes_per_element(model_.gradients()) + 2 * bytes + 2 * master_bytes(model_.precision) +
@@ -316,7 +320,7 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   // ZeRO-1 shards the fp32 master copy and the optimizer states over the
   // data group, ZeRO-2 the gradients too, ZeRO-3 the weights too (between
   // their uses: the units gathered at a time are workspace).
-  const double D = data_parallel_;
+  const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
   const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) / (zero_ >= 1 ? D : 1);
   return p * (bytes * st.weight_versions / (shards_weights() ? D : 1) +
               bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded);
@@ -384,7 +388,7 @@ StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) co
   const auto& st = stash_counts_.at(s);
   const double p = params_[j] - params_[i];
   MemoryParts m;
-  const double D = data_parallel_;
+  const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
   m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1);
   m.gradients = p * bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1);
   m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;

@@ -179,8 +179,8 @@ class StageCostModel {
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;
   std::vector<Collective> tp_used_;
-  std::vector<Link> data_links_;  // [rank]: data_group_link, with D > 1
-  int tensor_parallel_ = 1, data_parallel_ = 1;
+  std::vector<Link> data_links_, shard_links_;  // [rank]: data_group_link, and its shard group's, with D > 1
+  int tensor_parallel_ = 1, data_parallel_ = 1, shard_ = 1;  // shard_: ZeRO's, Program::shard_degree
   bool sequence_parallel_ = false;
   int zero_ = 0;                      // Program::zero
   bool reshard_after_forward_ = true;  // Program::reshard_after_forward

@@ -64,6 +64,7 @@ std::string to_json(const Program& p, int indent) {
     j["shard_optimizer"] = p.shard_optimizer();
     if (p.zero > 1) j["zero"] = p.zero;
     if (p.zero == 3 && !p.reshard_after_forward) j["reshard_after_forward"] = false;
+    if (p.shard_group > 0) j["shard_group"] = p.shard_group;
   }
   j["stage_to_rank"] = json::array();
   for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
@@ -107,6 +108,14 @@ void read_parallel(const json& j, const std::string& source, Program& p) {
       throw Error(source + ": field 'zero' is " + std::to_string(v) + " but 'shard_optimizer' says otherwise");
     }
     p.zero = v;
+  }
+  if (j.contains("shard_group")) {
+    const int v = int_field(j, "shard_group", source);
+    if (v < 1 || v > kMaxParallel) {
+      throw Error(source + ": field 'shard_group' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
+                  std::to_string(v));
+    }
+    p.shard_group = v;
   }
 }
 

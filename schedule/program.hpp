@@ -82,7 +82,13 @@ struct Program {
   // are reduce-scattered unit by unit.
   int zero = 0;
   bool reshard_after_forward = true;  // ZeRO-3 only
+  // HSDP: ZeRO's shards over groups of this many consecutive replicas (which
+  // divides D), replicated across the D / G groups: a gradient reduction is a
+  // reduce-scatter inside the group, then an all-reduce of its 1/G across the
+  // groups; gathers stay inside the group. 0: one group of all D.
+  int shard_group = 0;
   bool shard_optimizer() const { return zero >= 1; }
+  int shard_degree() const { return shard_group > 0 ? shard_group : data_parallel; }
 
   int num_stages() const { return num_ranks * stages_per_rank; }
   // Devices in all: T x K x D.

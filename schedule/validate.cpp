@@ -369,6 +369,10 @@ void check_shape(const Program& p) {
   if (p.sequence_parallel && p.tensor_parallel == 1) bad("sequence_parallel needs tensor_parallel > 1");
   if (p.zero < 0 || p.zero > 3) bad("zero (ZeRO's stage) must be 0, 1, 2 or 3, not " + std::to_string(p.zero));
   if (p.zero > 0 && p.data_parallel == 1) bad("zero " + std::to_string(p.zero) + " (ZeRO) needs data_parallel > 1");
+  if (p.shard_group != 0 && (p.zero == 0 || p.shard_group < 1 || p.data_parallel % p.shard_group != 0)) {
+    bad("shard_group " + std::to_string(p.shard_group) + " needs zero 1, 2 or 3 and must divide data_parallel " +
+        std::to_string(p.data_parallel));
+  }
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

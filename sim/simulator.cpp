@@ -61,6 +61,19 @@ class Mailboxes {
   std::vector<sg4::Mailbox*> boxes_;
 };
 
+// A stage's collective over its data group: replica `replica` of D. With
+// HSDP (G < D shards a group) a reduction is a reduce-scatter inside the
+// replica's shard group, then an all-reduce of its 1/G over the D / G
+// groups' same members; an all-gather stays inside the shard group.
+void over_data_group(const pipetwin::models::CollectiveEntry& entry, const std::string& tag, int stage, int replica, int D,
+                     int G, double bytes, int chunks, const RoundWork& work) {
+  if (G >= D) return run_collective(entry, tag, stage, replica, D, bytes, chunks, work);
+  run_collective(entry, tag + "/s" + std::to_string(replica / G), stage, replica % G, G, bytes, chunks, work);
+  if (entry.algorithm == ps::CollectiveAlgorithm::RingAllGather) return;
+  run_collective(pipetwin::models::collective(ps::CollectiveAlgorithm::RingAllReduce), tag + "/r" + std::to_string(replica % G),
+                 stage, replica / G, D / G, bytes / G, 1, work);
+}
+
 class SimBackend final : public ps::Backend {
  public:
   SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, std::shared_ptr<Cores> cores,
@@ -124,7 +137,7 @@ class SimBackend final : public ps::Backend {
   // rank goes on; the stage's STEP waits for it. Its timed action ends when
   // this replica's part of the collective (the stage costs' choice) does.
   void reduce(const ps::Action& a) {
-    const int D = in_.program.data_parallel, s = a.stage.value;
+    const int D = in_.program.data_parallel, G = in_.program.shard_degree(), s = a.stage.value;
     if (const auto it = early_.find(s); it != early_.end()) {  // bucketed: started with the backward
       const auto state = it->second;
       early_.erase(it);
@@ -145,8 +158,8 @@ class SimBackend final : public ps::Backend {
     auto& out = out_;
     const int replica = replica_;
     pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
-                             [&out, &entry, at, s, replica, D, chunks, bytes](const RoundWork& work) {
-                               run_collective(entry, "R", s, replica, D, bytes, chunks, work);
+                             [&out, &entry, at, s, replica, D, G, chunks, bytes](const RoundWork& work) {
+                               over_data_group(entry, "R", s, replica, D, G, bytes, chunks, work);
                                out[at].end = sg4::Engine::get_clock();
                              });
   }
@@ -180,7 +193,7 @@ class SimBackend final : public ps::Backend {
   // in turn from when the backward has produced it (models::gradient_buckets),
   // after the stage's reductions started before (one after the other).
   void start_buckets(const ps::Action& a, double backward_s) {
-    const int D = in_.program.data_parallel, s = a.stage.value, replica = replica_;
+    const int D = in_.program.data_parallel, G = in_.program.shard_degree(), s = a.stage.value, replica = replica_;
     const ps::StageCosts& costs = in_.stages.at(s);
     const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
     const auto& entry = models::collective(in_.program.shard_optimizer() ? ps::CollectiveAlgorithm::RingReduceScatter
@@ -192,13 +205,13 @@ class SimBackend final : public ps::Backend {
     sg4::ActorPtr before;
     if (const auto it = pending_.find(s); it != pending_.end()) before = it->second;
     pending_[s] = collective("reduce" + std::to_string(s) + "/" + std::to_string(replica),
-                             [&out, &entry, state, buckets, backward_s, s, replica, D, T, total, chunks, before](const RoundWork& work) {
+                             [&out, &entry, state, buckets, backward_s, s, replica, D, G, T, total, chunks, before](const RoundWork& work) {
                                if (before) before->join();
                                for (const auto& b : buckets) {
                                  const double ready = state->start + b.ready * backward_s;
                                  if (ready > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(ready);
                                  const int c = std::max(1, static_cast<int>(std::lround(chunks * b.bytes / total)));
-                                 run_collective(entry, "R", s, replica, D, b.bytes * T, c, work);
+                                 over_data_group(entry, "R", s, replica, D, G, b.bytes * T, c, work);
                                }
                                state->done = sg4::Engine::get_clock();
                                if (state->at >= 0) out[state->at].end = state->done;
@@ -223,14 +236,16 @@ class SimBackend final : public ps::Backend {
   }
   // ZeRO-1: after its step on its shard, each device all-gathers the updated weights (in STEP's time).
   void gather(const ps::Action& a) {
-    const int D = in_.program.data_parallel, s = a.stage.value;
+    const int D = in_.program.data_parallel, G = in_.program.shard_degree(), s = a.stage.value;
     const double bytes = in_.stages.at(s).gather_bytes * in_.program.tensor_parallel;  // T shares, as reduce()
     if (D <= 1 || bytes <= 0) return;
     give_core();  // a ring waits for its peers: no core held meanwhile
     const int replica = replica_;
     const auto& entry = models::collective(ps::CollectiveAlgorithm::RingAllGather);
     collective("gather" + std::to_string(s) + "/" + std::to_string(replica),
-               [&entry, s, replica, D, bytes](const RoundWork& work) { run_collective(entry, "AG", s, replica, D, bytes, 1, work); })
+               [&entry, s, replica, D, G, bytes](const RoundWork& work) {
+                 over_data_group(entry, "AG", s, replica, D, G, bytes, 1, work);
+               })
         ->join();
     out_.back().end = sg4::Engine::get_clock();
   }

@@ -103,6 +103,13 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   if (!p.reshard_after_forward && p.zero != 3) {
     throw Error("--reshard-after-forward off needs --zero 3 (only ZeRO-3 shards the weights)");
   }
+  if (o.shard_group > 0) {
+    if (p.zero == 0) throw Error("--shard-group " + std::to_string(o.shard_group) + " needs --zero 1, 2 or 3 (it groups ZeRO's shards)");
+    if (p.data_parallel % o.shard_group != 0) {
+      throw Error("--shard-group " + std::to_string(o.shard_group) + " does not divide --data " + std::to_string(p.data_parallel));
+    }
+    p.shard_group = o.shard_group;
+  }
   if (p.num_devices() > std::numeric_limits<int>::max()) {
     throw Error("--tensor " + std::to_string(p.tensor_parallel) + " x --ranks " + std::to_string(p.num_ranks) +
                 " x --data " + std::to_string(p.data_parallel) + " makes " + std::to_string(p.num_devices()) +
@@ -134,6 +141,10 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
       if (given && !in_file) throw Error(std::string(option) + " contradicts the schedule file " + o.schedule + ", which has " + what + " off");
     };
     flag("--sequence-parallel", o.sequence_parallel, p.sequence_parallel, "sequence_parallel");
+    if (o.shard_group > 0 && o.shard_group != p.shard_group) {
+      throw Error("--shard-group " + std::to_string(o.shard_group) + " contradicts the schedule file " + o.schedule +
+                  ", which has shard_group " + std::to_string(p.shard_group));
+    }
     if (o.zero > 0 && o.zero != p.zero) {
       throw Error("--zero " + std::to_string(o.zero) + " contradicts the schedule file " + o.schedule + ", which has zero " +
                   std::to_string(p.zero));
@@ -342,6 +353,7 @@ nlohmann::json Scenario::describe() const {
     j["shard_optimizer"] = program.shard_optimizer();
     if (program.zero > 1) j["zero"] = program.zero;
     if (program.zero == 3) j["reshard_after_forward"] = program.reshard_after_forward;
+    if (program.shard_group > 0) j["shard_group"] = program.shard_group;
     j["devices"] = program.num_devices();
     j["collective"] = models::collective_name(request.collective);  // as asked; what each all-reduce used:
     std::vector<std::string> tp;
@@ -374,7 +386,8 @@ std::string Scenario::headline() const {
     out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
            (program.zero > 0 ? ", ZeRO-" + std::to_string(program.zero) : "") +
-           (program.zero == 3 && !program.reshard_after_forward ? " (weights kept through the step)" : "") + ", all-reduce " + collectives_used() + ")";
+           (program.zero == 3 && !program.reshard_after_forward ? " (weights kept through the step)" : "") +
+           (program.shard_group > 0 ? " in groups of " + std::to_string(program.shard_group) + " (HSDP)" : "") + ", all-reduce " + collectives_used() + ")";
   }
   return out;
 }

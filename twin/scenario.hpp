@@ -34,6 +34,7 @@ struct ScenarioSpec {
   // with 3 whether a unit's gathered weights are freed after its forward.
   int zero = 0;
   bool reshard_after_forward = true;
+  int shard_group = 0;  // HSDP: ZeRO's shards over groups of G replicas (Program::shard_group); 0: all D
   std::string collective;  // the all-reduces' algorithm: auto, ring or tree; "": auto
   // With D > 1: gradient buckets of this many MB (10^6 bytes), each reduced as
   // the backward produces it (PartitionRequest::gradient_bucket_bytes); 0: one

@@ -160,3 +160,24 @@ TEST(Zero, Zero3ExposesOnlyTheFirstGatherWhenComputeCoversTheRest) {
   compute = d.forward_s(0, n, 0);
   EXPECT_GT(d.gather_exposed_s(0, n, 0, ps::Op::F), all - compute);
 }
+
+// HSDP: ZeRO-3 sharded over groups of G replicas, replicated across D / G:
+// the states divided by G, not D, and each layer gathered over its group.
+TEST(Zero, HsdpShardsOverItsGroup) {
+  const auto model = gpt();
+  const auto hw = pm::preset("dgx-h100");
+  const int n = static_cast<int>(model.layers.size()), D = 16;
+  for (const int G : {2, 4, 8}) {
+    auto r = request(D, 3);
+    r.program.shard_group = G;
+    const pm::StageCostModel c(model, hw, r);
+    const double psi = static_cast<double>(c.params(0, n));
+    const auto parts = c.memory_parts(0, n, 0);
+    EXPECT_NEAR(parts.weights + parts.gradients + parts.optimizer, 16 * psi / G, 1e-9 * psi) << "G=" << G;
+    const pm::Link link = pm::data_subgroup_link(hw.topology, 1, D, 0, G, 1);
+    const double bytes = static_cast<double>(c.params(1, 2)) * 2;
+    EXPECT_NEAR(c.layer_gather_s(1, 0), (G - 1) * (link.latency_s + std::ceil(bytes / G) / link.bandwidth), 1e-15) << G;
+  }
+  // A group inside a node gathers over NVLink; all 16 replicas cross nodes.
+  EXPECT_GT(pm::data_subgroup_link(hw.topology, 1, D, 0, 8, 1).bandwidth, pm::data_group_link(hw.topology, 1, D, 0).bandwidth);
+}

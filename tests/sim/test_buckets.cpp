@@ -178,3 +178,22 @@ TEST(GradientBuckets, ZeroTwoReduceScattersEveryMicrobatch) {
     }
   }
 }
+
+// HSDP (Program::shard_group G < D): a stage's reduction is a ring
+// reduce-scatter inside its group of G replicas, then a ring all-reduce of
+// its 1/G over the D / G groups: (G - 1)(latency + ⌈bytes / G⌉ / bandwidth)
+// + 2(D/G - 1)(latency + ⌈bytes / D⌉ / bandwidth) after the last backward.
+TEST(GradientBuckets, HsdpReducesInsideItsGroupThenAcross) {
+  const double grads = 4e9;
+  for (const auto& [D, G] : {std::pair{4, 2}, std::pair{8, 2}, std::pair{8, 4}}) {
+    auto in = one_stage("gpipe", 1, 2, D, grads, 0);
+    in.program.zero = 1, in.program.shard_group = G;
+    const auto t = pipetwin::sim::simulate(in).timeline;
+    const auto& b = find(t, 0, ps::Op::B, 0);
+    const auto& r = find(t, 0, ps::Op::REDUCE_GRAD, 0);
+    const int R = D / G;
+    const double expected = b.end + (G - 1) * (kLatency + std::ceil(grads / G) / kBandwidth) +
+                            2 * (R - 1) * (kLatency + std::ceil(grads / G / R) / kBandwidth);
+    EXPECT_NEAR(r.end, expected, 1e-9 * expected) << "D=" << D << " G=" << G;
+  }
+}

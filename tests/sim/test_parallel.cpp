@@ -281,6 +281,12 @@ TEST(DataParallel, TheFormatsCarryTAndD) {
     }
   }
   EXPECT_THROW(ps::parse_text("data_parallel 2\nzero 4\nrank 0: 0F0\n", "bad.txt"), pipetwin::Error);
+  auto hsdp = p;
+  hsdp.zero = 3, hsdp.shard_group = 1;  // D = 3 in groups of one: valid, and carried
+  EXPECT_EQ(ps::parse_text(ps::to_text(hsdp), "t.txt"), hsdp);
+  EXPECT_EQ(ps::parse_json(ps::to_json(hsdp), "t.json"), hsdp);
+  hsdp.shard_group = 2;  // does not divide D = 3
+  EXPECT_THROW(ps::validate(hsdp), pipetwin::Error);
   auto two = p;
   two.zero = 2;
   std::string json = ps::to_json(two);
