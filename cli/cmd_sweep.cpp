@@ -77,6 +77,10 @@ Run add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--sequence-parallel", spec.sequence_parallel, "Sequence parallelism on every row with T > 1");
   add_zero_options(cmd, spec.zero, spec.reshard_after_forward, "On every row with D > 1: ");
+  cmd->add_option("--shard-group", spec.shard_group,
+                  "With --zero: HSDP, ZeRO's shards over groups of G replicas on the rows with D > G (G must divide "
+                  "their D); rows with D at most G shard over all of D")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");

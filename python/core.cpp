@@ -144,8 +144,9 @@ std::string sweep(const std::string& model, const std::string& hardware, const s
                   const std::vector<std::string>& schedules, const std::vector<int>& ranks,
                   const std::vector<int>& microbatches, const std::vector<int>& microbatch_sizes,
                   const std::vector<std::string>& recompute, int virtual_stages, int batch, const std::vector<int>& tensor,
-                  const std::vector<int>& data, const std::string& engine, int jobs) {
+                  const std::vector<int>& data, const std::string& engine, int jobs, int zero, int shard_group) {
   pt::SweepSpec spec;
+  spec.zero = zero, spec.shard_group = shard_group;
   spec.model = model, spec.hardware = hardware, spec.out = out;
   spec.schedules = schedules, spec.ranks = ranks, spec.microbatches = microbatches;
   spec.microbatch_sizes = microbatch_sizes, spec.recompute = recompute, spec.virtual_stages = virtual_stages;
@@ -160,8 +161,10 @@ std::string sweep(const std::string& model, const std::string& hardware, const s
 // Every candidate of a plan (its place in the ranking where it is ok), as JSON.
 std::string plan(const std::string& model, const std::string& hardware, int gpus, int global_batch, int max_pp,
                  const std::vector<int>& microbatch_sizes, const std::vector<std::string>& schedules,
-                 const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs) {
+                 const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs,
+                 const std::vector<int>& zero) {
   pt::PlanSpec spec;
+  spec.zero = zero;
   spec.model = model, spec.hardware = hardware, spec.gpus = gpus, spec.global_batch = global_batch, spec.max_pp = max_pp;
   spec.microbatch_sizes = microbatch_sizes, spec.schedules = schedules, spec.virtual_stages = virtual_stages;
   spec.recompute = recompute, spec.top_sim = top_sim, spec.jobs = jobs;
@@ -242,10 +245,11 @@ PYBIND11_MODULE(_core, m) {
         py::arg("engine"), py::arg("hardware"), py::arg("batch") = 0);
   m.def("sweep", &sweep, py::arg("model"), py::arg("hardware"), py::arg("out"), py::arg("schedules"), py::arg("ranks"),
         py::arg("microbatches"), py::arg("microbatch_sizes"), py::arg("recompute"), py::arg("virtual"), py::arg("batch"),
-        py::arg("tensor"), py::arg("data"), py::arg("engine"), py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
+        py::arg("tensor"), py::arg("data"), py::arg("engine"), py::arg("jobs"), py::arg("zero"), py::arg("shard_group"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("plan", &plan, py::arg("model"), py::arg("hardware"), py::arg("gpus"), py::arg("global_batch"), py::arg("max_pp"),
         py::arg("microbatch_sizes"), py::arg("schedules"), py::arg("virtual"), py::arg("recompute"), py::arg("top_sim"),
-        py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
+        py::arg("jobs"), py::arg("zero"), py::call_guard<py::gil_scoped_release>());
   m.def("compare_traces", &compare_traces, py::arg("predicted"), py::arg("measured"), py::arg("schedule"),
         py::arg("repeats"));
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));

@@ -171,6 +171,7 @@ class Sweep {
     s.sequence_parallel = o_.sequence_parallel && c.tensor > 1;
     s.zero = c.data > 1 ? o_.zero : 0;
     s.reshard_after_forward = o_.reshard_after_forward || s.zero != 3;
+    s.shard_group = s.zero > 0 && o_.shard_group > 0 && o_.shard_group < c.data ? o_.shard_group : 0;
     s.recompute = c.recompute;
     s.partition = o_.partition;
     s.optimizer = o_.optimizer;
@@ -275,6 +276,7 @@ class Sweep {
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.zero == 1 ? "yes" : "no") +
            (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") : "") +
+           (o_.shard_group > 0 ? "\nshard group: " + std::to_string(o_.shard_group) : "") +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
            (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
            (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";

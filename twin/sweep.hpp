@@ -28,7 +28,10 @@ struct SweepSpec {
   // Applied to every row where they mean something: sequence parallelism
   // where T > 1, ZeRO (zero: its stage, 0 to 3) where D > 1.
   bool sequence_parallel = false, reshard_after_forward = true;
-  int zero = 0;
+  // HSDP's groups of G replicas (ScenarioSpec::shard_group) with zero > 0 on
+  // the rows whose D is above G (a row whose D it does not divide is an
+  // error); a row with D at most G shards over all its D.
+  int zero = 0, shard_group = 0;
   std::string partition = "auto", optimizer = "adam";
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
   double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)

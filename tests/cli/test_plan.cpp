@@ -184,6 +184,36 @@ TEST_F(Plan, SweepRowsCarryTensorAndData) {
   for (std::size_t i = 0; i < ones.size(); ++i) EXPECT_EQ(ones[i], plain[i + 1]) << "T = D = 1 differs from the sweep without -t/-d";
 }
 
+// sweep --zero 3 --shard-group 2: the rows with D above 2 are HSDP's, each
+// the step simulate gives that configuration; D = 2 shards over both; a D
+// that 2 does not divide is a row with its reason.
+TEST_F(Plan, SweepShardsInGroupsWhereDIsAboveTheGroup) {
+  const std::string model = "--model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 ";
+  const auto r = run("sweep " + model + "-d 2,3,4 --zero 3 --shard-group 2 -j 2 --out " + path("z.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("z.csv")));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("z.csv.inputs")), "shard group: 2"));
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const auto cells = cells_of(rows[i]);
+    const std::string d = cells.at(14);
+    if (d == "3") {
+      EXPECT_EQ(cells.at(6), "error") << rows[i];
+      EXPECT_TRUE(has(rows[i], "--shard-group 2 does not divide --data 3")) << rows[i];
+      continue;
+    }
+    ASSERT_EQ(cells.at(6), "ok") << rows[i];
+    const std::string group = d == "4" ? " --shard-group 2" : "";
+    const auto s = run_stdout("simulate " + model + "-d " + d + " --batch " + cells.at(5) + " --zero 3" + group + " --json");
+    ASSERT_EQ(s.code, 0) << s.out;
+    const auto j = json::parse(s.out);
+    const double step = j["summary"]["step_time_s"].get<double>();
+    EXPECT_NEAR(std::stod(cells.at(7)), step, 1e-6 * step) << rows[i];
+    EXPECT_EQ(j["zero"], 3) << s.out;
+    if (d == "4") EXPECT_EQ(j["shard_group"], 2) << s.out;
+  }
+}
+
 // simulate --collective: --json says which algorithm each all-reduce used;
 // auto's step is that of the algorithm it chose. A sweep records a
 // --collective other than auto in OUT.inputs.

@@ -215,6 +215,19 @@ class SimulateTest(unittest.TestCase):
             self.assertEqual([c["index"] for c in top], [c["index"] for c in ranked[:3]])
             self.assertEqual([c["step_time_s"] for c in top], [c["step_time_s"] for c in ranked[:3]])
 
+    def test_sweep_and_plan_take_zeros_stages(self):
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        r = pt.sweep(model, "a100", "1f1b", 2, 4, data=[2, 4], zero=3, shard_group=2)
+        self.assertEqual([row["status"] for row in r.rows], ["ok", "ok"])
+        whole = pt.sweep(model, "a100", "1f1b", 2, 4, data=[2, 4], zero=3)
+        # D = 2 is at most the group: sharded over both, as without groups; D = 4 in two groups of 2.
+        self.assertEqual(r.rows[0]["step_time_s"], whole.rows[0]["step_time_s"])
+        self.assertLess(r.rows[1]["max_stage_memory_gb"], whole.rows[1]["max_stage_memory_gb"] * 2)
+        self.assertGreater(r.rows[1]["max_stage_memory_gb"], whole.rows[1]["max_stage_memory_gb"])
+        p = pt.plan(model, "a100", 4, 16, microbatch_sizes=[1], recompute=["none"], top_sim=0, zero=[0, 3])
+        self.assertEqual({c["zero"] for c in p.candidates if c["data"] > 1}, {0, 3})
+        self.assertEqual({c["zero"] for c in p.candidates if c["data"] == 1}, {0})
+
     def test_compare_two_of_pipetwins_traces(self):
         cli = os.environ.get("PIPETWIN_CLI")
         if not cli:
