@@ -237,10 +237,11 @@ class Sweep {
     changed_.notify_one();
   }
 
-  // --virtual applies to the generators with several stages per rank.
+  // --virtual applies to the generators with several stages per rank; the
+  // V-shaped ones (zb-v, v-half, dualpipe-v) have their own 2.
   int virtual_of(const std::string& name) const {
     for (const auto& g : schedule::generators()) {
-      if (g.name == name) return g.virtual_stages ? o_.virtual_stages : 1;
+      if (g.name == name) return g.virtual_stages ? o_.virtual_stages : std::max(1, g.fixed_stages_per_rank);
     }
     return 1;
   }

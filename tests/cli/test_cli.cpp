@@ -498,16 +498,21 @@ TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
   EXPECT_EQ(run("schedule -k 2 -m 2").code, 2);  // without --list, a generator is needed
 }
 
-// --virtual reaches every generator with several stages per rank, not only interleaved-1f1b.
+// --virtual reaches every generator with several stages per rank, not only
+// interleaved-1f1b; a V-shaped one's row says its own 2, whatever -v is.
 TEST_F(Cli, SweepGivesVToEveryGeneratorWithChunks) {
   const std::string model = std::string(PIPETWIN_EXAMPLES_DIR) + "/transformer-small.yaml";
-  const auto r = run("sweep --model " + model + " --hardware cpu -k 2 -m 4 -s interleaved-zb,looped-bfs,1f1b -v 2 --out " +
+  const auto r = run("sweep --model " + model + " --hardware cpu -k 2 -m 4 -s interleaved-zb,looped-bfs,1f1b,zb-v -v 2 --out " +
                      path("v.csv"));
   ASSERT_EQ(r.code, 0) << r.out;
   const auto text = pipetwin::schedule::read_file(path("v.csv"));
   EXPECT_TRUE(has(text, "\ninterleaved-zb,none,2,2,4,4,ok,")) << text;
   EXPECT_TRUE(has(text, "\nlooped-bfs,none,2,2,4,4,ok,")) << text;
   EXPECT_TRUE(has(text, "\n1f1b,none,2,1,4,4,ok,")) << text;
+  EXPECT_TRUE(has(text, "\nzb-v,none,2,2,4,4,ok,")) << text;
+  const auto v3 = run("sweep --model " + model + " --hardware cpu -k 2 -m 4 -s zb-v -v 3 --out " + path("v3.csv"));
+  ASSERT_EQ(v3.code, 0) << v3.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("v3.csv")), "\nzb-v,none,2,2,4,4,ok,"));
 }
 
 // An imported schedule is drawn and written as a generated one: a
