@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/scenario_options.hpp"
 #include "models/partition.hpp"
 #include "schedule/program.hpp"
 #include "schedule/generators.hpp"
@@ -154,11 +155,7 @@ Run add_plan_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--reshard-after-forward", [o](const std::string& v) { o->spec.reshard_after_forward = v == "on"; },
-         "ZeRO-3 candidates: on frees each layer's gathered weights after its forward (FSDP2's default); off keeps a "
-         "stage's weights through the step (torchtitan's choice under a pipeline)")
-      ->check(CLI::IsMember({"on", "off"}));
+  add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
   cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
   cmd->add_option("--grad-bucket-mb", s.grad_bucket_mb,
                   "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")

@@ -33,12 +33,16 @@ void add_zero_options(CLI::App* cmd, int& zero, bool& reshard_after_forward, con
                                         "each layer all-gathered before its forward and backward, one ahead)")
                     ->check(CLI::Range(0, 3));
   cmd->add_flag_callback("--zero1", [&zero] { zero = 1; }, where + "the same as --zero 1 (ZeRO-1)")->excludes(level);
+  add_reshard_option(cmd, reshard_after_forward, "With --zero 3: ");
+}
+
+void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::string& where) {
   cmd->add_option_function<std::string>(
          "--reshard-after-forward",
          [&reshard_after_forward](const std::string& v) { reshard_after_forward = v == "on"; },
-         "With --zero 3: on frees each layer's gathered weights after its forward and gathers them again for its "
-         "backward (FSDP2's default); off gathers a stage's weights once per step and keeps them (torchtitan's choice "
-         "under a pipeline)")
+         where + "on frees each layer's gathered weights after its forward and gathers them again for its backward "
+                 "(FSDP2's default); off gathers a stage's weights once per step and keeps them (torchtitan's choice "
+                 "under a pipeline)")
       ->check(CLI::IsMember({"on", "off"}));
 }
 

@@ -15,6 +15,9 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o);
 // --reshard-after-forward on|off (ZeRO-3), their help led by `where`.
 void add_zero_options(CLI::App* cmd, int& zero, bool& reshard_after_forward, const std::string& where);
 
+// --reshard-after-forward on|off (ZeRO-3), its help led by `where`.
+void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::string& where);
+
 // --schedule: a generator's name or a schedule file.
 CLI::Validator schedule_check();
 

@@ -185,8 +185,8 @@ std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double fi
 }
 
 double bucketed_reduce_end(const std::vector<GradientBucket>& buckets, double backward_start, double backward_s,
-                           const std::function<double(double)>& seconds) {
-  double end = backward_start;
+                           const std::function<double(double)>& seconds, double stream_free) {
+  double end = std::max(backward_start, stream_free);
   for (const auto& b : buckets) end = std::max(end, backward_start + b.ready * backward_s) + seconds(b.bytes);
   return end;
 }

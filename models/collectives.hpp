@@ -112,9 +112,11 @@ struct GradientBucket {
 std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double first_cap = 0);
 // When the last of `buckets` is reduced, reduced one after the other (one
 // stream), each from when it is ready (backward_start + ready ·
-// backward_s) and taking seconds(its bytes).
+// backward_s) and taking seconds(its bytes); the first no earlier than
+// `stream_free` either (the stream's earlier reductions: ZeRO-2 and 3's
+// micro-batches before this one).
 double bucketed_reduce_end(const std::vector<GradientBucket>& buckets, double backward_start, double backward_s,
-                           const std::function<double(double)>& seconds);
+                           const std::function<double(double)>& seconds, double stream_free = 0);
 
 // A pass over FSDP units, each unit's all-gather issued when the unit before
 // it starts computing (the first at the pass's start), the gathers one after

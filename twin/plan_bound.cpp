@@ -31,12 +31,10 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
     const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
     return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
   };
-  if (!costs.reduce_each_microbatch) return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, seconds)};
   // ZeRO-2 and 3, one micro-batch's: its first bucket from when the stage's
   // earlier reductions are done (`at`) too.
-  double end = std::max(at, backward_start);
-  for (const auto& b : buckets) end = std::max(end, backward_start + b.ready * backward_s) + seconds(b.bytes);
-  return {backward_start, end};
+  const double free = costs.reduce_each_microbatch ? at : 0;
+  return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, seconds, free)};
 }
 
 double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {

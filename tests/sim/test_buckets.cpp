@@ -78,6 +78,8 @@ TEST(GradientBuckets, CutInOrderWithTheShareOfTheBackwardThatProducesThem) {
   EXPECT_DOUBLE_EQ(pm::bucketed_reduce_end(b, 5, 10, [](double) { return 10.0; }), 5 + 3 + 4 * 10);
   // Fast buckets: each ends before the next is ready; the last one after the backward.
   EXPECT_DOUBLE_EQ(pm::bucketed_reduce_end(b, 5, 10, [](double x) { return x / 100; }), 15 + 0.1);
+  // The stream busy until 100 with earlier reductions: every bucket ready by then, back to back.
+  EXPECT_DOUBLE_EQ(pm::bucketed_reduce_end(b, 5, 10, [](double x) { return x / 100; }, 100), 100 + 1.0);
 }
 
 // GPipe on one stage, D replicas: the REDUCE_GRAD that SimGrid times runs
