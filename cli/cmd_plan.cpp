@@ -156,6 +156,7 @@ Run add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
+  add_precision_option(cmd, s.precision, "Every candidate's: ");
   cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
   cmd->add_option("--grad-bucket-mb", s.grad_bucket_mb,
                   "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")

@@ -81,6 +81,7 @@ Run add_sweep_command(CLI::App& app) {
                   "With --zero: HSDP, ZeRO's shards over groups of G replicas on the rows with D > G (G must divide "
                   "their D); rows with D at most G shard over all of D")
       ->check(CLI::NonNegativeNumber);
+  add_precision_option(cmd, spec.precision, "On every row: ");
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");

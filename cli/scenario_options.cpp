@@ -46,6 +46,14 @@ void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::s
       ->check(CLI::IsMember({"on", "off"}));
 }
 
+void add_precision_option(CLI::App* cmd, std::string& precision, const std::string& where) {
+  cmd->add_option("--precision", precision,
+                  where + "The model's arithmetic instead of its spec's, for a 16-bit model: bf16, fp16, or fp8 (its "
+                          "blocks' products with their weights in FP8 at the device's peak_flops_fp8, current scaling; "
+                          "tensors kept in BF16)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
+}
+
 void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--model", o.model, "Model spec (YAML, or a Hugging Face config.json)")->required();
   cmd->add_option("--hardware", o.hardware, "Hardware preset name or YAML file")->required();
@@ -87,6 +95,7 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_option("--partition", o.partition,
                   "auto (optimal, the default), uniform, parameters, a Megatron-LM layout (--pipeline-model-parallel-layout: "
                   "'Et*3|t*4|t*4|t*3,L'), or a file: a schedule with a partition line, or begin:end ranges");
+  add_precision_option(cmd, o.precision, "");
   cmd->add_option("--optimizer", o.optimizer, "Optimizer (its state counts in memory)")
       ->check(CLI::IsMember(models::optimizer_names()))
       ->capture_default_str();

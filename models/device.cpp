@@ -73,7 +73,7 @@ double Device::weight_seconds(double bytes) const {
   return bytes / (memory_bandwidth * memory_efficiency);
 }
 
-double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }
+double Device::peak_flops(Precision p) const { return p == Precision::FP32 ? peak_flops_fp32 : peak_flops_half; }  // FP8: BF16's
 
 double Device::compute_seconds(double flops, Precision p) const {
   if (flops <= 0) return 0;

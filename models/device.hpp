@@ -70,6 +70,9 @@ struct Device {
   std::string name;
   double peak_flops_fp32 = 0;
   double peak_flops_half = 0;  // bf16 / fp16 (tensor cores, MXU)
+  // Dense FP8 matrix products (H100 and later); 0: none, and a model in
+  // precision fp8 is refused on the device.
+  double peak_flops_fp8 = 0;
   Efficiency efficiency;
   double memory_bytes = 0;
   // What the model's tensors cannot use of memory_bytes: a fixed part (the
@@ -118,7 +121,13 @@ struct Device {
   double recv_seconds(double bytes) const {
     return recv_overhead_s + (recv_bandwidth > 0 ? bytes / recv_bandwidth : 0);
   }
+  // FP8's peak is BF16's: its products' FP8 rate is fp8_flops_equivalent's.
   double peak_flops(Precision p) const;
+  // The FLOPs at peak_flops_half that take as long as `flops` of which
+  // `fp8` run at peak_flops_fp8.
+  double fp8_flops_equivalent(double flops, double fp8) const {
+    return peak_flops_fp8 > 0 ? flops - fp8 * (1 - peak_flops_half / peak_flops_fp8) : flops;
+  }
   // Time of one operation of `flops` work at this device's efficiency.
   double compute_seconds(double flops, Precision p) const;
   // Time of one layer's pass of `flops` work: the kind's curve when `kinds`

@@ -77,6 +77,16 @@ std::int64_t llm_head_params(const LlmSpec& spec);
 // FLOPs per token are 2 per weight.
 std::int64_t llm_block_matrix_params(const LlmSpec& spec);
 
+// A block's FP8 fields (LayerCost::fp8_*): per sample, its products with
+// weights over `tokens` tokens and their `matrix_params`, and the elements
+// per token of the operands FP8 casts (the products' inputs in forward,
+// their output gradients in backward), `whole` of them on every device of
+// a tensor group without sequence parallelism, `split` over it. Current
+// scaling: an amax pass reads each element, a cast reads it again and
+// writes it and its transpose in one byte each.
+void set_fp8_costs(LayerCost& c, double tokens, std::int64_t matrix_params, Precision precision, double forward_whole,
+                   double forward_split, double backward_whole, double backward_split);
+
 // A Hugging Face config.json (models/hf_config.cpp): LlamaForCausalLM,
 // MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel.
 struct HfConfig {

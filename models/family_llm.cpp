@@ -105,6 +105,17 @@ std::int64_t llm_embedding_params(const LlmSpec& t) {
 
 std::int64_t llm_head_params(const LlmSpec& t) { return norm_params(t) + (t.tied_embeddings ? 0 : t.vocab * t.hidden); }
 
+void set_fp8_costs(LayerCost& c, double tokens, std::int64_t matrix_params, Precision precision, double forward_whole,
+                   double forward_split, double backward_whole, double backward_split) {
+  const double cast = 2.0 * bytes_per_element(precision) + 2;  // per element
+  c.fp8_flops = 2 * tokens * static_cast<double>(matrix_params);
+  c.fp8_params = matrix_params;
+  c.fp8_forward_traffic_replicated = tokens * forward_whole * cast;
+  c.fp8_forward_traffic = tokens * (forward_whole + forward_split) * cast;
+  c.fp8_backward_traffic_replicated = tokens * backward_whole * cast;
+  c.fp8_backward_traffic = tokens * (backward_whole + backward_split) * cast;
+}
+
 namespace {
 
 LayerShape llm_shape(const LlmSpec& t) {
@@ -212,6 +223,13 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   c.op_saved_whole_elems = t.mlp == LlmSpec::Mlp::SwiGlu ? S * H : 0;
   c.op_saved_elems = c.op_saved_replicated_elems + S * H + S * t.kv() + core_out + S * t.ffn_hidden + c.op_saved_whole_elems;
   c.op_recompute_flops = 2 * s * h * (kv + h + f) + (t.flash_attention ? 0 : 4 * s * s * h);
+  // FP8 casts: in forward the two norms' outputs (whole), the attention
+  // context and the down projection's input; in backward the output
+  // gradients of Q, K, V and of the up projections (split), of the attention
+  // output and of the down projection (whole).
+  set_fp8_costs(c, s, llm_block_matrix_params(t), precision, 2 * h, h + f, 2 * h,
+                h + 2 * kv + static_cast<double>(up) * f);
+  c.fp8_op_recompute_flops = 2 * s * h * (kv + h + f);
   return c;
 }
 

@@ -108,7 +108,7 @@ void apply_action_overheads(ActionOverheads& a, const YamlFields& y, double unit
 }
 
 void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
-  std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "memory_gb",
+  std::vector<std::string> known{"name",           "peak_flops_fp32",      "peak_flops_half",    "peak_flops_fp8", "memory_gb",
                                  "memory_bandwidth_gbps", "efficiency",    "op_overhead_us",     "transfer_overhead_us",
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
@@ -119,6 +119,10 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("name")) d.name = y.line("name");
   if (y.has("peak_flops_fp32")) d.peak_flops_fp32 = y.positive_number("peak_flops_fp32");
   if (y.has("peak_flops_half")) d.peak_flops_half = y.positive_number("peak_flops_half");
+  if (y.has("peak_flops_fp8")) d.peak_flops_fp8 = y.positive_number("peak_flops_fp8");
+  if (d.peak_flops_fp8 > 0 && d.peak_flops_fp8 < d.peak_flops_half) {
+    y.fail(y.has("peak_flops_fp8") ? "peak_flops_fp8" : "peak_flops_half", "FP8's rate must be at least BF16's (peak_flops_half)");
+  }
   if (y.has("memory_gb")) d.memory_bytes = y.positive_number("memory_gb") * kGB;
   if (y.has("memory_reserve_gb")) d.memory_reserve_bytes = y.non_negative_number("memory_reserve_gb") * kGB;
   if (y.has("memory_reserve_fraction")) {

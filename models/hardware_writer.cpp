@@ -32,6 +32,7 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   field("name", yaml_quoted(d.name));
   field("peak_flops_fp32", yaml_number(d.peak_flops_fp32));
   field("peak_flops_half", yaml_number(d.peak_flops_half));
+  if (d.peak_flops_fp8 > 0) field("peak_flops_fp8", yaml_number(d.peak_flops_fp8));
   field("memory_gb", yaml_number(d.memory_bytes / kGB));
   if (d.memory_reserve_bytes > 0) field("memory_reserve_gb", yaml_number(d.memory_reserve_bytes / kGB));
   if (d.memory_reserve_fraction > 0) field("memory_reserve_fraction", yaml_number(d.memory_reserve_fraction));

@@ -1,6 +1,8 @@
 // Model-wide sums, the cut sizes of a layer order, and precision names.
 #include "models/model.hpp"
 
+#include <algorithm>
+
 #include "schedule/error.hpp"
 
 namespace pipetwin::models {
@@ -10,6 +12,7 @@ std::string_view precision_name(Precision p) {
     case Precision::FP32: return "fp32";
     case Precision::BF16: return "bf16";
     case Precision::FP16: return "fp16";
+    case Precision::FP8: return "fp8";
   }
   return "?";
 }
@@ -18,14 +21,33 @@ Precision parse_precision(std::string_view name) {
   if (name == "fp32") return Precision::FP32;
   if (name == "bf16") return Precision::BF16;
   if (name == "fp16") return Precision::FP16;
-  throw Error("unknown precision '" + std::string(name) + "' (valid: fp32, bf16, fp16)");
+  if (name == "fp8") return Precision::FP8;
+  throw Error("unknown precision '" + std::string(name) + "' (valid: fp32, bf16, fp16, fp8)");
 }
 
-int bytes_per_element(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+int bytes_per_element(Precision p) { return p == Precision::FP32 ? 4 : 2; }  // FP8 keeps its tensors in BF16
 
 std::int64_t as_elems(double bytes, Precision precision) {
   const double b = bytes_per_element(precision);
   return static_cast<std::int64_t>((bytes + b - 1) / b);
+}
+
+Model with_precision(Model model, std::string_view name) {
+  if (name.empty()) return model;
+  const Precision p = parse_precision(name);
+  if (p == model.precision) return model;
+  if (p == Precision::FP32 || model.precision == Precision::FP32) {
+    throw Error("--precision " + std::string(name) + ": model " + model.name + " is built in " +
+                std::string(precision_name(model.precision)) +
+                "; the option moves a 16-bit model between bf16, fp16 and fp8 (set precision in the model's spec)");
+  }
+  const bool products = std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) { return l.cost.fp8_flops > 0; });
+  if (p == Precision::FP8 && !products) {
+    throw Error("--precision fp8: model " + model.name + " (family " + model.family +
+                ") has no products FP8 runs (the transformer and llm families' blocks)");
+  }
+  model.precision = p;
+  return model;
 }
 
 std::string_view kind_name(LayerKind kind) {

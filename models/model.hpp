@@ -17,7 +17,12 @@
 
 namespace pipetwin::models {
 
-enum class Precision { FP32, BF16, FP16 };
+// FP8 (Transformer Engine's, torchao's float8 training): the transformer
+// blocks' matrix products with their weights run in FP8 at the device's FP8
+// rate, each operand cast with current (per-tensor, dynamic) scaling; the
+// weights, activations and gradients are kept in BF16 (bytes_per_element 2)
+// and the rest of the work runs in BF16.
+enum class Precision { FP32, BF16, FP16, FP8 };
 std::string_view precision_name(Precision p);
 Precision parse_precision(std::string_view name);  // throws pipetwin::Error
 int bytes_per_element(Precision p);
@@ -133,6 +138,18 @@ struct LayerCost {
   // saved). Its elementwise kernels are all re-run: forward_traffic.
   std::int64_t op_saved_elems = 0, op_saved_replicated_elems = 0, op_saved_whole_elems = 0;
   double op_recompute_flops = 0;
+  // What FP8 runs (Precision::FP8): per sample, the FLOPs of the layer's
+  // products with its weights in each of F, I and W (the same in the three:
+  // 2 x tokens x matrix parameters), of them those in op_recompute_flops,
+  // and those parameters; and the traffic of casting their operands to FP8
+  // (an amax pass and a cast writing the FP8 tensor and its transpose: the
+  // inputs in forward, the output gradients in backward), whole on every
+  // device of a tensor group where the operand is (without sequence
+  // parallelism, a column-parallel input and a row-parallel output gradient).
+  double fp8_flops = 0, fp8_op_recompute_flops = 0;
+  std::int64_t fp8_params = 0;
+  double fp8_forward_traffic = 0, fp8_backward_traffic = 0;
+  double fp8_forward_traffic_replicated = 0, fp8_backward_traffic_replicated = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 
@@ -163,6 +180,12 @@ struct Model {
   // tensor produced before p and consumed at or after p, counted once.
   std::vector<std::int64_t> cut_elems() const;
 };
+
+// `model` in another 16-bit precision (--precision): bf16, fp16 or fp8, from
+// a model built in one of them (its tensors' sizes stay: all keep 2 bytes an
+// element). Refused, naming the model: fp32 either way, and fp8 for a model
+// without products FP8 runs (LayerCost::fp8_flops). `name` empty: as built.
+Model with_precision(Model model, std::string_view name);
 
 // The operators (kernels, autograd nodes) layer `index` of `model` runs in its
 // forward, as exec/ builds it (views left out; the last layer's loss

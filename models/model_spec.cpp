@@ -71,6 +71,10 @@ Model model_of_family(const YamlFields& y) {
   // An LLM trains in 16-bit; the other families default to fp32.
   const Precision precision =
       y.has("precision") ? precision_field(y, "precision") : family == "llm" ? Precision::BF16 : Precision::FP32;
+  if (precision == Precision::FP8 && family != "llm" && family != "transformer") {
+    y.fail("precision", "fp8 runs a transformer block's products with its weights in FP8: family llm or transformer, "
+                        "not " + family);
+  }
   const std::vector<std::string> common{"family", "name", "precision", "grad_precision"};
   const auto known = [&](std::vector<std::string> fields) {
     fields.insert(fields.end(), common.begin(), common.end());
@@ -132,8 +136,10 @@ Model model_from_yaml(const YamlFields& y) {
   Model m = model_of_family(y);
   if (y.has("grad_precision")) {
     const Precision g = precision_field(y, "grad_precision");
-    if (bytes_per_element(g) < bytes_per_element(m.precision) || (g != m.precision && g != Precision::FP32)) {
-      y.fail("grad_precision", "must be fp32 or the weights' precision (" + std::string(precision_name(m.precision)) +
+    // FP8 keeps its weights in BF16.
+    const Precision weights = m.precision == Precision::FP8 ? Precision::BF16 : m.precision;
+    if (bytes_per_element(g) < bytes_per_element(weights) || (g != weights && g != Precision::FP32)) {
+      y.fail("grad_precision", "must be fp32 or the weights' precision (" + std::string(precision_name(weights)) +
                                    "), got " + std::string(precision_name(g)));
     }
     m.grad_precision = g;

@@ -54,121 +54,7 @@ void check_checkpoint(const Model& m, schedule::RecomputePolicy policy, LayerChe
   }
 }
 
-// One layer's memory on one device of a tensor group of T, per sample:
-// parameters, stashed elements, what a deferred weight gradient keeps, and
-// the bytes its backward holds at once beyond the stash.
-struct LayerMemory {
-  double params = 0, stashed = 0, weight_grad_stash = 0, workspace = 0;
-};
-LayerMemory layer_memory(const LayerCost& c, Precision precision, int T, bool sequence_parallel, bool selective, bool by_op) {
-  LayerMemory out;
-  const double bytes = bytes_per_element(precision);
-  // Selective recompute: the core's scores are back while the backward runs.
-  out.workspace = (c.backward_workspace_bytes + (selective ? static_cast<double>(c.selective_elems) * bytes : 0)) /
-                  (c.tensor_split ? T : 1);
-  const double whole_params = static_cast<double>(c.tp_replicated_params);
-  out.params = (static_cast<double>(c.params) - whole_params) / T + whole_params;
-  // Sequence parallelism splits all of it; without, the norms and dropouts stay whole.
-  const double whole = sequence_parallel ? 0 : static_cast<double>(c.tp_replicated_elems);
-  const double freed = selective ? static_cast<double>(c.selective_elems) : 0;
-  out.stashed = whole + (static_cast<double>(c.stashed_elems) - freed - whole) / T;
-  if (by_op && c.op_saved_elems > 0) {
-    // The op policy keeps its saved outputs; the rest of the layer's stash
-    // is back, one layer at a time, while its backward runs.
-    const double always = static_cast<double>(c.op_saved_whole_elems);
-    const double replicated = static_cast<double>(c.op_saved_replicated_elems);
-    const double saved = always + (sequence_parallel ? replicated / T : replicated) +
-                         (static_cast<double>(c.op_saved_elems) - always - replicated) / T;
-    out.workspace += std::max(0.0, out.stashed - saved) * bytes;
-    out.stashed = saved;
-  }
-  // Whole with sequence parallelism too: the executor keeps the gathered input.
-  const double w_whole = static_cast<double>(c.weight_grad_replicated_elems);
-  out.weight_grad_stash = w_whole + (static_cast<double>(c.weight_grad_elems) - w_whole) / T;
-  return out;
-}
-
 }  // namespace
-
-void StageCostModel::time_layers(int k, double b) {
-  const Device& d = devices_[k];
-  const int T = tensor_parallel_, n = static_cast<int>(model_.layers.size());
-  const Model& m = model_;
-  for (int l = 0; l < n; ++l) {
-    const auto& c = m.layers[l].cost;
-    const std::string_view kind = kind_name(m.layers[l].kind);
-    const int ops = operators(m, l);  // for a per-operator (pooled) curve
-    // Split over a tensor-parallel group, each device's share of the work
-    // runs at the efficiency of its smaller matrices (the curve at work / T).
-    const double share = b / T;
-    const double f = c.forward_flops * share;
-    // Each device's weights (its share under tensor parallelism); an
-    // embedding gathers rows, not its whole table.
-    const double weights = pass_weight_bytes(m, l) / (c.tensor_split ? T : 1);
-    double in = 0, w = 0;
-    if (d.has_kind(kind)) {
-      // A calibrated kind times the layer's whole backward on its curve,
-      // shared between I and W in proportion to their work.
-      const double bwd = (c.input_grad_flops + c.weight_grad_flops) * share;
-      const double t = d.layer_seconds(kind, Pass::Backward, bwd, m.precision, ops) +
-                       (bwd > 0 ? d.weight_stream_seconds(Pass::Backward, weights) : 0);
-      // Shared as measured where a calibration saw I and W apart, else by FLOPs.
-      const auto* curves = d.kind_curves(kind);
-      const double w_share = c.weight_grad_flops <= 0       ? 0
-                             : curves->weight_grad_share ? *curves->weight_grad_share
-                                                         : (bwd > 0 ? c.weight_grad_flops * share / bwd : 0);
-      in = bwd > 0 ? t * (1 - w_share) : 0;
-      w = bwd > 0 ? t - in : 0;
-    } else {
-      in = d.compute_seconds(c.input_grad_flops * share, m.precision);
-      w = d.compute_seconds(c.weight_grad_flops * share, m.precision);
-    }
-    // The weights' floor: a forward and an input gradient read each weight
-    // once, a weight gradient reads and writes each gradient (accumulated over
-    // the micro-batches).
-    const double read = d.weight_seconds(weights);
-    // A calibrated kind's layer streams its weights in each pass (Device::weight_stream).
-    const auto pass_seconds = [&](Pass pass) {
-      const double t = d.layer_seconds(kind, pass, f, m.precision, ops);
-      return f > 0 && d.has_kind(kind) ? t + d.weight_stream_seconds(pass, weights) : t;
-    };
-    if (c.input_grad_flops > 0) in = std::max(in, read);
-    if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
-    const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
-    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
-    // Elementwise traffic: the replicated part whole on each device unless
-    // sequence parallelism splits it, the rest split over the group.
-    const double whole_share = sequence_parallel_ ? share : b;
-    const auto traffic = [&](double total, double replicated) {
-      return d.traffic_seconds(kind, replicated * whole_share + (total - replicated) * share);
-    };
-    const double fwd_mem = traffic(c.forward_traffic, c.forward_traffic_replicated);
-    const double bwd_mem = traffic(c.backward_traffic, c.backward_traffic_replicated);
-    forward_[k][l + 1] = forward_[k][l] + floored(pass_seconds(Pass::Forward)) + fwd_comm + fwd_mem;
-    forward_nograd_[k][l + 1] =
-        forward_nograd_[k][l] + floored(pass_seconds(Pass::ForwardNoGrad)) + fwd_comm + fwd_mem;
-    recompute_[k][l + 1] =
-        recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
-    // Selective recompute re-runs the attention core inside the backward: its
-    // share of the layer's recompute, and its traffic.
-    // The op policy re-runs its block's forward but the saved products and
-    // attention kernel: their share of the FLOPs, all its elementwise
-    // traffic, and its collectives (with sequence parallelism only the
-    // all-gathers: the reduce-scatters' outputs are saved).
-    const auto recompute_share = [&](double flops) {
-      return c.forward_flops > 0 ? pass_seconds(Pass::Recompute) * flops / c.forward_flops : 0;
-    };
-    double selective = 0;
-    const bool by_op = checkpoint_.by_op(), picked = recompute_policy_ == schedule::RecomputePolicy::Selective;
-    if (picked && by_op && c.op_saved_elems > 0) {
-      selective = recompute_share(c.op_recompute_flops) + fwd_mem + (sequence_parallel_ ? fwd_comm / 2 : fwd_comm);
-    } else if (picked && !by_op && c.selective_flops > 0) {
-      selective = recompute_share(c.selective_flops) + traffic(c.selective_traffic, 0);
-    }
-    input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem + selective;
-    weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
-  }
-}
 
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m),
@@ -205,6 +91,14 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
                 std::to_string(r.stages()));
   }
   for (const auto rank : r.program.stage_to_rank) stage_rank_.push_back(rank.value);
+  if (m.precision == Precision::FP8) {
+    for (const Device& d : devices_) {
+      if (d.peak_flops_fp8 <= 0) {
+        throw Error("model " + m.name + " is in precision fp8, but hardware " + hw.name + "'s device " + d.name +
+                    " gives no FP8 rate (peak_flops_fp8): FP8 products run on H100 and later");
+      }
+    }
+  }
   if (data_parallel_ > 1) {
     for (int k = 0; k < K; ++k) {
       data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
@@ -226,19 +120,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
     const auto j = same - devices_.begin();
     for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) (*prefix)[k] = (*prefix)[j];
   }
-  params_.assign(n + 1, 0);
-  stashed_.assign(n + 1, 0);
-  weight_grad_stash_.assign(n + 1, 0);
-  workspace_.assign(n, 0);
-  const bool by_op = recompute_policy_ == schedule::RecomputePolicy::Selective && checkpoint_.by_op();
-  const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective && !by_op;
-  for (int l = 0; l < n; ++l) {
-    const LayerMemory lm = layer_memory(m.layers[l].cost, m.precision, T, sequence_parallel_, selective, by_op);
-    params_[l + 1] = params_[l] + lm.params;
-    stashed_[l + 1] = stashed_[l] + lm.stashed;
-    weight_grad_stash_[l + 1] = weight_grad_stash_[l] + lm.weight_grad_stash;
-    workspace_[l] = lm.workspace;
-  }
+  size_layers();
   cut_ = m.cut_elems();
   std::tie(first_recomputable_, end_recomputable_) = recomputable_bounds(m);
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
@@ -323,7 +205,8 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
   const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) / (zero_ >= 1 ? D : 1);
   return p * (bytes * st.weight_versions / (shards_weights() ? D : 1) +
-              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded);
+              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded) +
+         (shards_weights() ? 0 : fp8_cache_bytes(i, j));
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
@@ -371,12 +254,15 @@ double StageCostModel::weight_grad_bytes(int i, int j) const {
 }
 
 double StageCostModel::workspace_bytes(int i, int j) const {
-  double most = 0, largest = 0;  // largest: the largest layer's weights (an FSDP unit)
-  for (int l = i; l < j; ++l) most = std::max(most, workspace_[l]), largest = std::max(largest, params_[l + 1] - params_[l]);
+  double most = 0, largest = 0, cast = 0;  // largest: the largest layer's weights (an FSDP unit)
+  for (int l = i; l < j; ++l) {
+    most = std::max(most, workspace_[l]), largest = std::max(largest, params_[l + 1] - params_[l]);
+    cast = std::max(cast, fp8_cache_bytes(l, l + 1));
+  }
   // ZeRO-2 and 3: a layer's gradients whole until reduce-scattered; ZeRO-3:
   // the unit computing and the one prefetched, gathered whole.
   const double sharding = (shards_gradients() ? largest * bytes_per_element(model_.gradients()) : 0) +
-                          (shards_weights() ? 2 * largest * bytes_per_element(model_.precision) : 0);
+                          (shards_weights() ? 2 * (largest * bytes_per_element(model_.precision) + cast) : 0);
   return most * microbatch_size_ + sharding;
 }
 
@@ -389,7 +275,8 @@ StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) co
   const double p = params_[j] - params_[i];
   MemoryParts m;
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
-  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1);
+  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1) +
+              (shards_weights() ? 0 : fp8_cache_bytes(i, j));
   m.gradients = p * bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1);
   m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;
   m.activations = st.peak_bytes(whole_stash_bytes(i, j), checkpoint_stash_bytes(i, j), weight_grad_bytes(i, j));

@@ -116,10 +116,11 @@ class StageCostModel {
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
   // checkpointed stage inputs.
   double memory_bytes(int i, int j, int s) const;
-  // Its parts at the stage's peak: the weights (every version kept), the
-  // gradients, the optimizer state (fp32 master copy and moments, sharded
-  // under ZeRO-1), the stashed activations, a backward's workspace and the
-  // device's reserve on the sum of the others.
+  // Its parts at the stage's peak: the weights (every version kept, and
+  // under FP8 the cached FP8 copies, fp8_cache_bytes), the gradients, the
+  // optimizer state (fp32 master copy and moments, sharded under ZeRO-1),
+  // the stashed activations, a backward's workspace and the device's
+  // reserve on the sum of the others.
   struct MemoryParts {
     double weights = 0, gradients = 0, optimizer = 0, activations = 0, workspace = 0, reserve = 0;
     double total() const { return weights + gradients + optimizer + activations + workspace + reserve; }
@@ -141,7 +142,7 @@ class StageCostModel {
   // The largest working memory of a backward of one of the layers [i, j);
   // under ZeRO-2 and 3, with the layer's gradients held whole until
   // reduce-scattered, and under ZeRO-3 two layers' weights gathered (the
-  // one computing and the one prefetched).
+  // one computing and the one prefetched), with their FP8 copies.
   double workspace_bytes(int i, int j) const;
   // The stage input one device keeps: split over T with sequence parallelism.
   double input_bytes(int i) const { return cut_bytes(i) / (sequence_parallel_ ? tensor_parallel_ : 1); }
@@ -156,6 +157,8 @@ class StageCostModel {
   void init_tensor_parallel(int microbatch_size);
   // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
   void time_layers(int k, double b);
+  // Each layer's memory per device of the group: params_ ... fp8_params_, workspace_.
+  void size_layers();
   double action(Pass pass, int i, int j, int s) const { return j > i ? device_of(s).action_overhead.of(pass) : 0; }
 
   const Model& model_;
@@ -176,6 +179,10 @@ class StageCostModel {
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_, weight_grad_stash_;  // per device of a tensor-parallel group
   std::vector<double> workspace_;                            // per layer and sample, per device
+  std::vector<double> fp8_params_;  // prefix sums of the parameters FP8 casts (0 unless precision fp8), per device
+  // Bytes of the FP8 copies of layers [i, j)'s matrices and of their
+  // transposes (Transformer Engine keeps them over a step's micro-batches).
+  double fp8_cache_bytes(int i, int j) const { return 2 * (fp8_params_[j] - fp8_params_[i]); }
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;
   std::vector<Collective> tp_used_;

@@ -167,7 +167,8 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          (o.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o.grad_bucket_first_mb) + " MB" : "") +
          // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
          (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
-         (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") + "; top-sim " +
+         (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") +
+         (o.precision.empty() ? "" : "; precision " + o.precision) + "; top-sim " +
          std::to_string(o.top_sim);
 }
 

@@ -48,6 +48,7 @@ struct PlanSpec {
   std::vector<int> zero{0, 1};
   bool reshard_after_forward = true;
   std::string optimizer = "adam";
+  std::string precision;  // every candidate's (ScenarioSpec::precision); "": the model's
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;  // and the first one's size apart
   int top_sim = 8, jobs = 0;  // jobs 0: the cores

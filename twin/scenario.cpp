@@ -242,7 +242,7 @@ bool is_schedule_file(const std::string& schedule) {
 std::unique_ptr<Scenario> build_scenario(const models::Model& model, const models::Hardware& hardware,
                                          const ScenarioSpec& o, bool validate) {
   auto sc = std::make_unique<Scenario>();
-  sc->model = model;
+  sc->model = models::with_precision(model, o.precision);
   sc->hardware = hardware;
   auto& r = sc->request;
   const bool from_file = is_schedule_file(o.schedule);
@@ -346,6 +346,7 @@ schedule::TraceMetadata Scenario::configuration() const {
 
 nlohmann::json Scenario::describe() const {
   auto j = configuration().configuration_json();
+  j["precision"] = models::precision_name(model.precision);
   if (!program.is_pipeline_only()) {  // absent for a pipeline alone, as in its traces
     j["tensor_parallel"] = program.tensor_parallel;
     j["data_parallel"] = program.data_parallel;
@@ -382,6 +383,7 @@ std::string Scenario::headline() const {
                 program.num_ranks, program.stages_per_rank, program.num_microbatches, samples,
                 recompute_name().c_str());
   std::string out = line;
+  if (model.precision == models::Precision::FP8) out += ", fp8";
   if (!program.is_pipeline_only()) {
     out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +

@@ -43,6 +43,9 @@ struct ScenarioSpec {
   // With buckets: the first one's size in MB apart (DDP's first bucket is
   // 1 MiB, 1.048576 MB); 0: the same as the others.
   double grad_bucket_first_mb = 0;
+  // The model's arithmetic, another 16-bit one than its spec's
+  // (models::with_precision: bf16, fp16 or fp8); "": the spec's.
+  std::string precision;
 };
 
 // True when `schedule` names a file rather than a generator.

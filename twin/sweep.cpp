@@ -178,6 +178,7 @@ class Sweep {
     s.collective = o_.collective;
     s.grad_bucket_mb = o_.grad_bucket_mb;
     s.grad_bucket_first_mb = o_.grad_bucket_first_mb;
+    s.precision = o_.precision;
     return s;
   }
 
@@ -278,6 +279,7 @@ class Sweep {
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.zero == 1 ? "yes" : "no") +
            (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") : "") +
            (o_.shard_group > 0 ? "\nshard group: " + std::to_string(o_.shard_group) : "") +
+           (o_.precision.empty() ? "" : "\nprecision: " + o_.precision) +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
            (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
            (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";

@@ -36,6 +36,7 @@ struct SweepSpec {
   std::string collective = "auto";  // the all-reduces' algorithm: auto, ring or tree
   double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;   // and the first one's size apart (ScenarioSpec::grad_bucket_first_mb)
+  std::string precision;             // every row's (ScenarioSpec::precision); "": the model's
 };
 
 // Of the configurations evaluated now: those the fast path and SimGrid

@@ -435,3 +435,37 @@ TEST_F(Plan, CountsEachStatusUnderItsOwnWord) {
                              std::to_string(plan["error"]) + " not runnable (status ok, oom, error)\n"))
       << p.out;
 }
+
+// --precision fp8 in simulate, sweep and plan: a BF16 model's blocks at H100's
+// FP8 rate take less time than in BF16; sweep and plan record it in what they
+// resume from (their inputs and fingerprint), and each sweep row is the step
+// simulate gives.
+TEST_F(Plan, Fp8RunsInSimulateSweepAndPlan) {
+  const std::string sim = "simulate --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 --json";
+  const auto bf16 = run_stdout(sim), fp8 = run_stdout(sim + " --precision fp8");
+  ASSERT_EQ(bf16.code, 0) << bf16.out;
+  ASSERT_EQ(fp8.code, 0) << fp8.out;
+  const auto a = json::parse(bf16.out), b = json::parse(fp8.out);
+  EXPECT_EQ(a["precision"], "bf16");
+  EXPECT_EQ(b["precision"], "fp8");
+  const double step_a = a["summary"]["step_time_s"].get<double>(), step_b = b["summary"]["step_time_s"].get<double>();
+  EXPECT_LT(step_b, step_a);
+  EXPECT_GT(step_b, step_a / 2);  // at most twice as fast: FP8's rate is BF16's doubled, on the products alone
+
+  const auto r = run("sweep --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 --precision fp8 -j 1 --out " + path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "precision: fp8"));
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("s.csv")));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NEAR(std::stod(cells_of(rows[1]).at(7)), step_b, 1e-6 * step_b) << rows[1];
+
+  const std::string plan = "plan --model " + kTiny + " --hardware dgx-h100 --gpus 8 --global-batch 32 --max-pp 2 -s 1f1b "
+                           "--microbatch-sizes 1 --top-sim 0 --json";
+  const auto p16 = run_stdout(plan), p8 = run_stdout(plan + " --precision fp8");
+  ASSERT_EQ(p16.code, 0) << p16.out;
+  ASSERT_EQ(p8.code, 0) << p8.out;
+  const auto j16 = json::parse(p16.out), j8 = json::parse(p8.out);
+  EXPECT_NE(j16["inputs"]["fingerprint"], j8["inputs"]["fingerprint"]);
+  EXPECT_TRUE(has(j8["inputs"]["description"].get<std::string>(), "precision fp8"));
+  EXPECT_GT(j8["top"][0]["throughput_samples_per_s"].get<double>(), j16["top"][0]["throughput_samples_per_s"].get<double>());
+}

@@ -57,6 +57,7 @@ class Dump {
     text(p + "name", d.name);
     number(p + "peak_flops_fp32", d.peak_flops_fp32);
     number(p + "peak_flops_half", d.peak_flops_half);
+    number(p + "peak_flops_fp8", d.peak_flops_fp8);
     efficiency(p + "efficiency", d.efficiency);
     number(p + "memory_bytes", d.memory_bytes);
     number(p + "memory_bandwidth", d.memory_bandwidth);

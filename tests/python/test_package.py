@@ -228,6 +228,21 @@ class SimulateTest(unittest.TestCase):
         self.assertEqual({c["zero"] for c in p.candidates if c["data"] > 1}, {0, 3})
         self.assertEqual({c["zero"] for c in p.candidates if c["data"] == 1}, {0})
 
+    def test_fp8_in_simulate_sweep_and_plan(self):
+        program = pt.Program.generate("1f1b", ranks=2, microbatches=4)
+        model = os.path.join(EXAMPLES, "gpt-1.7b.yaml")
+        bf16 = pt.simulate(program, model=model, hardware="h100", batch=8)
+        fp8 = pt.simulate(program, model=model, hardware="h100", batch=8, precision="fp8")
+        self.assertLess(fp8.step_time_s, bf16.step_time_s)
+        self.assertGreater(fp8.memory[0].weights, bf16.memory[0].weights)  # the FP8 copies of the matrices
+        with self.assertRaises(pt.Error) as e:
+            pt.simulate(program, model=model, hardware="a100", batch=8, precision="fp8")
+        self.assertIn("no FP8 rate", str(e.exception))
+        rows = pt.sweep(model, "h100", "1f1b", 2, 4, microbatch_sizes=2, precision="fp8").rows
+        self.assertAlmostEqual(rows[0]["step_time_s"], fp8.step_time_s, delta=1e-6 * fp8.step_time_s)
+        p = pt.plan(model, "h100", 2, 8, microbatch_sizes=[1], recompute=["none"], top_sim=0, precision="fp8")
+        self.assertIn("precision fp8", p.description)
+
     def test_compare_two_of_pipetwins_traces(self):
         cli = os.environ.get("PIPETWIN_CLI")
         if not cli:
