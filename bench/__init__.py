@@ -20,6 +20,7 @@ BENCHMARKS = (
     "cross_model",
     "schedules",
     "narayanan",
+    "torchtitan_h100",
     "torch_profiler",
     "noise",
     "malloc",

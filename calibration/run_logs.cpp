@@ -344,7 +344,7 @@ MeasuredRun read_megatron_log(const std::string& path, const std::string& hardwa
   run.microbatches = run.global_batch / (run.data * run.microbatch_size);
   run.recompute = recompute(a);
   run.sequence_parallel = a.flag("sequence_parallel", false);
-  run.zero1 = a.flag("use_distributed_optimizer", false);
+  run.zero = a.flag("use_distributed_optimizer", false) ? 1 : 0;
   run.step_s = logs::median_after(elapsed, skip, "\"" + kElapsed + "\"", path) / 1000.0;
   return run;
 }

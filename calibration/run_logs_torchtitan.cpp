@@ -228,6 +228,27 @@ void read_pipeline(const TomlFile& toml, long long local, long long accumulation
 
 }
 
+// FSDP2 shards weights, gradients and optimizer state over dp_shard (ZeRO-3),
+// replicated over dp_replicate (HSDP); its reshard_after_forward "default"
+// frees a unit's weights after its forward without a pipeline and keeps them
+// with one. Float8 training (torchao's tensorwise: current scaling) is a
+// model converter.
+void read_sharding(const TomlFile& toml, int shard, int replicate, MeasuredRun& run) {
+  run.data = shard * replicate;
+  run.zero = shard > 1 ? 3 : 0;
+  run.shard_group = shard > 1 && replicate > 1 ? shard : 0;
+  const std::string reshard = toml.string_or("parallelism.fsdp_reshard_after_forward", "default");
+  if (reshard != "default" && reshard != "always" && reshard != "never") {
+    throw Error(toml.where("parallelism.fsdp_reshard_after_forward") + ": fsdp_reshard_after_forward must be default, "
+                "always or never, got " + reshard);
+  }
+  run.reshard_after_forward = reshard == "always" || (reshard == "default" && run.pipeline == 1);
+  if (toml.has("model.converters")) {
+    const auto converters = toml.strings("model.converters");
+    if (std::find(converters.begin(), converters.end(), "float8") != converters.end()) run.precision = "fp8";
+  }
+}
+
 }  // namespace
 
 MeasuredRun read_torchtitan_run(const std::string& toml_path, const std::string& log_path, const std::string& model,
@@ -262,11 +283,7 @@ MeasuredRun read_torchtitan_run(const std::string& toml_path, const std::string&
     }
     shard = log.dp_shard;
   }
-  // FSDP's sharding of weights, gradients and optimizer state (shard > 1) is
-  // not modelled yet: the run counts as plain data parallelism over
-  // shard x replicate, without ZeRO-1.
-  run.data = shard * replicate;
-  run.zero1 = false;
+  read_sharding(toml, shard, replicate, run);
   // torchtitan's tensor parallelism shards the norms' and residuals'
   // activations over the sequence whenever it is on.
   run.sequence_parallel = run.tensor > 1;

@@ -47,7 +47,7 @@ std::vector<std::string> split_row(const std::string& line) {
 const std::vector<std::string> kColumns{"name",          "model",        "hardware",    "tensor",
                                         "pipeline",      "data",         "gpus",        "virtual",
                                         "microbatches",  "microbatch_size", "global_batch", "schedule",
-                                        "recompute",     "sequence_parallel", "zero1",  "partition", "step_s",
+                                        "recompute",     "sequence_parallel", "zero1",  "zero", "precision", "partition", "step_s",
                                         "tflops_per_gpu", "formula",     "role"};
 
 FlopsFormula parse_formula(const std::string& text, const std::string& where) {
@@ -173,7 +173,19 @@ MeasuredRun read_row(const Row& row, const std::filesystem::path& folder, int nu
   r.schedule = row.has("schedule") ? row.text("schedule") : r.virtual_stages > 1 ? "interleaved-1f1b" : "1f1b";
   if (row.has("recompute")) r.recompute = row.text("recompute");
   r.sequence_parallel = row.flag("sequence_parallel");
-  r.zero1 = row.flag("zero1");
+  if (row.has("zero1") && row.has("zero")) throw Error(row.where() + ": give one of the columns 'zero1' and 'zero', not both");
+  r.zero = row.flag("zero1") ? 1 : 0;
+  if (row.has("zero")) {
+    const std::string& z = row.text("zero");
+    if (z.size() != 1 || z[0] < '0' || z[0] > '3') throw Error(row.where() + ": column 'zero': '" + z + "' (valid: 0, 1, 2, 3)");
+    r.zero = z[0] - '0';
+  }
+  if (row.has("precision")) {
+    r.precision = row.text("precision");
+    if (r.precision != "bf16" && r.precision != "fp16" && r.precision != "fp8") {
+      throw Error(row.where() + ": column 'precision': '" + r.precision + "' (valid: bf16, fp16, fp8)");
+    }
+  }
   if (row.has("partition")) r.partition = relative(row.text("partition"));
   r.step_s = row.positive("step_s");
   r.tflops_per_gpu = row.positive("tflops_per_gpu");

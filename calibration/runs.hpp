@@ -45,7 +45,13 @@ struct MeasuredRun {
   // twin's own partition on the hardware the fit starts from); kept for
   // every prediction of the run, so that only the device's curve varies.
   std::string partition;
-  bool sequence_parallel = false, zero1 = false;
+  bool sequence_parallel = false;
+  // ZeRO's stage over the data group (0 to 3: ScenarioSpec::zero), HSDP's
+  // shard group (0: all D), and with ZeRO-3 whether a unit's gathered
+  // weights are freed after its forward.
+  int zero = 0, shard_group = 0;
+  bool reshard_after_forward = true;
+  std::string precision;  // the model's arithmetic where not its spec's (ScenarioSpec::precision)
   // The figure: one of the two.
   double step_s = 0;
   double tflops_per_gpu = 0;
@@ -58,7 +64,8 @@ struct MeasuredRun {
 // A CSV with a header row; `#` lines are comments. Columns (any order):
 //   name, model, hardware, tensor, pipeline, data, virtual, microbatches,
 //   microbatch_size, global_batch, schedule, recompute, sequence_parallel,
-//   zero1, partition, step_s, tflops_per_gpu, formula, role
+//   zero1 (a flag: zero 1) or zero (0 to 3), precision (bf16, fp16, fp8),
+//   partition, step_s, tflops_per_gpu, formula, role
 // model, hardware and one of step_s and tflops_per_gpu are required; the
 // others default as MeasuredRun does; gpus may stand in for data (data =
 // gpus / (tensor · pipeline)). Throws pipetwin::Error naming the file, the

@@ -46,7 +46,10 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
   s.tensor_parallel = r.tensor;
   s.data_parallel = r.data;
   s.sequence_parallel = r.sequence_parallel;
-  s.zero = r.zero1 ? 1 : 0;
+  s.zero = r.zero;
+  s.shard_group = r.shard_group;
+  s.reshard_after_forward = r.reshard_after_forward;
+  s.precision = r.precision;
   s.partition = r.partition;
   return s;
 }

@@ -58,7 +58,7 @@ TEST(MegatronLog, ReadsTheConfigurationAndTheMedianStep) {
   EXPECT_EQ(r.microbatches, 16);  // 64 / (2 x 2)
   EXPECT_EQ(r.recompute, "uniform:1");
   EXPECT_TRUE(r.sequence_parallel);
-  EXPECT_TRUE(r.zero1);
+  EXPECT_EQ(r.zero, 1);
   // Iterations 3..10: 1396.3 1398.1 1399.4 1401.2 | 1402.5 1403.0 1405.9 1410.8.
   EXPECT_NEAR(r.step_s, (1401.2 + 1402.5) / 2 / 1000, 1e-9);
   EXPECT_TRUE(r.model.empty());
@@ -92,7 +92,7 @@ TEST(MegatronLog, ReadsA2021Log) {
   EXPECT_EQ(r.microbatches, 2);  // 32 / (4 x 4)
   EXPECT_EQ(r.recompute, "block:2");
   EXPECT_FALSE(r.sequence_parallel);
-  EXPECT_FALSE(r.zero1);
+  EXPECT_EQ(r.zero, 0);
   EXPECT_NEAR(r.step_s, 0.6056, 1e-9);  // median of 610.4, 600.2, 605.6
   EXPECT_EQ(r.model_text,
             "family: llm\nlayers: 24\nhidden: 1024\nffn_hidden: 4096\nheads: 16\nkv_heads: 16\nseq_len: 1024\n"
@@ -177,7 +177,10 @@ TEST(TorchtitanRun, ReadsTheJobFileAndTheMedianTps) {
   EXPECT_EQ(r.global_batch, 32);
   EXPECT_EQ(r.recompute, "uniform:1");
   EXPECT_TRUE(r.sequence_parallel);
-  EXPECT_FALSE(r.zero1);
+  EXPECT_EQ(r.zero, 3);  // FSDP2 over dp_shard
+  EXPECT_EQ(r.shard_group, 0);
+  EXPECT_FALSE(r.reshard_after_forward);  // "default" under a pipeline: kept
+  EXPECT_EQ(r.precision, "");
   // Steps 20..50 (the validation line left out): 3097 3105 | 3112 3121 tokens/s per GPU.
   const double tps = (3105.0 + 3112.0) / 2;
   EXPECT_NEAR(r.step_s, 32.0 * 8192 / (tps * 16), 1e-9);
@@ -212,6 +215,21 @@ TEST(TorchtitanRun, MapsSchedulesBatchesAndCheckpointing) {
   EXPECT_EQ(acc.microbatch_size, 8);
   EXPECT_EQ(acc.microbatches, 4);  // 256 / (8 x 8)
   EXPECT_NEAR(acc.step_s, 256.0 * 8192 / ((3105.0 + 3112.0) / 2 * 16), 1e-9);
+  EXPECT_EQ(acc.zero, 3);
+  EXPECT_TRUE(acc.reshard_after_forward);  // "default" without a pipeline: freed after each forward
+  // HSDP: shards over dp_shard, replicated over dp_replicate; float8 as a converter.
+  std::string hsdp = replaced(flat, "data_parallel_shard_degree = 8", "data_parallel_shard_degree = 4");
+  hsdp = replaced(hsdp, "data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 2");
+  hsdp = replaced(hsdp, "# converters = [\"float8\"]", "converters = [\"float8\"]");
+  const pc::MeasuredRun h = run("hsdp.toml", hsdp);
+  EXPECT_EQ(h.data, 8);
+  EXPECT_EQ(h.zero, 3);
+  EXPECT_EQ(h.shard_group, 4);
+  EXPECT_EQ(h.precision, "fp8");
+  const std::string pp1 = "pipeline_parallel_degree = 1";
+  EXPECT_FALSE(run("never.toml", replaced(flat, pp1, pp1 + "\nfsdp_reshard_after_forward = \"never\"")).reshard_after_forward);
+  const std::string bad = error_of([&] { run("bad.toml", replaced(flat, pp1, pp1 + "\nfsdp_reshard_after_forward = \"sometimes\"")); });
+  EXPECT_NE(bad.find("fsdp_reshard_after_forward must be default, always or never"), std::string::npos) << bad;
 
   const std::string full = "mode = \"full\"";
   EXPECT_EQ(run("none.toml", replaced(toml, full, "mode = \"none\"")).recompute, "none");

@@ -94,6 +94,16 @@ TEST(RunsCsv, ErrorsNameTheFileLineAndColumn) {
             std::string::npos);
   EXPECT_NE(refused("model,hardware,microbatches,step_s\nm,h100,4,-1\n").find("not a positive number"), std::string::npos);
   EXPECT_NE(refused("# nothing\n").find("no header row"), std::string::npos);
+  EXPECT_NE(refused("model,hardware,microbatches,step_s,zero\nm,h100,4,1,4\n").find("bad.csv:2: column 'zero': '4'"),
+            std::string::npos);
+  EXPECT_NE(refused("model,hardware,microbatches,step_s,zero,zero1\nm,h100,4,1,3,1\n").find("'zero1' and 'zero', not both"),
+            std::string::npos);
+  EXPECT_NE(refused("model,hardware,microbatches,step_s,precision\nm,h100,4,1,fp4\n").find("column 'precision': 'fp4'"),
+            std::string::npos);
+  // ZeRO's stage and the precision, read as given.
+  const auto ok = pc::read_runs_csv(write("ok.csv", "model,hardware,data,microbatches,step_s,zero,precision\nm,h100,8,4,1,3,fp8\n"));
+  EXPECT_EQ(ok.at(0).zero, 3);
+  EXPECT_EQ(ok.at(0).precision, "fp8");
 }
 
 TEST(RunsFiles, AMegatronLogIsToldFromACsvByItsContent) {
