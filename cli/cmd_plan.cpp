@@ -79,15 +79,16 @@ void print_text(const twin::PlanResult& r, const std::vector<const twin::Candida
     std::printf("no candidate fits in memory\n");
     return;
   }
-  std::printf("%3s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-6s %10s %10s %11s %6s %9s  %s\n", "#", "T", "K", "D", "V",
-              "M", "b", "schedule", "recompute", "SP", "ZeRO", "samples/s", "tokens/s", "TFLOP/s/GPU", "MFU", "step (s)",
-              "engine");
+  std::printf("%3s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-4s %-4s %10s %10s %11s %6s %9s  %s\n", "#", "T", "K", "D",
+              "V", "M", "b", "schedule", "recompute", "SP", "ZeRO", "prec", "samples/s", "tokens/s", "TFLOP/s/GPU", "MFU",
+              "step (s)", "engine");
   for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
     const auto& c = *best[i];
     const std::string tokens = c.tokens_per_s > 0 ? std::to_string(static_cast<long long>(c.tokens_per_s + 0.5)) : "-";
-    std::printf("%3zu %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-6s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1, c.tensor,
-                c.pipeline, c.data, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
-                c.recompute.c_str(), c.sequence_parallel ? "on" : "off", std::to_string(c.zero).c_str(), c.samples_per_s,
+    std::printf("%3zu %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-4s %-4s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1,
+                c.tensor, c.pipeline, c.data, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
+                c.recompute.c_str(), c.sequence_parallel ? "on" : "off", std::to_string(c.zero).c_str(),
+                c.precision.empty() ? "-" : c.precision.c_str(), c.samples_per_s,
                 tokens.c_str(), c.tflops_per_gpu, percent(c.mfu).c_str(), c.step_s, c.engine.c_str());
     std::printf("    why: bubble %s, TP collectives %.3g s/step, DP reduction exposed %.3g s, memory headroom %.1f GB; %s\n",
                 percent(c.bubble).c_str(), c.tp_comm_s, c.dp_exposed_s, c.headroom_gb, engine_words(c.engine).c_str());
@@ -156,7 +157,11 @@ Run add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
-  add_precision_option(cmd, s.precision, "Every candidate's: ");
+  cmd->add_option("--precision", s.precision,
+                  "Arithmetics tried, comma-separated, for a 16-bit model: bf16, fp16, fp8 (its blocks' products in FP8 "
+                  "at the device's peak_flops_fp8); default: the model's")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "fp16", "fp8"}));
   cmd->add_option("--optimizer", s.optimizer, "Optimizer")->check(CLI::IsMember(models::optimizer_names()))->capture_default_str();
   cmd->add_option("--grad-bucket-mb", s.grad_bucket_mb,
                   "With D > 1: gradient buckets of this many MB, reduced during the last backward; 0: one reduction after it")

@@ -163,7 +163,7 @@ std::string sweep(const std::string& model, const std::string& hardware, const s
 std::string plan(const std::string& model, const std::string& hardware, int gpus, int global_batch, int max_pp,
                  const std::vector<int>& microbatch_sizes, const std::vector<std::string>& schedules,
                  const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs,
-                 const std::vector<int>& zero, const std::string& precision) {
+                 const std::vector<int>& zero, const std::vector<std::string>& precision) {
   pt::PlanSpec spec;
   spec.zero = zero, spec.precision = precision;
   spec.model = model, spec.hardware = hardware, spec.gpus = gpus, spec.global_batch = global_batch, spec.max_pp = max_pp;

@@ -110,7 +110,7 @@ std::vector<std::pair<std::string, int>> schedule_shapes(const PlanSpec& o, int 
   return out;
 }
 
-void add_variants(const PlanSpec& o, Candidate c, std::vector<Candidate>& out) {
+void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions, Candidate c, std::vector<Candidate>& out) {
   std::vector<bool> sp{c.tensor > 1};
   if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
   std::vector<int> zero{0};
@@ -118,11 +118,14 @@ void add_variants(const PlanSpec& o, Candidate c, std::vector<Candidate>& out) {
   for (const auto& r : o.recompute) {
     for (const bool s : sp) {
       for (const int z : zero) {
-        c.recompute = r;
-        c.sequence_parallel = s;
-        c.zero = z;
-        c.index = out.size();
-        out.push_back(c);
+        for (const auto& p : precisions) {
+          c.recompute = r;
+          c.sequence_parallel = s;
+          c.zero = z;
+          c.precision = p;
+          c.index = out.size();
+          out.push_back(c);
+        }
       }
     }
   }
@@ -133,6 +136,10 @@ void add_variants(const PlanSpec& o, Candidate c, std::vector<Candidate>& out) {
 std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Model& model, const models::Hardware& hw) {
   const int n = static_cast<int>(model.layers.size());
   const int max_k = o.max_pp > 0 ? std::min(o.max_pp, n) : n;
+  // Each arithmetic asked for, refused here if the model cannot take it; none: the model's.
+  std::vector<std::string> precisions;
+  for (const auto& p : o.precision) precisions.emplace_back(models::precision_name(models::with_precision(model, p).precision));
+  if (precisions.empty()) precisions.emplace_back(models::precision_name(model.precision));
   std::vector<Candidate> out;
   for (const int t : tensor_degrees(model, hw, o.gpus)) {
     for (int k = 1; k <= max_k && k <= o.gpus / t; ++k) {
@@ -147,7 +154,7 @@ std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Mod
           Candidate c;
           c.schedule = schedule;
           c.tensor = t, c.pipeline = k, c.data = d, c.virtual_stages = v, c.microbatches = m, c.microbatch_size = b;
-          add_variants(o, c, out);
+          add_variants(o, precisions, c, out);
         }
       }
     }
@@ -168,7 +175,7 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
          (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
          (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") +
-         (o.precision.empty() ? "" : "; precision " + o.precision) + "; top-sim " +
+         (o.precision.empty() ? "" : "; precision " + joined(o.precision)) + "; top-sim " +
          std::to_string(o.top_sim);
 }
 
@@ -186,6 +193,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.data_parallel = c.data;
   s.sequence_parallel = c.sequence_parallel;
   s.zero = c.zero;
+  s.precision = c.precision;
   s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;

@@ -48,7 +48,9 @@ struct PlanSpec {
   std::vector<int> zero{0, 1};
   bool reshard_after_forward = true;
   std::string optimizer = "adam";
-  std::string precision;  // every candidate's (ScenarioSpec::precision); "": the model's
+  // The arithmetics tried (ScenarioSpec::precision: bf16, fp16, fp8 for a
+  // 16-bit model); empty: the model's alone.
+  std::vector<std::string> precision;
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;  // and the first one's size apart
   int top_sim = 8, jobs = 0;  // jobs 0: the cores
@@ -66,6 +68,7 @@ struct Candidate {
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1, microbatch_size = 1;
   bool sequence_parallel = false;
   int zero = 0;  // ZeRO's stage (PlanSpec::reshard_after_forward for 3)
+  std::string precision;  // its arithmetic (PlanSpec::precision's), or the model's name of it
   // Its prediction. status: ok, oom (does not fit: left out of the
   // ranking), error (cannot be built or run: the reason says why).
   std::string status, engine, reason;

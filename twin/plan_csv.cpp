@@ -14,6 +14,11 @@ namespace {
 
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
+    "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
+    "status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
+    "dp_exposed_s,memory_headroom_gb,reason";
+// Earlier plans' headers: without the precision column, and before that with zero1 for zero.
+const char* kHeaderZero =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
@@ -21,7 +26,7 @@ const char* kHeaderZero1 =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-constexpr int kColumns = 23;
+constexpr int kColumns = 24;  // kHeader's; the earlier headers' 23
 
 std::string number(double x) {
   char buf[64];
@@ -52,7 +57,7 @@ std::string row(const Candidate& c) {
   return std::to_string(c.index) + "," + c.schedule + "," + std::to_string(c.tensor) + "," + std::to_string(c.pipeline) +
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
-         std::to_string(c.zero) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
+         std::to_string(c.zero) + "," + c.precision + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
          figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
@@ -85,12 +90,13 @@ struct RowReader {
   }
 };
 
-Candidate parse_row(const std::string& path, int number, const std::string& text) {
+// A row of a file whose header has `columns` columns (a precision column where 24).
+Candidate parse_row(const std::string& path, int number, const std::string& text, int columns) {
   RowReader r{path, number, {}};
   std::size_t from = 0;
-  for (int c = 0; c < kColumns - 1; ++c) {
+  for (int c = 0; c < columns - 1; ++c) {
     const auto comma = text.find(',', from);
-    if (comma == std::string::npos) throw r.bad("the row has " + std::to_string(c + 1) + " columns, not " + std::to_string(kColumns));
+    if (comma == std::string::npos) throw r.bad("the row has " + std::to_string(c + 1) + " columns, not " + std::to_string(columns));
     r.cells.push_back(text.substr(from, comma - from));
     from = comma + 1;
   }
@@ -104,6 +110,12 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   c.recompute = r.next();
   c.sequence_parallel = r.whole("sequence_parallel") != 0, c.zero = static_cast<int>(r.whole("zero"));
   if (c.zero > 3) throw r.bad("column 'zero' is " + std::to_string(c.zero));
+  if (columns == kColumns) {
+    c.precision = r.next();
+    if (!c.precision.empty() && c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16" && c.precision != "fp8") {
+      throw r.bad("column 'precision' is '" + c.precision + "'");
+    }
+  }
   c.status = r.next();
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
   c.engine = r.next();
@@ -151,12 +163,15 @@ PlanResult read_plan_csv(const std::string& path) {
   r.description = first.substr(colon + 2);
   if (!parse_shard_line(second, r)) throw Error(path + ":2: not a '# shard I/N of E candidates' line");
   // Plans before ZeRO's stages named the column zero1 (0 or 1: the same values).
-  if (header != kHeader && header != kHeaderZero1) throw Error(path + ":3: not the header pipetwin plan writes");
+  if (header != kHeader && header != kHeaderZero && header != kHeaderZero1) {
+    throw Error(path + ":3: not the header pipetwin plan writes");
+  }
+  const int columns = header == kHeader ? kColumns : kColumns - 1;
   int number = 3;
   for (std::string line; std::getline(in, line);) {
     ++number;
     if (line.empty()) continue;
-    auto c = parse_row(path, number, line);
+    auto c = parse_row(path, number, line, columns);
     if (c.index >= r.enumerated || static_cast<int>(c.index % static_cast<std::size_t>(r.shards)) != r.shard) {
       throw Error(path + ":" + std::to_string(number) + ": candidate " + std::to_string(c.index) + " is not in shard " +
                   std::to_string(r.shard) + "/" + std::to_string(r.shards) + " of " + std::to_string(r.enumerated));
@@ -220,6 +235,7 @@ nlohmann::json candidate_json(const Candidate& c, int rank) {
           {"recompute", c.recompute},
           {"sequence_parallel", c.sequence_parallel},
           {"zero", c.zero},
+          {"precision", c.precision},
           {"engine", c.engine},
           {"step_time_s", c.step_s},
           {"throughput_samples_per_s", c.samples_per_s},

@@ -103,12 +103,13 @@ class PlanResult:
 def plan(model: str, hardware: str, gpus: int, global_batch: int, *, max_pp: int = 0,
          microbatch_sizes: Sequence[int] = (1, 2, 4, 8), schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"),
          virtual: Sequence[int] = (2, 4), recompute: Sequence[str] = ("none", "full"), top_sim: int = 8,
-         jobs: int = 0, zero: Sequence[int] = (0, 1), precision: str = "") -> PlanResult:
+         jobs: int = 0, zero: Sequence[int] = (0, 1), precision: Sequence[str] | str = ()) -> PlanResult:
     """The T x K x D layouts of ``gpus`` devices for ``model`` at
     ``global_batch`` samples a step, each predicted, as ``pipetwin plan``
     ranks them (the best ``top_sim`` replayed in SimGrid); ``zero``: ZeRO's
-    stages tried where D > 1 (``plan --zero``); ``precision``: every
-    candidate's (``plan --precision``)."""
+    stages tried where D > 1 (``plan --zero``); ``precision``: the
+    arithmetics tried (``plan --precision``; empty: the model's)."""
     j = json.loads(_core.plan(os.fspath(model), hardware, gpus, global_batch, max_pp, _ints(microbatch_sizes),
-                              _strs(schedules), _ints(virtual), _strs(recompute), top_sim, jobs, _ints(zero), precision))
+                              _strs(schedules), _ints(virtual), _strs(recompute), top_sim, jobs, _ints(zero),
+                              [p for p in _strs(precision) if p]))
     return PlanResult(candidates=j["candidates"], description=j["description"], prediction_error=j["prediction_error"])
