@@ -228,15 +228,15 @@ void read_pipeline(const TomlFile& toml, long long local, long long accumulation
 
 }
 
-// FSDP2 shards weights, gradients and optimizer state over dp_shard (ZeRO-3),
-// replicated over dp_replicate (HSDP); its reshard_after_forward "default"
+// FSDP2 shards weights, gradients and optimizer state over dp_shard and the
+// context ranks (ZeRO-3), replicated over dp_replicate (HSDP); its reshard_after_forward "default"
 // frees a unit's weights after its forward without a pipeline and keeps them
 // with one. Float8 training (torchao's tensorwise: current scaling) is a
 // model converter.
 void read_sharding(const TomlFile& toml, int shard, int replicate, MeasuredRun& run) {
   run.data = shard * replicate;
-  run.zero = shard > 1 ? 3 : 0;
-  run.shard_group = shard > 1 && replicate > 1 ? shard : 0;
+  run.zero = shard * run.context > 1 ? 3 : 0;
+  run.shard_group = run.zero == 3 && replicate > 1 ? shard * run.context : 0;
   const std::string reshard = toml.string_or("parallelism.fsdp_reshard_after_forward", "default");
   if (reshard != "default" && reshard != "always" && reshard != "never") {
     throw Error(toml.where("parallelism.fsdp_reshard_after_forward") + ": fsdp_reshard_after_forward must be default, "
@@ -262,8 +262,7 @@ MeasuredRun read_torchtitan_run(const std::string& toml_path, const std::string&
   run.model = model;
   run.hardware = hardware;
 
-  const int cp = degree(toml, {"parallelism.context_parallel_degree", "experimental.context_parallel_degree"}, 1);
-  if (cp > 1) throw Error(toml.where("parallelism.context_parallel_degree") + ": context parallelism (degree " + std::to_string(cp) + ") is not modelled");
+  run.context = degree(toml, {"parallelism.context_parallel_degree", "experimental.context_parallel_degree"}, 1);
   const auto t_keys = {"parallelism.tensor_parallel_degree", "training.tensor_parallel_degree"};
   const auto k_keys = {"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"};
   const auto r_keys = {"parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree"};

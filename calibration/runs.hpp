@@ -36,6 +36,7 @@ struct MeasuredRun {
   std::string model, model_text;
   std::string hardware;  // a preset or a file
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1;
+  int context = 1;          // C: each data-parallel replica a group of C splitting the sequence
   int microbatches = 0;     // M per replica; 0: global_batch / (D · microbatch_size)
   int microbatch_size = 1;  // b
   int global_batch = 0;     // sequences per step
@@ -58,17 +59,17 @@ struct MeasuredRun {
   FlopsFormula formula = FlopsFormula::Megatron;
   // fit: fitted; predict: held out; empty: as `--fit` says.
   std::string role;
-  int gpus() const { return tensor * pipeline * data; }
+  int gpus() const { return tensor * pipeline * data * context; }
 };
 
 // A CSV with a header row; `#` lines are comments. Columns (any order):
 //   name, model, hardware, tensor, pipeline, data, virtual, microbatches,
 //   microbatch_size, global_batch, schedule, recompute, sequence_parallel,
-//   zero1 (a flag: zero 1) or zero (0 to 3), precision (bf16, fp16, fp8),
+//   zero1 (a flag: zero 1) or zero (0 to 3), precision (bf16, fp16, fp8), context (C),
 //   partition, step_s, tflops_per_gpu, formula, role
 // model, hardware and one of step_s and tflops_per_gpu are required; the
 // others default as MeasuredRun does; gpus may stand in for data (data =
-// gpus / (tensor · pipeline)). Throws pipetwin::Error naming the file, the
+// gpus / (tensor · pipeline · context)). Throws pipetwin::Error naming the file, the
 // line and the column of anything malformed.
 std::vector<MeasuredRun> read_runs_csv(const std::string& path);
 

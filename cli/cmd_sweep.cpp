@@ -82,6 +82,7 @@ Run add_sweep_command(CLI::App& app) {
                   "their D); rows with D at most G shard over all of D")
       ->check(CLI::NonNegativeNumber);
   add_precision_option(cmd, spec.precision, "On every row: ");
+  add_context_options(cmd, spec.context_parallel, spec.context_attention);
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");

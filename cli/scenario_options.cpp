@@ -46,6 +46,17 @@ void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::s
       ->check(CLI::IsMember({"on", "off"}));
 }
 
+void add_context_options(CLI::App* cmd, int& context, std::string& attention) {
+  cmd->add_option("--context,-c", context,
+                  "Context-parallel degree C: each sample's sequence split over C devices in load-balanced causal "
+                  "chunks, each data-parallel replica a group of C (default 1; devices T x C x K x D)")
+      ->check(kPositive);
+  cmd->add_option("--context-attention", attention,
+                  "With C > 1: how the group shares keys and values: ring (passed around, under the attention of the "
+                  "block held; default) or all-gather (gathered before each attention, Llama 3's)")
+      ->check(CLI::IsMember({"ring", "all-gather"}));
+}
+
 void add_precision_option(CLI::App* cmd, std::string& precision, const std::string& where) {
   cmd->add_option("--precision", precision,
                   where + "The model's arithmetic instead of its spec's, for a 16-bit model: bf16, fp16, or fp8 (its "
@@ -75,6 +86,7 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
       ->check(kPositive);
   cmd->add_flag("--sequence-parallel", o.sequence_parallel,
                 "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
+  add_context_options(cmd, o.context_parallel, o.context_attention);
   add_zero_options(cmd, o.zero, o.reshard_after_forward, "With D > 1: ");
   cmd->add_option("--shard-group", o.shard_group,
                   "With --zero: HSDP, ZeRO's shards over groups of G consecutive replicas (G divides D), replicated "

@@ -18,6 +18,9 @@ void add_zero_options(CLI::App* cmd, int& zero, bool& reshard_after_forward, con
 // --reshard-after-forward on|off (ZeRO-3), its help led by `where`.
 void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::string& where);
 
+// -c/--context C and --context-attention ring|all-gather (ScenarioSpec's).
+void add_context_options(CLI::App* cmd, int& context, std::string& attention);
+
 // --precision bf16|fp16|fp8 (ScenarioSpec::precision), its help led by `where`.
 void add_precision_option(CLI::App* cmd, std::string& precision, const std::string& where);
 

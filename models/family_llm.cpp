@@ -230,6 +230,7 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   set_fp8_costs(c, s, llm_block_matrix_params(t), precision, 2 * h, h + f, 2 * h,
                 h + 2 * kv + static_cast<double>(up) * f);
   c.fp8_op_recompute_flops = 2 * s * h * (kv + h + f);
+  c.cp_kv_elems = 2 * t.seq_len * t.kv();
   return c;
 }
 

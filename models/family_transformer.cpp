@@ -78,11 +78,10 @@ Model transformer_model(const TransformerSpec& t, Precision precision, std::stri
     // Selective recompute: the scores not kept, QKᵀ and AV re-run in the backward.
     b.cost.selective_elems = static_cast<std::int64_t>(a * s * s);
     b.cost.selective_flops = 4 * s * s * d;
-    // FP8 casts: the inputs of QKV and of the first feed-forward linear
-    // (whole), the attention context and the second linear's input; the
-    // output gradients of QKV and of the first linear, of the attention
-    // output and of the second linear (whole).
+    // FP8 casts: the inputs of QKV and of the first linear (whole), the context and the
+    // second's input; the output gradients of QKV, the first, the output and the second (whole).
     set_fp8_costs(b.cost, s, 4 * t.d_model * t.d_model + 2 * t.d_model * t.d_ff, precision, 2 * d, d + f, 2 * d, 3 * d + f);
+    b.cost.cp_kv_elems = 2 * t.seq_len * t.d_model;
     m.layers.push_back(b);
   }
 

@@ -95,7 +95,8 @@ bool looks_like_hf_config(const std::string& text) {
 namespace {
 
 // The bounds of the YAML spec (models/model_spec.cpp).
-constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 100'000;
+// Sequences up to 2^20 tokens: the long contexts context parallelism trains.
+constexpr std::int64_t kLayers = 100'000, kWidth = 1'000'000, kSide = 1'048'576;
 
 // The keys that name heads, hidden size and positions in the messages.
 struct HfKeys {

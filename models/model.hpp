@@ -147,6 +147,11 @@ struct LayerCost {
   // device of a tensor group where the operand is (without sequence
   // parallelism, a column-parallel input and a row-parallel output gradient).
   double fp8_flops = 0, fp8_op_recompute_flops = 0;
+  // Context parallelism: per sample, the keys and values of the layer's
+  // attention (2 x tokens x K's width) that a group passes around, a chunk
+  // of each rank's a step (split over a tensor group with the heads); 0: no
+  // attention. Its attention core's forward FLOPs are selective_flops.
+  std::int64_t cp_kv_elems = 0;
   std::int64_t fp8_params = 0;
   double fp8_forward_traffic = 0, fp8_backward_traffic = 0;
   double fp8_forward_traffic_replicated = 0, fp8_backward_traffic_replicated = 0;

@@ -55,6 +55,10 @@ struct PartitionRequest {
   double gradient_bucket_bytes = 0;
   // With buckets: the first one's size apart (DDP's 1 MiB); 0: as the others.
   double gradient_first_bucket_bytes = 0;
+  // Context parallelism (the Program's context_parallel): keys and values
+  // all-gathered before each attention (Llama 3's variant) instead of passed
+  // around the ring under the attention of the block held.
+  bool context_all_gather = false;
   int ranks() const { return program.num_ranks; }
   int stages() const { return program.num_stages(); }
   int microbatches() const { return program.num_microbatches; }

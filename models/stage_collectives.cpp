@@ -11,7 +11,7 @@ namespace pipetwin::models {
 
 // Refuses a model with a layer that T devices cannot split; sums each
 // layer's collectives per micro-batch (the same on every rank: the group's link).
-void StageCostModel::init_tensor_parallel(int microbatch_size) {
+void StageCostModel::init_tensor_parallel(double microbatch_size) {
   const int T = tensor_parallel_;
   const int n = static_cast<int>(model_.layers.size());
   if (T > 1) {
@@ -145,6 +145,41 @@ double StageCostModel::gather_exposed_s(int i, int j, int s, schedule::Op op) co
     computing += c;
   }
   return std::max(0.0, prefetched_pass_s(units) - computing);
+}
+
+}  // namespace pipetwin::models
+
+namespace pipetwin::models {
+
+void StageCostModel::check_context(const Model& m) const {
+  if (context_ <= 1) return;
+  for (const auto& layer : m.layers) {
+    if (layer.cost.cp_kv_elems <= 0) continue;
+    // Load-balanced causal chunks: each rank takes the i-th and the (2C-1-i)-th of 2C.
+    if (layer.shape.seq_len % (2 * context_) != 0) {
+      throw Error("context parallelism of " + std::to_string(context_) + ": model " + m.name + "'s sequence of " +
+                  std::to_string(layer.shape.seq_len) + " tokens does not split into 2 x " + std::to_string(context_) +
+                  " equal chunks (each rank takes two, for a causal attention's balance)");
+    }
+    return;
+  }
+  throw Error("context parallelism splits a sequence's attention: model " + m.name + " (family " + m.family +
+              ") has no attention (the transformer and llm families' blocks do)");
+}
+
+std::pair<double, double> StageCostModel::context_exchange_s(int k, int l) const {
+  const auto& c = model_.layers[l].cost;
+  if (context_ <= 1 || c.cp_kv_elems <= 0) return {0, 0};
+  const double C = context_;
+  // A step's message: one rank's chunk of the keys and values (the group's T streams together).
+  const double step = context_links_[k].seconds(static_cast<double>(c.cp_kv_elems) * microbatch_size_ *
+                                                bytes_per_element(model_.precision));
+  if (context_all_gather_) return {(C - 1) * step, (C - 1) * step};  // gathered, then dK and dV reduce-scattered
+  // Under each step, the attention of the block held: the rank's core (1/C
+  // of the layer's, balanced), in C blocks; the backward's is twice the
+  // forward's and passes dK and dV too.
+  const double core = devices_[k].compute_seconds(c.selective_flops * microbatch_size_ / tensor_parallel_, model_.precision) / C;
+  return {(C - 1) * std::max(0.0, step - core), (C - 1) * std::max(0.0, 2 * step - 2 * core)};
 }
 
 }  // namespace pipetwin::models

@@ -59,7 +59,7 @@ void check_checkpoint(const Model& m, schedule::RecomputePolicy policy, LayerChe
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m),
       hardware_(hw),
-      microbatch_size_(r.microbatch_size),
+      microbatch_size_(static_cast<double>(r.microbatch_size) / r.program.context_parallel),
       optimizer_(r.optimizer),
       recompute_policy_(r.recompute()),
       checkpoint_(r.checkpoint),
@@ -75,7 +75,10 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   const int n = static_cast<int>(m.layers.size());
   check_checkpoint(m, recompute_policy_, checkpoint_);
   const int T = tensor_parallel_;
-  init_tensor_parallel(r.microbatch_size);
+  context_ = r.program.context_parallel;
+  context_all_gather_ = r.context_all_gather;
+  check_context(m);
+  init_tensor_parallel(microbatch_size_);
   const int K = r.ranks();
   if (!hw.devices.empty() && T * data_parallel_ > 1) {
     throw Error("hardware " + hw.name + " lists its devices one by one (`devices:`), one per pipeline rank; with T = " +
@@ -103,16 +106,21 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
     for (int k = 0; k < K; ++k) {
       data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
       shard_links_.push_back(data_subgroup_link(hw.topology, T, data_parallel_, k, shard_, 1));
+      if (context_ > 1) context_links_.push_back(data_subgroup_link(hw.topology, T, data_parallel_, k, context_, 1));
     }
   }
-  const double b = r.microbatch_size;
+  const double b = microbatch_size_;
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
   }
   // Ranks on equal devices share their times (every rank of a uniform
   // cluster: K x layers of device curves was a third of a K = 512 step's work).
   for (int k = 0; k < K; ++k) {
-    const auto same = std::find(devices_.begin(), devices_.begin() + k, devices_[k]);
+    auto same = std::find(devices_.begin(), devices_.begin() + k, devices_[k]);
+    // With context parallelism each rank's group has its own link.
+    if (context_ > 1 && same != devices_.begin() + k && !(context_links_[same - devices_.begin()] == context_links_[k])) {
+      same = devices_.begin() + k;
+    }
     if (same == devices_.begin() + k) {
       time_layers(k, b);
       continue;
@@ -205,8 +213,7 @@ double StageCostModel::static_bytes(int i, int j, int s) const {
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
   const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) / (zero_ >= 1 ? D : 1);
   return p * (bytes * st.weight_versions / (shards_weights() ? D : 1) +
-              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded) +
-         (shards_weights() ? 0 : fp8_cache_bytes(i, j));
+              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded);
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
@@ -262,8 +269,9 @@ double StageCostModel::workspace_bytes(int i, int j) const {
   // ZeRO-2 and 3: a layer's gradients whole until reduce-scattered; ZeRO-3:
   // the unit computing and the one prefetched, gathered whole.
   const double sharding = (shards_gradients() ? largest * bytes_per_element(model_.gradients()) : 0) +
-                          (shards_weights() ? 2 * (largest * bytes_per_element(model_.precision) + cast) : 0);
-  return most * microbatch_size_ + sharding;
+                          (shards_weights() ? 2 * largest * bytes_per_element(model_.precision) : 0);
+  // FP8: the layer computing holds its matrices cast (cast: the largest's).
+  return most * microbatch_size_ + sharding + cast;
 }
 
 // The stash peaks where a backward starts (every schedule runs one there
@@ -275,8 +283,7 @@ StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) co
   const double p = params_[j] - params_[i];
   MemoryParts m;
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
-  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1) +
-              (shards_weights() ? 0 : fp8_cache_bytes(i, j));
+  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1);
   m.gradients = p * bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1);
   m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;
   m.activations = st.peak_bytes(whole_stash_bytes(i, j), checkpoint_stash_bytes(i, j), weight_grad_bytes(i, j));

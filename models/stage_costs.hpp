@@ -116,9 +116,8 @@ class StageCostModel {
   // optimizer state, the schedule's peak of whole stashed micro-batches and of
   // checkpointed stage inputs.
   double memory_bytes(int i, int j, int s) const;
-  // Its parts at the stage's peak: the weights (every version kept, and
-  // under FP8 the cached FP8 copies, fp8_cache_bytes), the gradients, the
-  // optimizer state (fp32 master copy and moments, sharded under ZeRO-1),
+  // Its parts at the stage's peak: the weights (every version kept), the
+  // gradients, the optimizer state (fp32 master copy and moments, sharded under ZeRO-1),
   // the stashed activations, a backward's workspace and the device's
   // reserve on the sum of the others.
   struct MemoryParts {
@@ -142,7 +141,8 @@ class StageCostModel {
   // The largest working memory of a backward of one of the layers [i, j);
   // under ZeRO-2 and 3, with the layer's gradients held whole until
   // reduce-scattered, and under ZeRO-3 two layers' weights gathered (the
-  // one computing and the one prefetched), with their FP8 copies.
+  // one computing and the one prefetched); under FP8, the FP8 copies of the
+  // layer computing's matrices.
   double workspace_bytes(int i, int j) const;
   // The stage input one device keeps: split over T with sequence parallelism.
   double input_bytes(int i) const { return cut_bytes(i) / (sequence_parallel_ ? tensor_parallel_ : 1); }
@@ -154,7 +154,12 @@ class StageCostModel {
     const auto& p = prefix[rank_of(s)];
     return p[j] - p[i];
   }
-  void init_tensor_parallel(int microbatch_size);
+  void init_tensor_parallel(double microbatch_size);
+  // Context parallelism: the exposed time of layer l's keys and values
+  // passed around rank k's group of C (a ring under the attention of the
+  // block held, or all-gathered first), in its forward and its backward.
+  std::pair<double, double> context_exchange_s(int k, int l) const;
+  void check_context(const Model& m) const;
   // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
   void time_layers(int k, double b);
   // Each layer's memory per device of the group: params_ ... fp8_params_, workspace_.
@@ -163,7 +168,12 @@ class StageCostModel {
 
   const Model& model_;
   const Hardware& hardware_;
-  int microbatch_size_ = 1;
+  // Samples' worth of tokens one device holds per micro-batch: b, or b / C
+  // under context parallelism (1/C of every sample's sequence).
+  double microbatch_size_ = 1;
+  int context_ = 1;              // Program::context_parallel
+  bool context_all_gather_ = false;
+  std::vector<Link> context_links_;  // [rank]: its context group's (data_subgroup_link), with C > 1
   Optimizer optimizer_ = Optimizer::Adam;
   schedule::RecomputePolicy recompute_policy_ = schedule::RecomputePolicy::None;
   bool checkpoints() const {
@@ -181,7 +191,7 @@ class StageCostModel {
   std::vector<double> workspace_;                            // per layer and sample, per device
   std::vector<double> fp8_params_;  // prefix sums of the parameters FP8 casts (0 unless precision fp8), per device
   // Bytes of the FP8 copies of layers [i, j)'s matrices and of their
-  // transposes (Transformer Engine keeps them over a step's micro-batches).
+  // transposes, cast as a layer computes (a byte each per parameter).
   double fp8_cache_bytes(int i, int j) const { return 2 * (fp8_params_[j] - fp8_params_[i]); }
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;

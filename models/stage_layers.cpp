@@ -65,8 +65,7 @@ void StageCostModel::time_layers(int k, double b) {
     const auto& c = m.layers[l].cost;
     const std::string_view kind = kind_name(m.layers[l].kind);
     const int ops = operators(m, l);  // for a per-operator (pooled) curve
-    // Split over a tensor-parallel group, each device's share of the work
-    // runs at the efficiency of its smaller matrices (the curve at work / T).
+    // Split over a tensor group, a device's share runs at its smaller matrices' efficiency.
     const double share = b / T;
     const bool fp8 = m.precision == Precision::FP8;
     const LayerWork work = layer_work(c, d, fp8);
@@ -103,7 +102,8 @@ void StageCostModel::time_layers(int k, double b) {
     if (c.input_grad_flops > 0) in = std::max(in, read);
     if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
     const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
-    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l], bwd_comm = tp_backward_[l + 1] - tp_backward_[l];
+    const auto [fwd_cp, bwd_cp] = context_exchange_s(k, l);  // context parallelism's keys and values
+    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l] + fwd_cp, bwd_comm = tp_backward_[l + 1] - tp_backward_[l] + bwd_cp;
     // Elementwise traffic (with FP8's casts): the replicated part whole on
     // each device unless sequence parallelism splits it, the rest split.
     const double whole_share = sequence_parallel_ ? share : b, cast = fp8 ? 1 : 0;

@@ -65,6 +65,7 @@ std::string to_json(const Program& p, int indent) {
     if (p.zero > 1) j["zero"] = p.zero;
     if (p.zero == 3 && !p.reshard_after_forward) j["reshard_after_forward"] = false;
     if (p.shard_group > 0) j["shard_group"] = p.shard_group;
+    if (p.context_parallel > 1) j["context_parallel"] = p.context_parallel;
   }
   j["stage_to_rank"] = json::array();
   for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
@@ -109,13 +110,14 @@ void read_parallel(const json& j, const std::string& source, Program& p) {
     }
     p.zero = v;
   }
-  if (j.contains("shard_group")) {
-    const int v = int_field(j, "shard_group", source);
+  for (const char* key : {"shard_group", "context_parallel"}) {
+    if (!j.contains(key)) continue;
+    const int v = int_field(j, key, source);
     if (v < 1 || v > kMaxParallel) {
-      throw Error(source + ": field 'shard_group' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
+      throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
                   std::to_string(v));
     }
-    p.shard_group = v;
+    (std::string(key) == "shard_group" ? p.shard_group : p.context_parallel) = v;
   }
 }
 

@@ -78,7 +78,7 @@ struct Header {
   std::optional<RecomputePolicy> recompute;
   int tensor_parallel = 1, data_parallel = 1;
   bool sequence_parallel = false, reshard_after_forward = true;
-  int zero = 0, shard_group = 0;
+  int zero = 0, shard_group = 0, context_parallel = 1;
   std::vector<int> stage_to_rank, weight_versions;
   std::vector<LayerRange> partition;
 };
@@ -159,6 +159,7 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
   p.zero = h.zero;
   p.reshard_after_forward = h.reshard_after_forward;
   p.shard_group = h.shard_group;
+  p.context_parallel = h.context_parallel;
   return p;
 }
 
@@ -187,6 +188,7 @@ std::string to_text(const Program& p) {
   if (p.zero > 1) out << "zero " << p.zero << "\n";
   if (p.zero == 3 && !p.reshard_after_forward) out << "reshard_after_forward off\n";
   if (p.shard_group > 0) out << "shard_group " << p.shard_group << "\n";
+  if (p.context_parallel > 1) out << "context_parallel " << p.context_parallel << "\n";
   std::vector<int> map;
   for (const auto r : p.stage_to_rank) map.push_back(r.value);
   out << "stage_to_rank" << join_ints(map) << "\n";
@@ -249,12 +251,15 @@ Program parse_text(std::string_view text, const std::string& source) {
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }
-    } else if (k == "tensor_parallel" || k == "data_parallel" || k == "shard_group") {
+    } else if (k == "tensor_parallel" || k == "data_parallel" || k == "shard_group" || k == "context_parallel") {
       const int v = to_int(one(), where);
       if (v < 1 || v > kMaxParallel) {
         throw Error(where + ": '" + k + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " + w[1]);
       }
-      (k == "tensor_parallel" ? h.tensor_parallel : k == "data_parallel" ? h.data_parallel : h.shard_group) = v;
+      (k == "tensor_parallel"   ? h.tensor_parallel
+       : k == "data_parallel"   ? h.data_parallel
+       : k == "shard_group"     ? h.shard_group
+                                : h.context_parallel) = v;
     } else if (k == "sequence_parallel" || k == "shard_optimizer" || k == "reshard_after_forward") {
       const std::string& v = one();
       if (v != "on" && v != "off") throw Error(where + ": '" + k + "' must be on or off, got '" + v + "'");

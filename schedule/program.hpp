@@ -87,7 +87,16 @@ struct Program {
   // reduce-scatter inside the group, then an all-reduce of its 1/G across the
   // groups; gathers stay inside the group. 0: one group of all D.
   int shard_group = 0;
+  // Context parallelism: of the D replicas, groups of this many consecutive
+  // ones (which divides D) split each sample's sequence into load-balanced
+  // causal chunks rather than take samples of their own: each holds 1/C of
+  // every micro-batch's tokens and passes keys and values around the group
+  // in each attention. D counts them all (every replica of the weights,
+  // which reduce their gradients together): D / C groups take batch / (D /
+  // C) samples each. 1: none.
+  int context_parallel = 1;
   bool shard_optimizer() const { return zero >= 1; }
+  int data_groups() const { return data_parallel / context_parallel; }  // D / C: the replicas that take samples
   int shard_degree() const { return shard_group > 0 ? shard_group : data_parallel; }
 
   int num_stages() const { return num_ranks * stages_per_rank; }
@@ -101,7 +110,7 @@ struct Program {
     return tensor_parallel * (replica + data_parallel * rank.value);
   }
   bool is_pipeline_only() const {
-    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && zero == 0;
+    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && zero == 0 && context_parallel == 1;
   }
   RankId rank_of(StageId stage) const { return stage_to_rank.at(stage.value); }
   std::vector<StageId> stages_of(RankId rank) const;

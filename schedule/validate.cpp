@@ -373,6 +373,10 @@ void check_shape(const Program& p) {
     bad("shard_group " + std::to_string(p.shard_group) + " needs zero 1, 2 or 3 and must divide data_parallel " +
         std::to_string(p.data_parallel));
   }
+  if (p.context_parallel < 1 || p.data_parallel % p.context_parallel != 0) {
+    bad("context_parallel " + std::to_string(p.context_parallel) + " must be at least 1 and divide data_parallel " +
+        std::to_string(p.data_parallel) + " (D counts every context-parallel rank)");
+  }
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

@@ -50,6 +50,7 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
   s.shard_group = r.shard_group;
   s.reshard_after_forward = r.reshard_after_forward;
   s.precision = r.precision;
+  s.context_parallel = r.context;
   s.partition = r.partition;
   return s;
 }

@@ -114,7 +114,7 @@ void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions,
   std::vector<bool> sp{c.tensor > 1};
   if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
   std::vector<int> zero{0};
-  if (c.data > 1) zero = o.zero;
+  if (c.data * c.context > 1) zero = o.zero;  // ZeRO shards over every replica of the weights
   for (const auto& r : o.recompute) {
     for (const bool s : sp) {
       for (const int z : zero) {
@@ -143,18 +143,21 @@ std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Mod
   std::vector<Candidate> out;
   for (const int t : tensor_degrees(model, hw, o.gpus)) {
     for (int k = 1; k <= max_k && k <= o.gpus / t; ++k) {
-      if ((o.gpus / t) % k != 0) continue;
-      const int d = o.gpus / (t * k);
-      for (const int b : o.microbatch_sizes) {
-        const std::int64_t per_microbatch = static_cast<std::int64_t>(d) * b;
-        if (o.global_batch % per_microbatch != 0) continue;
-        const int m = static_cast<int>(o.global_batch / per_microbatch);
-        for (const auto& [schedule, v] : schedule_shapes(o, k, n)) {
-          if (has_virtual_stages(schedule) && m < k) continue;  // interleaving needs a micro-batch per rank in flight
-          Candidate c;
-          c.schedule = schedule;
-          c.tensor = t, c.pipeline = k, c.data = d, c.virtual_stages = v, c.microbatches = m, c.microbatch_size = b;
-          add_variants(o, precisions, c, out);
+      for (const int cp : o.context) {
+        if (cp < 1 || (o.gpus / t) % (k * cp) != 0) continue;
+        const int d = o.gpus / (t * k * cp);
+        for (const int b : o.microbatch_sizes) {
+          const std::int64_t per_microbatch = static_cast<std::int64_t>(d) * b;
+          if (o.global_batch % per_microbatch != 0) continue;
+          const int m = static_cast<int>(o.global_batch / per_microbatch);
+          for (const auto& [schedule, v] : schedule_shapes(o, k, n)) {
+            if (has_virtual_stages(schedule) && m < k) continue;  // interleaving needs a micro-batch per rank in flight
+            Candidate c;
+            c.schedule = schedule;
+            c.tensor = t, c.pipeline = k, c.data = d, c.context = cp, c.virtual_stages = v, c.microbatches = m;
+            c.microbatch_size = b;
+            add_variants(o, precisions, c, out);
+          }
         }
       }
     }
@@ -175,7 +178,11 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
          (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
          (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") +
-         (o.precision.empty() ? "" : "; precision " + joined(o.precision)) + "; top-sim " +
+         (o.precision.empty() ? "" : "; precision " + joined(o.precision)) +
+         (o.context != std::vector<int>{1} ? "; context " + joined(o.context) +
+                                                 (o.context_attention == "all-gather" ? " (all-gather)" : "")
+                                           : "") +
+         "; top-sim " +
          std::to_string(o.top_sim);
 }
 
@@ -194,6 +201,8 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.sequence_parallel = c.sequence_parallel;
   s.zero = c.zero;
   s.precision = c.precision;
+  s.context_parallel = c.context;
+  s.context_attention = o.context_attention;
   s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;

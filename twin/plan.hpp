@@ -51,6 +51,10 @@ struct PlanSpec {
   // The arithmetics tried (ScenarioSpec::precision: bf16, fp16, fp8 for a
   // 16-bit model); empty: the model's alone.
   std::vector<std::string> precision;
+  // Context-parallel degrees C tried (T x C x K x D = GPUs), and how a group
+  // shares keys and values (ScenarioSpec::context_attention).
+  std::vector<int> context{1};
+  std::string context_attention;
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;  // and the first one's size apart
   int top_sim = 8, jobs = 0;  // jobs 0: the cores
@@ -66,6 +70,7 @@ struct Candidate {
   std::size_t index = 0;
   std::string schedule, recompute;
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1, microbatch_size = 1;
+  int context = 1;  // C: data = the data groups, each of C devices
   bool sequence_parallel = false;
   int zero = 0;  // ZeRO's stage (PlanSpec::reshard_after_forward for 3)
   std::string precision;  // its arithmetic (PlanSpec::precision's), or the model's name of it

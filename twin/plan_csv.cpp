@@ -15,9 +15,9 @@ namespace {
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
-    "status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
+    "context,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-// Earlier plans' headers: without the precision column, and before that with zero1 for zero.
+// Earlier plans' headers: without the precision and context columns, and before that with zero1 for zero.
 const char* kHeaderZero =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
@@ -26,7 +26,7 @@ const char* kHeaderZero1 =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-constexpr int kColumns = 24;  // kHeader's; the earlier headers' 23
+constexpr int kColumns = 25;  // kHeader's; the earlier headers' 23
 
 std::string number(double x) {
   char buf[64];
@@ -57,7 +57,7 @@ std::string row(const Candidate& c) {
   return std::to_string(c.index) + "," + c.schedule + "," + std::to_string(c.tensor) + "," + std::to_string(c.pipeline) +
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
-         std::to_string(c.zero) + "," + c.precision + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
+         std::to_string(c.zero) + "," + c.precision + "," + std::to_string(c.context) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
          figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
@@ -90,7 +90,7 @@ struct RowReader {
   }
 };
 
-// A row of a file whose header has `columns` columns (a precision column where 24).
+// A row of a file whose header has `columns` columns (precision and context where kColumns).
 Candidate parse_row(const std::string& path, int number, const std::string& text, int columns) {
   RowReader r{path, number, {}};
   std::size_t from = 0;
@@ -115,6 +115,8 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
     if (!c.precision.empty() && c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16" && c.precision != "fp8") {
       throw r.bad("column 'precision' is '" + c.precision + "'");
     }
+    c.context = static_cast<int>(r.whole("context"));
+    if (c.context < 1) throw r.bad("column 'context' is 0");
   }
   c.status = r.next();
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
@@ -166,7 +168,7 @@ PlanResult read_plan_csv(const std::string& path) {
   if (header != kHeader && header != kHeaderZero && header != kHeaderZero1) {
     throw Error(path + ":3: not the header pipetwin plan writes");
   }
-  const int columns = header == kHeader ? kColumns : kColumns - 1;
+  const int columns = header == kHeader ? kColumns : kColumns - 2;
   int number = 3;
   for (std::string line; std::getline(in, line);) {
     ++number;
@@ -236,6 +238,7 @@ nlohmann::json candidate_json(const Candidate& c, int rank) {
           {"sequence_parallel", c.sequence_parallel},
           {"zero", c.zero},
           {"precision", c.precision},
+          {"context", c.context},
           {"engine", c.engine},
           {"step_time_s", c.step_s},
           {"throughput_samples_per_s", c.samples_per_s},

@@ -90,7 +90,9 @@ namespace {
 // T, D and their options onto a Program, with the data-parallel reductions.
 void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   p.tensor_parallel = std::max(1, o.tensor_parallel);
-  p.data_parallel = std::max(1, o.data_parallel);
+  // D counts every replica of the weights: the data groups' times their context ranks.
+  p.context_parallel = std::max(1, o.context_parallel);
+  p.data_parallel = std::max(1, o.data_parallel) * p.context_parallel;
   p.sequence_parallel = o.sequence_parallel;
   p.zero = o.zero;
   p.reshard_after_forward = o.reshard_after_forward;
@@ -136,7 +138,8 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
     set_parallelism(p, o);
   } else {
     contradicts("--tensor", o.tensor_parallel, p.tensor_parallel, "as its tensor-parallel degree");
-    contradicts("--data", o.data_parallel, p.data_parallel, "data-parallel replicas");
+    contradicts("--data", o.data_parallel, p.data_groups(), "data-parallel replicas");
+    contradicts("--context", o.context_parallel, p.context_parallel, "as its context-parallel degree");
     const auto flag = [&](const char* option, bool given, bool in_file, const char* what) {
       if (given && !in_file) throw Error(std::string(option) + " contradicts the schedule file " + o.schedule + ", which has " + what + " off");
     };
@@ -259,6 +262,10 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
     throw Error("--grad-bucket-first-mb sizes the first of the gradient buckets: give --grad-bucket-mb too");
   }
   r.gradient_first_bucket_bytes = o.grad_bucket_first_mb * 1e6;
+  if (!o.context_attention.empty() && o.context_attention != "ring" && o.context_attention != "all-gather") {
+    throw Error("--context-attention " + o.context_attention + ": ring or all-gather");
+  }
+  r.context_all_gather = o.context_attention == "all-gather";
   // A generator's shape is known before its Program is built; a file's from the file.
   // The batch splits over the D replicas, then into each one's M micro-batches.
   const auto check_batch = [&](int microbatches, int replicas) {
@@ -275,7 +282,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   };
   if (!from_file) check_batch(o.microbatches, std::max(1, o.data_parallel));
   sc->program = scenario_program(sc->model, o, &sc->notes);
-  if (from_file) check_batch(sc->program.num_microbatches, sc->program.data_parallel);
+  if (from_file) check_batch(sc->program.num_microbatches, sc->program.data_groups());
   r.program = sc->program;  // the costs need no partition: placement and stash counts
   sc->program.partition = choose_partition(*sc, o.partition);
   if (validate && !from_file) schedule::validate(sc->program);  // throws with the grid if anything is wrong
@@ -355,6 +362,10 @@ nlohmann::json Scenario::describe() const {
     if (program.zero > 1) j["zero"] = program.zero;
     if (program.zero == 3) j["reshard_after_forward"] = program.reshard_after_forward;
     if (program.shard_group > 0) j["shard_group"] = program.shard_group;
+    if (program.context_parallel > 1) {
+      j["context_parallel"] = program.context_parallel;
+      j["context_attention"] = request.context_all_gather ? "all-gather" : "ring";
+    }
     j["devices"] = program.num_devices();
     j["collective"] = models::collective_name(request.collective);  // as asked; what each all-reduce used:
     std::vector<std::string> tp;
@@ -385,7 +396,9 @@ std::string Scenario::headline() const {
   std::string out = line;
   if (model.precision == models::Precision::FP8) out += ", fp8";
   if (!program.is_pipeline_only()) {
-    out += ", T=" + std::to_string(program.tensor_parallel) + " D=" + std::to_string(program.data_parallel) + " (" +
+    const int C = program.context_parallel;
+    out += ", T=" + std::to_string(program.tensor_parallel) + (C > 1 ? " C=" + std::to_string(C) : "") +
+           " D=" + std::to_string(program.data_groups()) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
            (program.zero > 0 ? ", ZeRO-" + std::to_string(program.zero) : "") +
            (program.zero == 3 && !program.reshard_after_forward ? " (weights kept through the step)" : "") +

@@ -46,6 +46,11 @@ struct ScenarioSpec {
   // The model's arithmetic, another 16-bit one than its spec's
   // (models::with_precision: bf16, fp16 or fp8); "": the spec's.
   std::string precision;
+  // Context parallelism: each sample's sequence split over C ranks
+  // (Program::context_parallel; 0: 1), and how they share keys and values:
+  // "ring" (default) or "all-gather".
+  int context_parallel = 0;
+  std::string context_attention;
 };
 
 // True when `schedule` names a file rather than a generator.

@@ -179,6 +179,8 @@ class Sweep {
     s.grad_bucket_mb = o_.grad_bucket_mb;
     s.grad_bucket_first_mb = o_.grad_bucket_first_mb;
     s.precision = o_.precision;
+    s.context_parallel = o_.context_parallel;
+    s.context_attention = o_.context_attention;
     return s;
   }
 
@@ -280,6 +282,8 @@ class Sweep {
            (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") : "") +
            (o_.shard_group > 0 ? "\nshard group: " + std::to_string(o_.shard_group) : "") +
            (o_.precision.empty() ? "" : "\nprecision: " + o_.precision) +
+           (o_.context_parallel > 1 ? "\ncontext: " + std::to_string(o_.context_parallel) +
+                                          (o_.context_attention == "all-gather" ? ", all-gather" : "") : "") +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
            (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
            (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";

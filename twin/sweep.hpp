@@ -37,6 +37,8 @@ struct SweepSpec {
   double grad_bucket_mb = 0;         // every row's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;   // and the first one's size apart (ScenarioSpec::grad_bucket_first_mb)
   std::string precision;             // every row's (ScenarioSpec::precision); "": the model's
+  int context_parallel = 0;          // every row's C (ScenarioSpec::context_parallel); D is the data groups
+  std::string context_attention;
 };
 
 // Of the configurations evaluated now: those the fast path and SimGrid

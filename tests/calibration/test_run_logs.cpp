@@ -239,9 +239,12 @@ TEST(TorchtitanRun, MapsSchedulesBatchesAndCheckpointing) {
   EXPECT_EQ(run("op.toml", replaced(toml, full, "mode = \"selective\"")).recompute, "op");  // torchtitan's per-operator policy
   std::string e = error_of([&] { run("sel2.toml", replaced(sel1, "selective_ac_option = \"1\"", "selective_ac_option = \"2\"")); });
   EXPECT_NE(e.find("every 2-th block"), std::string::npos) << e;
-  e = error_of([&] { run("cp.toml", replaced(toml, "context_parallel_degree = 1", "context_parallel_degree = 2")); });
-  EXPECT_NE(e.find("cp.toml:47"), std::string::npos) << e;
-  EXPECT_NE(e.find("context parallelism"), std::string::npos) << e;
+  // Context parallelism: each replica a group of 2, FSDP over the shards and the context ranks.
+  const pc::MeasuredRun cp = run("cp.toml", replaced(toml, "context_parallel_degree = 1", "context_parallel_degree = 2"));
+  EXPECT_EQ(cp.context, 2);
+  EXPECT_EQ(cp.data, 4);
+  EXPECT_EQ(cp.gpus(), 32);
+  EXPECT_EQ(cp.zero, 3);
   e = error_of([&] { run("bfs.toml", replaced(toml, ilv, "pipeline_parallel_schedule = \"LoopedBFS\"")); });
   EXPECT_NE(e.find("bfs.toml:45"), std::string::npos) << e;
   EXPECT_NE(e.find("LoopedBFS"), std::string::npos) << e;

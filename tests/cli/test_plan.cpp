@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -31,6 +32,15 @@ std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// `args` (a simulate --json) as given and with `extra`: both outputs parsed,
+// null where one failed.
+std::pair<json, json> without_and_with(const std::string& args, const std::string& extra) {
+  const auto a = run_stdout(args), b = run_stdout(args + " " + extra);
+  EXPECT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(b.code, 0) << b.out;
+  return {a.code == 0 ? json::parse(a.out) : json(), b.code == 0 ? json::parse(b.out) : json()};
 }
 
 std::vector<std::string> cells_of(const std::string& line) {
@@ -398,20 +408,20 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
     ++sharded;
   }
   EXPECT_GT(sharded, 4);
-  // Older plans' files merge still: without the precision column, and
-  // before that with their column zero named zero1.
+  // Older plans' files merge still: without the precision and context
+  // columns, and before that with their column zero named zero1.
   std::string old;
   int number = 0;
   for (const auto& line : lines_of(pipetwin::schedule::read_file(path("bound.csv")))) {
     std::string kept = line;
-    if (++number > 2) {  // past the two comment lines: the 12th column (precision) left out
+    if (++number > 2) {  // past the two comment lines: the 12th and 13th columns (precision, context) left out
       std::size_t at = 0;
       for (int c = 0; c < 11; ++c) at = kept.find(',', at) + 1;
-      kept.erase(at, kept.find(',', at) + 1 - at);
+      kept.erase(at, kept.find(',', kept.find(',', at) + 1) + 1 - at);
     }
     old += kept + "\n";
   }
-  ASSERT_EQ(lines_of(old).at(2).find(",precision,"), std::string::npos);
+  ASSERT_NE(lines_of(old).at(2).find(",zero,status,"), std::string::npos) << lines_of(old).at(2);
   std::ofstream(path("no-precision.csv")) << old;
   EXPECT_EQ(run("merge " + path("merged.csv") + " " + path("no-precision.csv")).code, 0);
   old.replace(old.find(",zero,"), 6, ",zero1,");
@@ -483,10 +493,8 @@ TEST_F(Plan, CountsEachStatusUnderItsOwnWord) {
 // simulate gives.
 TEST_F(Plan, Fp8RunsInSimulateSweepAndPlan) {
   const std::string sim = "simulate --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 --json";
-  const auto bf16 = run_stdout(sim), fp8 = run_stdout(sim + " --precision fp8");
-  ASSERT_EQ(bf16.code, 0) << bf16.out;
-  ASSERT_EQ(fp8.code, 0) << fp8.out;
-  const auto a = json::parse(bf16.out), b = json::parse(fp8.out);
+  const auto [a, b] = without_and_with(sim, "--precision fp8");
+  ASSERT_FALSE(a.is_null() || b.is_null());
   EXPECT_EQ(a["precision"], "bf16");
   EXPECT_EQ(b["precision"], "fp8");
   const double step_a = a["summary"]["step_time_s"].get<double>(), step_b = b["summary"]["step_time_s"].get<double>();
@@ -509,4 +517,39 @@ TEST_F(Plan, Fp8RunsInSimulateSweepAndPlan) {
   EXPECT_NE(j16["inputs"]["fingerprint"], j8["inputs"]["fingerprint"]);
   EXPECT_TRUE(has(j8["inputs"]["description"].get<std::string>(), "precision fp8"));
   EXPECT_GT(j8["top"][0]["throughput_samples_per_s"].get<double>(), j16["top"][0]["throughput_samples_per_s"].get<double>());
+}
+
+// -c C in simulate, sweep and plan: C devices per replica (T x C x K x D in
+// all), each holding 1/C of every sample's tokens: the same samples a step,
+// and plan's candidates fill the GPUs with every C asked for.
+TEST_F(Plan, ContextParallelismInSimulateSweepAndPlan) {
+  const std::string sim = "simulate --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 2 --json";
+  const auto [a, b] = without_and_with(sim, "-c 2");
+  ASSERT_FALSE(a.is_null() || b.is_null());
+  EXPECT_EQ(b["context_parallel"], 2);
+  EXPECT_EQ(b["context_attention"], "ring");
+  EXPECT_EQ(b["devices"], 8);
+  const auto text = run_stdout("simulate --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 2 -c 2");
+  EXPECT_TRUE(has(text.out, "T=1 C=2 D=2 (8 devices")) << text.out;
+  EXPECT_EQ(a["summary"]["samples"], b["summary"]["samples"]);
+  EXPECT_LT(b["summary"]["step_time_s"].get<double>(), a["summary"]["step_time_s"].get<double>());
+
+  const auto r = run("sweep --model " + kTiny + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 2 -c 2 -j 1 --out " + path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "context: 2"));
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("s.csv")));
+  ASSERT_EQ(rows.size(), 2u);
+  const double step = b["summary"]["step_time_s"].get<double>();
+  EXPECT_NEAR(std::stod(cells_of(rows[1]).at(7)), step, 1e-6 * step) << rows[1];
+
+  const auto p = run("plan --model " + kTiny + " --hardware dgx-h100 --gpus 8 --global-batch 32 --max-pp 2 -s 1f1b "
+                     "--microbatch-sizes 1 --top-sim 0 --context 1,2 -o " + path("p.csv"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::set<std::string> contexts;
+  for (const auto& [index, c] : plan_rows(path("p.csv"))) {
+    const int gpus = std::stoi(c.at("tensor")) * std::stoi(c.at("context")) * std::stoi(c.at("pipeline")) * std::stoi(c.at("data"));
+    EXPECT_EQ(gpus, 8) << index;
+    contexts.insert(c.at("context"));
+  }
+  EXPECT_EQ(contexts, (std::set<std::string>{"1", "2"}));
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "models/families.hpp"
 #include "models/hardware.hpp"
@@ -94,28 +95,24 @@ TEST(Fp8, SelectiveRecomputeReRunsTheCoreAtBf16sRate) {
   EXPECT_NEAR(sel.input_grad_s(1, 2, 0) - none.input_grad_s(1, 2, 0), 4 * s * s * h / (hw.device.peak_flops_half * 0.5), 1e-12);
 }
 
-TEST(Fp8, CachedCopiesOfTheMatricesCountInMemory) {
+TEST(Fp8, TheComputingLayersCastMatricesCountInMemory) {
   const auto t = spec();
   const auto bf16 = pm::llm_model(t, pm::Precision::BF16, "llama");
   const auto fp8 = pm::with_precision(bf16, "fp8");
   const auto hw = pm::preset("h100");
   const int n = static_cast<int>(fp8.layers.size());
-  const double matrices = static_cast<double>(pm::llm_block_matrix_params(t)) * t.layers;
-  for (const int T : {1, 2}) {
-    const pm::StageCostModel a(bf16, hw, request(T)), b(fp8, hw, request(T));
+  const double block = static_cast<double>(pm::llm_block_matrix_params(t));
+  for (const auto& [T, D, zero] : {std::tuple{1, 1, 0}, std::tuple{2, 1, 0}, std::tuple{1, 8, 3}}) {
+    const pm::StageCostModel a(bf16, hw, request(T, D, zero)), b(fp8, hw, request(T, D, zero));
     const auto pa = a.memory_parts(0, n, 0), pb = b.memory_parts(0, n, 0);
-    // An FP8 copy and its transpose, a byte each, of the device's share of every block matrix.
-    EXPECT_NEAR(pb.weights - pa.weights, 2 * matrices / T, 1e-6) << T;
+    // A block's matrices cast while it computes: an FP8 copy and its transpose, a byte each,
+    // of the device's share; the weights, gradients, optimizer state and activations as in BF16.
+    EXPECT_NEAR(pb.workspace - pa.workspace, 2 * block / T, 1e-6) << T << " " << zero;
+    EXPECT_DOUBLE_EQ(pb.weights, pa.weights);
     EXPECT_DOUBLE_EQ(pb.gradients, pa.gradients);
     EXPECT_DOUBLE_EQ(pb.optimizer, pa.optimizer);
-    EXPECT_DOUBLE_EQ(pb.activations, pa.activations);  // kept in BF16
-    EXPECT_NEAR(b.static_bytes(0, n, 0), pb.weights + pb.gradients + pb.optimizer, 1e-6);
+    EXPECT_DOUBLE_EQ(pb.activations, pa.activations);
   }
-  // ZeRO-3: only the two units gathered at a time have their copies.
-  const pm::StageCostModel a(bf16, hw, request(1, 8, 3)), b(fp8, hw, request(1, 8, 3));
-  const auto pa = a.memory_parts(0, n, 0), pb = b.memory_parts(0, n, 0);
-  EXPECT_DOUBLE_EQ(pb.weights, pa.weights);
-  EXPECT_NEAR(pb.workspace - pa.workspace, 2 * 2 * static_cast<double>(pm::llm_block_matrix_params(t)), 1e-6);
 }
 
 TEST(Fp8, RefusalsNameWhatIsMissing) {

@@ -52,6 +52,9 @@ TEST(SpecBounds, TheLargestModelsHaveExactCosts) {
                                "stages: [100000]\nclasses: 10000000\n"));
   expect_exact_costs(from_text("family: resnet\nimage: 100000\nin_channels: 1000000\nstem_channels: 15625\n"
                                "stages: [20000, 20000, 20000, 20000, 19998, 1, 1]\nclasses: 10000000\n"));
+  expect_exact_costs(from_text("family: llm\nlayers: 100000\nhidden: 1000000\nffn_hidden: 1000000\nheads: 1000000\n"
+                               "seq_len: 1048576\nvocab: 10000000\nflash_attention: false\ndropout: true\n"
+                               "positions: learned\nmax_positions: 1048576\n"));
   expect_exact_costs(from_text("family: amoebanet\ncells: 9999\nfilters: 83333\nimage: 100000\nin_channels: 1000000\n"
                                "classes: 10000000\n"));
 }

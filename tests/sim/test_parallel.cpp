@@ -287,6 +287,16 @@ TEST(DataParallel, TheFormatsCarryTAndD) {
   EXPECT_EQ(ps::parse_json(ps::to_json(hsdp), "t.json"), hsdp);
   hsdp.shard_group = 2;  // does not divide D = 3
   EXPECT_THROW(ps::validate(hsdp), pipetwin::Error);
+  // Context parallelism: D = 3 replicas in one group of 3, carried; 2 does not divide 3.
+  auto cp = p;
+  cp.context_parallel = 3;
+  EXPECT_NE(ps::to_text(cp).find("context_parallel 3\n"), std::string::npos);
+  EXPECT_EQ(ps::parse_text(ps::to_text(cp), "t.txt"), cp);
+  EXPECT_EQ(ps::parse_json(ps::to_json(cp), "t.json"), cp);
+  EXPECT_EQ(cp.data_groups(), 1);
+  EXPECT_NO_THROW(ps::validate(cp));
+  cp.context_parallel = 2;
+  EXPECT_THROW(ps::validate(cp), pipetwin::Error);
   auto two = p;
   two.zero = 2;
   std::string json = ps::to_json(two);
