@@ -21,6 +21,7 @@ BENCHMARKS = (
     "schedules",
     "narayanan",
     "torchtitan_h100",
+    "dgxc_h100",
     "torch_profiler",
     "noise",
     "malloc",

@@ -46,6 +46,7 @@ import subprocess
 import time
 
 from bench.common import BenchError, ensure_build
+from bench.published import calibrate_runs
 from stats import median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,15 +175,7 @@ class Bench:
                     r["name"], self.models[r["name"]], self.preset_hw, r["t"], r["k"], r["d"], v, b, r["batch"],
                     "interleaved-1f1b" if v > 1 else "1f1b", RECOMPUTE, 1 if self.a.sequence_parallel and r["t"] > 1 else 0,
                     r["paper"], "fit" if r["name"] in fitted else "predict"))
-        cmd = [self.a.pipetwin, "calibrate", "--runs", path, "--out", os.path.join(self.a.out, "selene-fitted.yaml"),
-               "--jobs", str(self.a.jobs), "--json"]
-        t0 = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise BenchError("%s failed: %s" % (" ".join(cmd), (p.stderr or p.stdout).strip()))
-        j = json.loads(p.stdout)
-        j["wall_s"] = time.monotonic() - t0
-        return j
+        return calibrate_runs(self.a.pipetwin, path, os.path.join(self.a.out, "selene-fitted.yaml"), self.a.jobs)
 
 
 def report(table, fit, best):

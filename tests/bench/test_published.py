@@ -1,9 +1,11 @@
-"""`python -m bench torchtitan_h100 --quick`: torchtitan's published H100 runs
-through `pipetwin calibrate --runs`, fitted on Table 1's two single-host rows
-(BF16 and Float8) and predicting Table 3's BF16 row on 128 GPUs. The fitted
-rows come back to 0.1%, the predicted one within 5% of its published tokens
-per second, and every row's predicted peak memory within 5% of the published
-reading."""
+"""Published GPU runs through `pipetwin calibrate --runs`, each benchmark's
+quick form: its two fitted single-host rows (BF16 and FP8) and one predicted.
+`python -m bench torchtitan_h100 --quick`: torchtitan's Table 1 fitted, Table 3's
+BF16 row on 128 GPUs predicted; the fitted rows come back to 0.1%, the predicted
+one within 5% of its published tokens per second, and every row's peak memory
+within 5% of the published reading. `python -m bench dgxc_h100 --quick`: NVIDIA's
+Llama 3.1 8B recipe (context parallelism 2) fitted on 8 GPUs, its BF16 run on 16
+predicted within 5%."""
 import glob
 import json
 import os
@@ -15,30 +17,42 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
+def quick_figures(name):
+    """`python -m bench NAME --quick`'s figures, from its results file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, "-B", "-m", "bench", name, "--quick", "--out", os.path.join(tmp, "out"),
+                            "--results", tmp], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(r.stdout + r.stderr)
+        (path,) = glob.glob(os.path.join(tmp, name + "-*.json"))
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)["figures"]
+
+
 class PublishedTest(unittest.TestCase):
-    def test_torchtitan_rows_fit_and_predict(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            r = subprocess.run([sys.executable, "-B", "-m", "bench", "torchtitan_h100", "--quick", "--out",
-                                os.path.join(tmp, "out"), "--results", tmp], cwd=ROOT, capture_output=True,
-                               text=True, timeout=300)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            (path,) = glob.glob(os.path.join(tmp, "torchtitan_h100-*.json"))
-            with open(path, encoding="utf-8") as f:
-                figures = json.load(f)["figures"]
+    def check_fit_and_predicted(self, figures, fitted, predicted):
+        """The fitted rows back to 0.1%, the predicted one within 5%: the rows by name."""
         rows = {x["name"]: x for x in figures["rows"]}
-        self.assertEqual(set(rows), {"8b-fsdp8-bf16", "8b-fsdp8-fp8", "8b-fsdp128-bf16"})
-        for name in ("8b-fsdp8-bf16", "8b-fsdp8-fp8"):
+        self.assertEqual(set(rows), set(fitted) | {predicted})
+        for name in fitted:
             self.assertEqual(rows[name]["role"], "fit")
             self.assertLess(abs(rows[name]["step_error"]), 1e-3, rows[name])
-        predicted = rows["8b-fsdp128-bf16"]
-        self.assertEqual(predicted["role"], "predict")
-        self.assertLess(abs(predicted["predicted_tps"] / predicted["published_tps"] - 1), 0.05, predicted)
+        self.assertEqual(rows[predicted]["role"], "predict")
+        self.assertLess(abs(rows[predicted]["predicted_tps"] / rows[predicted]["published_tps"] - 1), 0.05, rows[predicted])
+        return rows
+
+    def test_torchtitan_rows_fit_and_predict(self):
+        figures = quick_figures("torchtitan_h100")
+        rows = self.check_fit_and_predicted(figures, ("8b-fsdp8-bf16", "8b-fsdp8-fp8"), "8b-fsdp128-bf16")
         for row in rows.values():
             self.assertLess(abs(row["memory_error"]), 0.05, row)
         # Float8's speed-up on one host, as fitted: the published 8532 / 6667.
         (pair,) = figures["fp8_speedups"]
         self.assertAlmostEqual(pair["measured"], 8532 / 6667, places=6)
         self.assertAlmostEqual(pair["predicted"], pair["measured"], delta=0.01)
+
+    def test_dgxc_rows_fit_and_predict(self):
+        self.check_fit_and_predicted(quick_figures("dgxc_h100"), ("8b-8-bf16", "8b-8-fp8"), "8b-16-bf16")
 
 
 if __name__ == "__main__":
