@@ -202,7 +202,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.zero = c.zero;
   s.precision = c.precision;
   s.context_parallel = c.context;
-  s.context_attention = o.context_attention;
+  s.context_attention = c.context > 1 ? o.context_attention : "";
   s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;
