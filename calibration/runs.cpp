@@ -175,12 +175,8 @@ MeasuredRun read_row(const Row& row, const std::filesystem::path& folder, int nu
   if (row.has("recompute")) r.recompute = row.text("recompute");
   r.sequence_parallel = row.flag("sequence_parallel");
   if (row.has("zero1") && row.has("zero")) throw Error(row.where() + ": give one of the columns 'zero1' and 'zero', not both");
-  r.zero = row.flag("zero1") ? 1 : 0;
-  if (row.has("zero")) {
-    const std::string& z = row.text("zero");
-    if (z.size() != 1 || z[0] < '0' || z[0] > '3') throw Error(row.where() + ": column 'zero': '" + z + "' (valid: 0, 1, 2, 3)");
-    r.zero = z[0] - '0';
-  }
+  r.zero = row.integer("zero", row.flag("zero1") ? 1 : 0, 0);
+  if (r.zero > 3) throw Error(row.where() + ": column 'zero': '" + row.text("zero") + "' (valid: 0, 1, 2, 3)");
   if (row.has("precision")) {
     r.precision = row.text("precision");
     if (r.precision != "bf16" && r.precision != "fp16" && r.precision != "fp8") {

@@ -32,6 +32,10 @@ std::int64_t as_elems(double bytes, Precision precision) {
   return static_cast<std::int64_t>((bytes + b - 1) / b);
 }
 
+bool has_fp8_products(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) { return l.cost.fp8_flops > 0; });
+}
+
 Model with_precision(Model model, std::string_view name) {
   if (name.empty()) return model;
   const Precision p = parse_precision(name);
@@ -41,8 +45,7 @@ Model with_precision(Model model, std::string_view name) {
                 std::string(precision_name(model.precision)) +
                 "; the option moves a 16-bit model between bf16, fp16 and fp8 (set precision in the model's spec)");
   }
-  const bool products = std::any_of(model.layers.begin(), model.layers.end(), [](const Layer& l) { return l.cost.fp8_flops > 0; });
-  if (p == Precision::FP8 && !products) {
+  if (p == Precision::FP8 && !has_fp8_products(model)) {
     throw Error("--precision fp8: model " + model.name + " (family " + model.family +
                 ") has no products FP8 runs (the transformer and llm families' blocks)");
   }

@@ -147,14 +147,14 @@ struct LayerCost {
   // device of a tensor group where the operand is (without sequence
   // parallelism, a column-parallel input and a row-parallel output gradient).
   double fp8_flops = 0, fp8_op_recompute_flops = 0;
+  std::int64_t fp8_params = 0;
+  double fp8_forward_traffic = 0, fp8_backward_traffic = 0;
+  double fp8_forward_traffic_replicated = 0, fp8_backward_traffic_replicated = 0;
   // Context parallelism: per sample, the keys and values of the layer's
   // attention (2 x tokens x K's width) that a group passes around, a chunk
   // of each rank's a step (split over a tensor group with the heads); 0: no
   // attention. Its attention core's forward FLOPs are selective_flops.
   std::int64_t cp_kv_elems = 0;
-  std::int64_t fp8_params = 0;
-  double fp8_forward_traffic = 0, fp8_backward_traffic = 0;
-  double fp8_forward_traffic_replicated = 0, fp8_backward_traffic_replicated = 0;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 
@@ -185,6 +185,10 @@ struct Model {
   // tensor produced before p and consumed at or after p, counted once.
   std::vector<std::int64_t> cut_elems() const;
 };
+
+// Whether `model` has products FP8 runs (a layer with LayerCost::fp8_flops):
+// the transformer and llm families' blocks.
+bool has_fp8_products(const Model& model);
 
 // `model` in another 16-bit precision (--precision): bf16, fp16 or fp8, from
 // a model built in one of them (its tensors' sizes stay: all keep 2 bytes an

@@ -74,10 +74,6 @@ Model model_of_family(const YamlFields& y) {
   // An LLM trains in 16-bit; the other families default to fp32.
   const Precision precision =
       y.has("precision") ? precision_field(y, "precision") : family == "llm" ? Precision::BF16 : Precision::FP32;
-  if (precision == Precision::FP8 && family != "llm" && family != "transformer") {
-    y.fail("precision", "fp8 runs a transformer block's products with its weights in FP8: family llm or transformer, "
-                        "not " + family);
-  }
   const std::vector<std::string> common{"family", "name", "precision", "grad_precision"};
   const auto known = [&](std::vector<std::string> fields) {
     fields.insert(fields.end(), common.begin(), common.end());
@@ -137,6 +133,10 @@ Model model_of_family(const YamlFields& y) {
 // weights (Megatron-LM's main_grad), or in the weights' own precision.
 Model model_from_yaml(const YamlFields& y) {
   Model m = model_of_family(y);
+  if (m.precision == Precision::FP8 && !has_fp8_products(m)) {
+    y.fail("precision", "fp8 runs a transformer block's products with its weights in FP8: family llm or transformer, "
+                        "not " + m.family);
+  }
   if (y.has("grad_precision")) {
     const Precision g = precision_field(y, "grad_precision");
     // FP8 keeps its weights in BF16.

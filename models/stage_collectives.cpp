@@ -147,10 +147,6 @@ double StageCostModel::gather_exposed_s(int i, int j, int s, schedule::Op op) co
   return std::max(0.0, prefetched_pass_s(units) - computing);
 }
 
-}  // namespace pipetwin::models
-
-namespace pipetwin::models {
-
 void StageCostModel::check_context(const Model& m) const {
   if (context_ <= 1) return;
   for (const auto& layer : m.layers) {

@@ -264,13 +264,15 @@ double StageCostModel::workspace_bytes(int i, int j) const {
   double most = 0, largest = 0, cast = 0;  // largest: the largest layer's weights (an FSDP unit)
   for (int l = i; l < j; ++l) {
     most = std::max(most, workspace_[l]), largest = std::max(largest, params_[l + 1] - params_[l]);
-    cast = std::max(cast, fp8_cache_bytes(l, l + 1));
+    // FP8: the layer's matrices (its share) cast with their transposes, a byte each.
+    const LayerCost& c = model_.layers[l].cost;
+    if (model_.precision == Precision::FP8) cast = std::max(cast, 2.0 * c.fp8_params / (c.tensor_split ? tensor_parallel_ : 1));
   }
   // ZeRO-2 and 3: a layer's gradients whole until reduce-scattered; ZeRO-3:
   // the unit computing and the one prefetched, gathered whole.
   const double sharding = (shards_gradients() ? largest * bytes_per_element(model_.gradients()) : 0) +
                           (shards_weights() ? 2 * largest * bytes_per_element(model_.precision) : 0);
-  // FP8: the layer computing holds its matrices cast (cast: the largest's).
+  // FP8: the layer computing holds its matrices cast (the largest layer's).
   return most * microbatch_size_ + sharding + cast;
 }
 

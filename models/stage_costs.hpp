@@ -117,9 +117,9 @@ class StageCostModel {
   // checkpointed stage inputs.
   double memory_bytes(int i, int j, int s) const;
   // Its parts at the stage's peak: the weights (every version kept), the
-  // gradients, the optimizer state (fp32 master copy and moments, sharded under ZeRO-1),
-  // the stashed activations, a backward's workspace and the device's
-  // reserve on the sum of the others.
+  // gradients, the optimizer state (fp32 master copy and moments, sharded
+  // under ZeRO-1), the stashed activations, a backward's workspace and the
+  // device's reserve on the sum of the others.
   struct MemoryParts {
     double weights = 0, gradients = 0, optimizer = 0, activations = 0, workspace = 0, reserve = 0;
     double total() const { return weights + gradients + optimizer + activations + workspace + reserve; }
@@ -162,7 +162,7 @@ class StageCostModel {
   void check_context(const Model& m) const;
   // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
   void time_layers(int k, double b);
-  // Each layer's memory per device of the group: params_ ... fp8_params_, workspace_.
+  // Each layer's memory per device of the group: params_, stashed_, weight_grad_stash_, workspace_.
   void size_layers();
   double action(Pass pass, int i, int j, int s) const { return j > i ? device_of(s).action_overhead.of(pass) : 0; }
 
@@ -189,10 +189,6 @@ class StageCostModel {
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_, weight_grad_stash_;  // per device of a tensor-parallel group
   std::vector<double> workspace_;                            // per layer and sample, per device
-  std::vector<double> fp8_params_;  // prefix sums of the parameters FP8 casts (0 unless precision fp8), per device
-  // Bytes of the FP8 copies of layers [i, j)'s matrices and of their
-  // transposes, cast as a layer computes (a byte each per parameter).
-  double fp8_cache_bytes(int i, int j) const { return 2 * (fp8_params_[j] - fp8_params_[i]); }
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;
   std::vector<Collective> tp_used_;

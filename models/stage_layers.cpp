@@ -61,13 +61,13 @@ void StageCostModel::time_layers(int k, double b) {
   const Device& d = devices_[k];
   const Model& m = model_;
   const int T = tensor_parallel_, n = static_cast<int>(m.layers.size());
+  const bool fp8 = m.precision == Precision::FP8;
   for (int l = 0; l < n; ++l) {
     const auto& c = m.layers[l].cost;
     const std::string_view kind = kind_name(m.layers[l].kind);
     const int ops = operators(m, l);  // for a per-operator (pooled) curve
     // Split over a tensor group, a device's share runs at its smaller matrices' efficiency.
     const double share = b / T;
-    const bool fp8 = m.precision == Precision::FP8;
     const LayerWork work = layer_work(c, d, fp8);
     const double f = work.forward * share;
     // Each device's weights (its share under tensor parallelism); an
@@ -141,20 +141,16 @@ void StageCostModel::time_layers(int k, double b) {
 void StageCostModel::size_layers() {
   const Model& m = model_;
   const int n = static_cast<int>(m.layers.size()), T = tensor_parallel_;
-  for (auto* prefix : {&params_, &stashed_, &weight_grad_stash_, &fp8_params_}) prefix->assign(n + 1, 0);
+  for (auto* prefix : {&params_, &stashed_, &weight_grad_stash_}) prefix->assign(n + 1, 0);
   workspace_.assign(n, 0);
   const bool by_op = recompute_policy_ == schedule::RecomputePolicy::Selective && checkpoint_.by_op();
   const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective && !by_op;
   for (int l = 0; l < n; ++l) {
-    const LayerCost& c = m.layers[l].cost;
-    const LayerMemory lm = layer_memory(c, m.precision, T, sequence_parallel_, selective, by_op);
+    const LayerMemory lm = layer_memory(m.layers[l].cost, m.precision, T, sequence_parallel_, selective, by_op);
     params_[l + 1] = params_[l] + lm.params;
     stashed_[l + 1] = stashed_[l] + lm.stashed;
     weight_grad_stash_[l + 1] = weight_grad_stash_[l] + lm.weight_grad_stash;
     workspace_[l] = lm.workspace;
-    // The products' matrices split over the group with the layer.
-    const double fp8 = m.precision == Precision::FP8 ? static_cast<double>(c.fp8_params) : 0;
-    fp8_params_[l + 1] = fp8_params_[l] + fp8 / (c.tensor_split ? T : 1);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "schedule/error.hpp"
 #include "schedule/names.hpp"
@@ -83,16 +84,20 @@ std::string to_json(const Program& p, int indent) {
 
 namespace {
 
-// T, D, sequence parallelism and ZeRO: absent for a pipeline alone.
+// T, D, HSDP's shard group, C, sequence parallelism and ZeRO: absent for a pipeline alone.
 void read_parallel(const json& j, const std::string& source, Program& p) {
-  for (const char* key : {"tensor_parallel", "data_parallel"}) {
+  const std::pair<const char*, int*> degrees[] = {{"tensor_parallel", &p.tensor_parallel},
+                                                  {"data_parallel", &p.data_parallel},
+                                                  {"shard_group", &p.shard_group},
+                                                  {"context_parallel", &p.context_parallel}};
+  for (const auto& [key, field] : degrees) {
     if (!j.contains(key)) continue;
     const int v = int_field(j, key, source);
     if (v < 1 || v > kMaxParallel) {
       throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
                   std::to_string(v));
     }
-    (std::string(key) == "tensor_parallel" ? p.tensor_parallel : p.data_parallel) = v;
+    *field = v;
   }
   for (const char* key : {"sequence_parallel", "shard_optimizer", "reshard_after_forward"}) {
     if (!j.contains(key)) continue;
@@ -109,15 +114,6 @@ void read_parallel(const json& j, const std::string& source, Program& p) {
       throw Error(source + ": field 'zero' is " + std::to_string(v) + " but 'shard_optimizer' says otherwise");
     }
     p.zero = v;
-  }
-  for (const char* key : {"shard_group", "context_parallel"}) {
-    if (!j.contains(key)) continue;
-    const int v = int_field(j, key, source);
-    if (v < 1 || v > kMaxParallel) {
-      throw Error(source + ": field '" + key + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " +
-                  std::to_string(v));
-    }
-    (std::string(key) == "shard_group" ? p.shard_group : p.context_parallel) = v;
   }
 }
 

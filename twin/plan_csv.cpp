@@ -112,7 +112,9 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   if (c.zero > 3) throw r.bad("column 'zero' is " + std::to_string(c.zero));
   if (columns == kColumns) {
     c.precision = r.next();
-    if (!c.precision.empty() && c.precision != "fp32" && c.precision != "bf16" && c.precision != "fp16" && c.precision != "fp8") {
+    try {
+      if (!c.precision.empty()) models::parse_precision(c.precision);
+    } catch (const Error&) {
       throw r.bad("column 'precision' is '" + c.precision + "'");
     }
     c.context = static_cast<int>(r.whole("context"));

@@ -192,9 +192,7 @@ PlanResult run_plan(const PlanSpec& o, const PlanObserver& observer) {
   if (o.gpus < 1) throw Error("--gpus must be positive");
   if (o.global_batch < 1) throw Error("--global-batch must be positive");
   if (o.shards < 1 || o.shard < 0 || o.shard >= o.shards) throw Error("--shard: I must be at least 0 and below N");
-  if (!o.context_attention.empty() && std::none_of(o.context.begin(), o.context.end(), [](int c) { return c > 1; })) {
-    throw Error("--context-attention " + o.context_attention + " needs a --context above 1 (it shares keys and values over C)");
-  }
+  check_context_attention(o.context_attention, o.context.empty() ? 1 : *std::max_element(o.context.begin(), o.context.end()));
   const auto model = load("--model", o.model, [](const std::string& m) { return models::in_topological_order(models::load_model(m)); });
   const auto hw = load("--hardware", o.hardware, [](const std::string& h) { return models::load_hardware(h); });
   for (const auto& r : o.recompute) models::parse_recompute_choice(r);

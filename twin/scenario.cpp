@@ -234,6 +234,12 @@ schedule::ValidationReport validate_file(const schedule::Program& p, const std::
   }
 }
 
+void check_context_attention(const std::string& attention, int largest_context) {
+  if (!attention.empty() && largest_context <= 1) {
+    throw Error("--context-attention " + attention + " needs --context C > 1 (it shares keys and values over C)");
+  }
+}
+
 bool is_schedule_file(const std::string& schedule) {
   for (const auto& g : schedule::generators()) {
     if (g.name == schedule) return false;
@@ -265,9 +271,7 @@ std::unique_ptr<Scenario> build_scenario(const models::Model& model, const model
   if (!o.context_attention.empty() && o.context_attention != "ring" && o.context_attention != "all-gather") {
     throw Error("--context-attention " + o.context_attention + ": ring or all-gather");
   }
-  if (!o.context_attention.empty() && o.context_parallel <= 1) {
-    throw Error("--context-attention " + o.context_attention + " needs --context C > 1 (it shares keys and values over C)");
-  }
+  check_context_attention(o.context_attention, o.context_parallel);
   r.context_all_gather = o.context_attention == "all-gather";
   // A generator's shape is known before its Program is built; a file's from the file.
   // The batch splits over the D replicas, then into each one's M micro-batches.

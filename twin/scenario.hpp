@@ -53,6 +53,10 @@ struct ScenarioSpec {
   std::string context_attention;
 };
 
+// Refuses --context-attention `attention` where no context group has more
+// than one device (`largest_context`, the largest C asked for): it would not apply.
+void check_context_attention(const std::string& attention, int largest_context);
+
 // True when `schedule` names a file rather than a generator.
 bool is_schedule_file(const std::string& schedule);
 

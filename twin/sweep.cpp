@@ -82,9 +82,7 @@ class Sweep {
 
   // --batch splits into M equal micro-batches on each of the D replicas.
   void check_batch() const {
-    if (!o_.context_attention.empty() && o_.context_parallel <= 1) {
-      throw Error("--context-attention " + o_.context_attention + " needs --context C > 1 (it shares keys and values over C)");
-    }
+    check_context_attention(o_.context_attention, o_.context_parallel);
     if (o_.batch <= 0) return;
     for (const int m : o_.microbatches) {
       for (const int d : o_.data) {

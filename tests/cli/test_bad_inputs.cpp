@@ -492,7 +492,7 @@ std::vector<Bad> catalogue() {
        "--context-attention ring needs --context C > 1"},
       {"cli_plan_context_attention_without_context", {{"m.yaml", kT}},
        "plan --hardware h100 --gpus 2 --global-batch 4 --context-attention ring --model {}/m.yaml",
-       "--context-attention ring needs a --context above 1"},
+       "--context-attention ring needs --context C > 1"},
       {"cli_run_context", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 -c 2 --model {}/m.yaml", "--context 2: simulated only"},
       {"cli_schedule_file_context_not_dividing", {{"s.txt", "data_parallel 3\ncontext_parallel 2\nrank 0: 0F0 0B0\n"}},
        "validate {}/s.txt", "context_parallel 2 must be at least 1 and divide data_parallel 3"},
