@@ -22,6 +22,7 @@ BENCHMARKS = (
     "narayanan",
     "torchtitan_h100",
     "dgxc_h100",
+    "mbridge_h100",
     "torch_profiler",
     "noise",
     "malloc",

@@ -260,21 +260,19 @@ std::string recompute(const MegatronArgs& a) {
 
 // T, K, D and V from the arguments.
 void read_layout(const MegatronArgs& a, MeasuredRun& run) {
-  if (a.has("context_parallel_size") && a.positive("context_parallel_size") > 1) {
-    throw Error(a.at("context_parallel_size") + ": context parallelism (context_parallel_size " +
-                a.text("context_parallel_size") + ") is not modelled");
-  }
+  // Megatron-LM's data_parallel_size leaves out the context-parallel ranks, as MeasuredRun::data does.
+  run.context = a.has("context_parallel_size") ? a.positive("context_parallel_size") : 1;
   run.tensor = a.positive("tensor_model_parallel_size");
   run.pipeline = a.positive("pipeline_model_parallel_size");
   if (a.has("data_parallel_size")) {
     run.data = a.positive("data_parallel_size");
   } else {
-    const int world = a.positive("world_size");
-    if (world % (run.tensor * run.pipeline) != 0) {
-      throw Error(a.at("world_size") + ": world_size " + std::to_string(world) + " is not a multiple of T x K = " +
-                  std::to_string(run.tensor * run.pipeline));
+    const int world = a.positive("world_size"), group = run.tensor * run.pipeline * run.context;
+    if (world % group != 0) {
+      throw Error(a.at("world_size") + ": world_size " + std::to_string(world) + " is not a multiple of T x K x C = " +
+                  std::to_string(group));
     }
-    run.data = world / (run.tensor * run.pipeline);
+    run.data = world / group;
   }
   const int layers = a.positive("num_layers");
   if (a.has("virtual_pipeline_model_parallel_size")) {

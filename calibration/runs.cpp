@@ -47,7 +47,7 @@ std::vector<std::string> split_row(const std::string& line) {
 const std::vector<std::string> kColumns{"name",          "model",        "hardware",    "tensor",
                                         "pipeline",      "data",         "gpus",        "virtual",
                                         "microbatches",  "microbatch_size", "global_batch", "schedule",
-                                        "recompute",     "sequence_parallel", "zero1",  "zero", "precision", "context", "partition", "step_s",
+                                        "recompute",     "sequence_parallel", "zero1",  "zero", "precision", "context", "expert", "expert_tensor", "partition", "step_s",
                                         "tflops_per_gpu", "formula",     "role"};
 
 FlopsFormula parse_formula(const std::string& text, const std::string& where) {
@@ -129,6 +129,8 @@ void read_shape(const Row& row, MeasuredRun& r) {
   r.pipeline = row.integer("pipeline", 1, 1);
   r.virtual_stages = row.integer("virtual", 1, 1);
   r.context = row.integer("context", 1, 1);
+  r.expert = row.integer("expert", 1, 1);
+  r.expert_tensor = row.integer("expert_tensor", 0, 0);
   if (row.has("data") && row.has("gpus")) throw Error(row.where() + ": give one of the columns 'data' and 'gpus', not both");
   if (row.has("gpus")) {
     const int gpus = row.integer("gpus", 1, 1), group = r.tensor * r.pipeline * r.context;

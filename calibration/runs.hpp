@@ -37,6 +37,8 @@ struct MeasuredRun {
   std::string hardware;  // a preset or a file
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1;
   int context = 1;          // C: each data-parallel replica a group of C splitting the sequence
+  int expert = 1;           // E: a mixture's experts split over E of the D x C replicas
+  int expert_tensor = 0;    // the experts' tensor-parallel degree: 0 (T) or 1 (ScenarioSpec::expert_tensor_parallel)
   int microbatches = 0;     // M per replica; 0: global_batch / (D · microbatch_size)
   int microbatch_size = 1;  // b
   int global_batch = 0;     // sequences per step
@@ -65,7 +67,7 @@ struct MeasuredRun {
 // A CSV with a header row; `#` lines are comments. Columns (any order):
 //   name, model, hardware, tensor, pipeline, data, virtual, microbatches,
 //   microbatch_size, global_batch, schedule, recompute, sequence_parallel,
-//   zero1 (a flag: zero 1) or zero (0 to 3), precision (bf16, fp16, fp8), context (C),
+//   zero1 (a flag: zero 1) or zero (0 to 3), precision (bf16, fp16, fp8), context (C), expert (E), expert_tensor (1 or T),
 //   partition, step_s, tflops_per_gpu, formula, role
 // model, hardware and one of step_s and tflops_per_gpu are required; the
 // others default as MeasuredRun does; gpus may stand in for data (data =

@@ -79,14 +79,14 @@ void print_text(const twin::PlanResult& r, const std::vector<const twin::Candida
     std::printf("no candidate fits in memory\n");
     return;
   }
-  std::printf("%3s %2s %2s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-4s %-4s %10s %10s %11s %6s %9s  %s\n", "#", "T", "C",
-              "K", "D", "V", "M", "b", "schedule", "recompute", "SP", "ZeRO", "prec", "samples/s", "tokens/s", "TFLOP/s/GPU",
+  std::printf("%3s %2s %2s %3s %3s %3s %2s %4s %2s  %-18s %-9s %-3s %-4s %-4s %10s %10s %11s %6s %9s  %s\n", "#", "T", "C",
+              "K", "D", "E", "V", "M", "b", "schedule", "recompute", "SP", "ZeRO", "prec", "samples/s", "tokens/s", "TFLOP/s/GPU",
               "MFU", "step (s)", "engine");
   for (std::size_t i = 0; i < best.size() && static_cast<int>(i) < o.top; ++i) {
     const auto& c = *best[i];
     const std::string tokens = c.tokens_per_s > 0 ? std::to_string(static_cast<long long>(c.tokens_per_s + 0.5)) : "-";
-    std::printf("%3zu %2d %2d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-4s %-4s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1,
-                c.tensor, c.context, c.pipeline, c.data, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
+    std::printf("%3zu %2d %2d %3d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-4s %-4s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1,
+                c.tensor, c.context, c.pipeline, c.data, c.expert, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
                 c.recompute.c_str(), c.sequence_parallel ? "on" : "off", std::to_string(c.zero).c_str(),
                 c.precision.empty() ? "-" : c.precision.c_str(), c.samples_per_s,
                 tokens.c_str(), c.tflops_per_gpu, percent(c.mfu).c_str(), c.step_s, c.engine.c_str());
@@ -102,6 +102,27 @@ void report(const twin::PlanResult& r, const Output& o) {
   } else {
     print_text(r, best, o);
   }
+}
+
+// Context and expert parallelism: the degrees tried.
+void add_group_options(CLI::App* cmd, twin::PlanSpec& s) {
+  cmd->add_option("--context,-c", s.context,
+                  "Context-parallel degrees C tried, comma-separated (T x C x K x D = GPUs; C splits each sample's "
+                  "sequence)")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--context-attention", s.context_attention, "With C > 1: ring (default) or all-gather, as in simulate")
+      ->check(CLI::IsMember({"ring", "all-gather"}));
+  cmd->add_option("--expert,-e", s.expert,
+                  "Expert-parallel degrees E tried for a mixture of experts, comma-separated, each where it divides "
+                  "D x C and a layer's experts")
+      ->delimiter(',')
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--expert-tensor", s.expert_tensor,
+                  "The experts' tensor-parallel degree on every candidate: T (default) or 1 (E then a multiple of T), as in simulate")
+      ->check(CLI::IsMember({0, 1}));
 }
 
 void add_output_options(CLI::App* cmd, Output& o) {
@@ -157,14 +178,7 @@ Run add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
-  cmd->add_option("--context,-c", s.context,
-                  "Context-parallel degrees C tried, comma-separated (T x C x K x D = GPUs; C splits each sample's "
-                  "sequence)")
-      ->delimiter(',')
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--context-attention", s.context_attention, "With C > 1: ring (default) or all-gather, as in simulate")
-      ->check(CLI::IsMember({"ring", "all-gather"}));
+  add_group_options(cmd, s);
   cmd->add_option("--precision", s.precision,
                   "Arithmetics tried, comma-separated, for a 16-bit model: bf16, fp16, fp8 (its blocks' products in FP8 "
                   "at the device's peak_flops_fp8); default: the model's")

@@ -83,6 +83,7 @@ Run add_sweep_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   add_precision_option(cmd, spec.precision, "On every row: ");
   add_context_options(cmd, spec.context_parallel, spec.context_attention);
+  add_expert_option(cmd, spec.expert_parallel, spec.expert_tensor_parallel);
   cmd->add_option("--batch", spec.batch, "A fixed mini-batch instead: micro-batch size batch / (M x D) (GPipe's Table 2 setting)")
       ->check(kPositive)
       ->excludes("--microbatch-size");

@@ -174,6 +174,9 @@ void refuse_simulated_only(const twin::Scenario& sc) {
   if (sc.model.precision == models::Precision::FP8) {
     throw Error("precision fp8: simulated only; the executor runs fp32, bf16 or fp16 (this CPU has no FP8 products)");
   }
+  if (sc.model.family == "moe") {
+    throw Error("model " + sc.model.name + " (family moe): simulated only; the executor runs dense models");
+  }
   if (sc.program.context_parallel > 1) {
     throw Error("--context " + std::to_string(sc.program.context_parallel) +
                 ": simulated only; the executor gives each replica whole samples");

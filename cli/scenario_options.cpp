@@ -57,6 +57,17 @@ void add_context_options(CLI::App* cmd, int& context, std::string& attention) {
       ->check(CLI::IsMember({"ring", "all-gather"}));
 }
 
+void add_expert_option(CLI::App* cmd, int& expert, int& expert_tensor) {
+  cmd->add_option("--expert,-e", expert,
+                  "Expert-parallel degree E for a mixture of experts: its routed experts split over E consecutive "
+                  "data-parallel replicas (E divides D x C), tokens traded by all-to-all (default 1)")
+      ->check(kPositive);
+  cmd->add_option("--expert-tensor", expert_tensor,
+                  "The experts' tensor-parallel degree: T (default, Megatron-LM's) or 1 (the experts whole on each "
+                  "device, the expert group spread over the tensor group's devices too: E a multiple of T)")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void add_precision_option(CLI::App* cmd, std::string& precision, const std::string& where) {
   cmd->add_option("--precision", precision,
                   where + "The model's arithmetic instead of its spec's, for a 16-bit model: bf16, fp16, or fp8 (its "
@@ -87,6 +98,7 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   cmd->add_flag("--sequence-parallel", o.sequence_parallel,
                 "With T > 1: norms and dropouts split over the group too (all-gather and reduce-scatter)");
   add_context_options(cmd, o.context_parallel, o.context_attention);
+  add_expert_option(cmd, o.expert_parallel, o.expert_tensor_parallel);
   add_zero_options(cmd, o.zero, o.reshard_after_forward, "With D > 1: ");
   cmd->add_option("--shard-group", o.shard_group,
                   "With --zero: HSDP, ZeRO's shards over groups of G consecutive replicas (G divides D), replicated "

@@ -20,6 +20,8 @@ void add_reshard_option(CLI::App* cmd, bool& reshard_after_forward, const std::s
 
 // -c/--context C and --context-attention ring|all-gather (ScenarioSpec's).
 void add_context_options(CLI::App* cmd, int& context, std::string& attention);
+// -e/--expert E and --expert-tensor ETP (ScenarioSpec::expert_parallel, expert_tensor_parallel).
+void add_expert_option(CLI::App* cmd, int& expert, int& expert_tensor);
 
 // --precision bf16|fp16|fp8 (ScenarioSpec::precision), its help led by `where`.
 void add_precision_option(CLI::App* cmd, std::string& precision, const std::string& where);

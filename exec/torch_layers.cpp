@@ -211,6 +211,8 @@ std::vector<at::Tensor> init_layer(const models::Model& m, int index, std::uint6
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
     case LayerKind::LlmHead: p = init_llm_layer(m.layers.at(index), gen); break;
+    case LayerKind::MoeBlock:
+      throw Error("exec: layer " + m.layers.at(index).name + " (moe_block): mixtures of experts are simulated only");
   }
   return p;
 }
@@ -252,6 +254,7 @@ at::Tensor forward_layer(const models::Model& m, int index, const std::vector<at
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
     case LayerKind::LlmHead: return forward_llm_layer(layer, in.at(0), p, targets);
+    case LayerKind::MoeBlock: break;
   }
   throw Error("exec: layer " + layer.name + " has a kind this executor cannot run");
 }

@@ -19,6 +19,7 @@
 // always over two members).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,30 @@ Link data_group_link(const Topology& topology, int width, int replicas, int rank
 // (0, stride, 2·stride, ...): HSDP's shard group (stride 1) and its
 // replicate group (stride the shard group's size).
 Link data_subgroup_link(const Topology& topology, int width, int replicas, int rank, int members, int stride);
+
+// An all-to-all over the first `members` replicas (stride 1) of that data
+// group, each sending `bytes` in all, bytes / members to each other member
+// (its own share stays), every send at once as NCCL's grouped sends post
+// them (the CollectiveAlgorithm::AllToAll round): replica 0's sends to the
+// members on its node leave through its NVSwitch port, those to other nodes
+// through its NIC, one after the other on each port and the two ports side
+// by side (a group's `width` streams merged on each route):
+//   seconds(bytes) = max latency + max(on node, off node) of
+//                    the sum over that port's members m of bytes / members / bandwidth_m.
+// On one node (or any topology without NICs: one port) of one link (α, β),
+// α + (members - 1) · bytes / (members · β), the collective table's form.
+struct AllToAll {
+  double latency_s = 0;                   // the slowest route's
+  double on_node_s = 0, off_node_s = 0;   // seconds per byte sent in all, through each port
+  double seconds(double bytes) const { return bytes > 0 ? latency_s + bytes * std::max(on_node_s, off_node_s) : 0; }
+  friend bool operator==(const AllToAll&, const AllToAll&) = default;
+};
+AllToAll all_to_all(const Topology& topology, int width, int replicas, int rank, int members);
+// The same with each device of those replicas' tensor groups a member of
+// its own (`members` replicas x `width` devices, Megatron-LM's MoE parallel
+// folding), one stream a route: device 0 of replica 0's group sending
+// bytes / (members · width) to each other device.
+AllToAll all_to_all_folded(const Topology& topology, int width, int replicas, int rank, int members);
 
 // Gradient buckets (DDP, Megatron-LM's --overlap-grad-reduce): `bytes` cut
 // into buckets of `cap` bytes, the last one the rest, in the order the

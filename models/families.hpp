@@ -6,7 +6,10 @@
 //   family: amoebanet     cells (N), filters (F), image, in_channels, classes
 //   family: llm           decoder-only LLM, GPT- or Llama-style: layers, hidden, ffn_hidden, heads,
 //                         kv_heads, seq_len, vocab, mlp, norm, positions, tied_embeddings, bias, ...
-//   a Hugging Face config.json (a path ending in .json): the llm family, from its architecture
+//   family: moe           mixture of experts: the llm fields (Llama style) + experts, top_k,
+//                         expert_ffn_hidden, shared_experts, dense_layers, head_dim, qk_norm,
+//                         the latent attention's ranks, capacity_factor, imbalance
+//   a Hugging Face config.json (a path ending in .json): the llm or moe family, from its architecture
 #pragma once
 
 #include <string>
@@ -60,11 +63,49 @@ struct LlmSpec {
   std::int64_t positions_table() const { return max_positions > 0 ? max_positions : seq_len; }
 };
 
+// A mixture-of-experts decoder (family moe, models/family_moe.cpp): the llm
+// family's Llama style (SwiGLU, RMSNorm, rotary, no bias, no dropout, flash
+// attention) whose blocks after the first dense_layers replace their MLP by
+// a router over `experts` SwiGLU experts of expert_ffn_hidden, top_k of them
+// per token, beside shared_experts that every token takes. Attention is GQA
+// (with a head_dim of its own, Qwen3's) or multi-head latent attention
+// (DeepSeek-V2/V3: kv_lora_rank > 0, with q_lora_rank, the no-position and
+// rotary parts of a query/key head, and a value head).
+struct MoeSpec {
+  LlmSpec llm;  // layers, hidden, ffn_hidden (the dense blocks' MLP), heads, kv_heads, seq_len, vocab, tied
+  std::int64_t head_dim = 0;  // 0: hidden / heads
+  bool qk_norm = false;       // an RMSNorm over each head's Q and K (Qwen3)
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  std::int64_t experts = 0, top_k = 0, expert_ffn_hidden = 0, shared_experts = 0, dense_layers = 0;
+  bool router_bias = false;  // a bias per expert on the routing scores (DeepSeek-V3's e_score_correction_bias)
+  // Tokens an expert takes at most, over its mean (Megatron-LM's
+  // --moe-expert-capacity-factor; the rest dropped); 0: dropless.
+  double capacity_factor = 0;
+  // The busiest expert device's tokens over the mean: what an expert-parallel
+  // group waits for (1: perfectly balanced routing).
+  double imbalance = 1;
+
+  bool latent() const { return kv_lora_rank > 0; }
+  std::int64_t head() const { return head_dim > 0 ? head_dim : llm.hidden / llm.heads; }
+  // The busiest device's expert work over the mean: the imbalance, capped by the capacity.
+  double load() const { return capacity_factor > 0 && capacity_factor < imbalance ? capacity_factor : imbalance; }
+};
+
+// Parameters of a moe-family block (routed: the experts' MLP, else the dense
+// one), and of the model's weights that one token's forward uses.
+std::int64_t moe_block_params(const MoeSpec& spec, bool routed);
+std::int64_t moe_active_params(const MoeSpec& spec);
+
 Model transformer_model(const TransformerSpec& spec, Precision precision, std::string name);
 Model mlp_model(const MlpSpec& spec, Precision precision, std::string name);
 Model resnet_model(const ResNetSpec& spec, Precision precision, std::string name);
 Model amoebanet_model(const AmoebaNetSpec& spec, Precision precision, std::string name);
 Model llm_model(const LlmSpec& spec, Precision precision, std::string name);
+Model moe_model(const MoeSpec& spec, Precision precision, std::string name);
+// The llm family's embedding and head (family moe shares them), and the shape its layers carry.
+LayerCost llm_embedding_cost(const LlmSpec& spec, Precision precision);
+LayerCost llm_head_cost(const LlmSpec& spec, Precision precision);
+LayerShape llm_layer_shape(const LlmSpec& spec);
 
 // Parameters of the llm family, counted as the Hugging Face implementations
 // count them (models/family_llm.cpp): per decoder block, the embedding
@@ -88,13 +129,19 @@ void set_fp8_costs(LayerCost& c, double tokens, std::int64_t matrix_params, Prec
                    double forward_split, double backward_whole, double backward_split);
 
 // A Hugging Face config.json (models/hf_config.cpp): LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel.
+// MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel (family llm);
+// MixtralForCausalLM, Qwen3MoeForCausalLM or DeepseekV3ForCausalLM (family moe).
 struct HfConfig {
   LlmSpec spec;
+  // MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM: family
+  // moe (moe.experts > 0; its llm is `spec`).
+  MoeSpec moe;
   Precision precision = Precision::BF16;
   std::string architecture;
 };
 HfConfig parse_hf_config(const std::string& text, const std::string& source);
+// The config's model: family moe where it has experts, else llm.
+Model hf_model(const HfConfig& config, std::string name);
 // True when `text` is a JSON object with an "architectures" field.
 bool looks_like_hf_config(const std::string& text);
 

@@ -116,9 +116,7 @@ void set_fp8_costs(LayerCost& c, double tokens, std::int64_t matrix_params, Prec
   c.fp8_backward_traffic = tokens * (backward_whole + backward_split) * cast;
 }
 
-namespace {
-
-LayerShape llm_shape(const LlmSpec& t) {
+LayerShape llm_layer_shape(const LlmSpec& t) {
   LayerShape shape;
   shape.seq_len = t.seq_len;
   shape.d_model = t.hidden;
@@ -137,7 +135,7 @@ LayerShape llm_shape(const LlmSpec& t) {
   return shape;
 }
 
-LayerCost embedding_cost(const LlmSpec& t, Precision precision) {
+LayerCost llm_embedding_cost(const LlmSpec& t, Precision precision) {
   const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), b = bytes_per_element(precision);
   const bool learned = t.positions == LlmSpec::Positions::Learned;
   LayerCost c;
@@ -157,6 +155,8 @@ LayerCost embedding_cost(const LlmSpec& t, Precision precision) {
   c.backward_traffic = c.backward_traffic_replicated = s * h * (3 * b + drop_traffic);
   return c;
 }
+
+namespace {
 
 LayerCost block_cost(const LlmSpec& t, Precision precision) {
   const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), b = bytes_per_element(precision);
@@ -234,7 +234,9 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
   return c;
 }
 
-LayerCost head_cost(const LlmSpec& t, Precision precision) {
+}  // namespace
+
+LayerCost llm_head_cost(const LlmSpec& t, Precision precision) {
   const double s = static_cast<double>(t.seq_len), h = static_cast<double>(t.hidden), V = static_cast<double>(t.vocab);
   const double b = bytes_per_element(precision);
   LayerCost c;
@@ -262,22 +264,20 @@ LayerCost head_cost(const LlmSpec& t, Precision precision) {
   return c;
 }
 
-}  // namespace
-
 Model llm_model(const LlmSpec& t, Precision precision, std::string name) {
   Model m;
   m.name = std::move(name);
   m.family = "llm";
   m.precision = precision;
   m.input_elems = t.seq_len;  // token ids
-  const LayerShape shape = llm_shape(t);
-  m.layers.push_back({"embedding", LayerKind::LlmEmbedding, shape, embedding_cost(t, precision), {}});
+  const LayerShape shape = llm_layer_shape(t);
+  m.layers.push_back({"embedding", LayerKind::LlmEmbedding, shape, llm_embedding_cost(t, precision), {}});
   const LayerCost block = block_cost(t, precision);
   for (std::int64_t i = 0; i < t.layers; ++i) {
     m.layers.push_back({"block" + std::to_string(i), LayerKind::DecoderBlock, shape, block,
                         {static_cast<int>(m.layers.size()) - 1}});
   }
-  m.layers.push_back({"head", LayerKind::LlmHead, shape, head_cost(t, precision), {static_cast<int>(m.layers.size()) - 1}});
+  m.layers.push_back({"head", LayerKind::LlmHead, shape, llm_head_cost(t, precision), {static_cast<int>(m.layers.size()) - 1}});
   return m;
 }
 

@@ -59,7 +59,7 @@ const std::vector<std::string>& layer_kind_names() {
     for (const auto k : {LayerKind::Embedding, LayerKind::TransformerBlock, LayerKind::LmHead, LayerKind::Linear,
                          LayerKind::Conv, LayerKind::SepConv, LayerKind::Pool, LayerKind::Add, LayerKind::Concat,
                          LayerKind::ResidualBlock, LayerKind::ClassifierHead, LayerKind::LlmEmbedding,
-                         LayerKind::DecoderBlock, LayerKind::LlmHead}) {
+                         LayerKind::DecoderBlock, LayerKind::LlmHead, LayerKind::MoeBlock}) {
       out.emplace_back(kind_name(k));
     }
     return out;

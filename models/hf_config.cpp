@@ -1,4 +1,4 @@
-// A Hugging Face config.json as an llm-family model.
+// A Hugging Face config.json as an llm-family or moe-family model.
 //
 //   LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM:
 //     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
@@ -14,6 +14,22 @@
 //     (gelu, gelu_new, ...); LayerNorm, learned positions, biases everywhere,
 //     dropout when any of resid_pdrop, embd_pdrop, attn_pdrop (default 0.1)
 //     is positive.
+//   MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (family
+//   moe, the Llama-like fields above and):
+//     Mixtral: num_local_experts, num_experts_per_tok (each expert's width
+//       intermediate_size);
+//     Qwen3-MoE: num_experts, num_experts_per_tok, moe_intermediate_size,
+//       head_dim, per-head Q and K norms; decoder_sparse_step 1 and
+//       mlp_only_layers [] only;
+//     DeepSeek-V3: n_routed_experts, num_experts_per_tok,
+//       moe_intermediate_size, n_shared_experts, first_k_dense_replace (dense
+//       blocks of intermediate_size), moe_layer_freq 1 only, the latent
+//       attention's kv_lora_rank, q_lora_rank (null: none),
+//       qk_nope_head_dim, qk_rope_head_dim, v_head_dim; topk_method
+//       noaux_tc's bias per expert; its multi-token prediction layers
+//       (num_nextn_predict_layers) are not built.
+//   The routing's imbalance and capacity factor (MoeSpec) from the optional
+//   top-level keys pipetwin_imbalance and pipetwin_capacity_factor.
 //
 // The sequence length for the costs: the optional top-level key
 // "pipetwin_seq_len" (at most the model's positions), else 2048 clipped to
@@ -34,8 +50,9 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kArchitectures{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                              "GPT2LMHeadModel"};
+const std::vector<std::string> kArchitectures{"LlamaForCausalLM",   "MistralForCausalLM",  "Qwen2ForCausalLM",
+                                              "GPT2LMHeadModel",    "MixtralForCausalLM",  "Qwen3MoeForCausalLM",
+                                              "DeepseekV3ForCausalLM"};
 
 class JsonFields {
  public:
@@ -63,6 +80,12 @@ class JsonFields {
     if (!j_.at(key).is_boolean()) fail(key, "expected true or false, got " + j_.at(key).dump());
     return j_.at(key).get<bool>();
   }
+  std::int64_t non_negative_int(const std::string& key) const {
+    const json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0) fail(key, "expected a non-negative integer, got " + v.dump());
+    return v.get<std::int64_t>();
+  }
+  const json& json_at(const std::string& key) const { return j_.at(key); }
   double number_or(const std::string& key, double fallback) const {
     if (!has(key)) return fallback;
     if (!j_.at(key).is_number()) fail(key, "expected a number, got " + j_.at(key).dump());
@@ -135,7 +158,12 @@ HfKeys read_llama_like(const JsonFields& y, const std::string& architecture, Llm
   t.mlp = LlmSpec::Mlp::SwiGlu;
   t.norm = LlmSpec::Norm::RmsNorm;
   t.positions = LlmSpec::Positions::Rotary;
-  t.attention_bias = architecture == "LlamaForCausalLM" && y.boolean_or("attention_bias", false);
+  t.attention_bias = (architecture == "LlamaForCausalLM" || architecture == "Qwen3MoeForCausalLM" ||
+                      architecture == "DeepseekV3ForCausalLM") &&
+                     y.boolean_or("attention_bias", false);
+  if (t.attention_bias && architecture != "LlamaForCausalLM") {
+    y.fail("attention_bias", "true is not modelled for " + architecture + " (its published configs have none)");
+  }
   t.qkv_bias = architecture == "Qwen2ForCausalLM";
   if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
     y.fail("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(t.heads) + "), got " +
@@ -144,7 +172,55 @@ HfKeys read_llama_like(const JsonFields& y, const std::string& architecture, Llm
   return {"num_attention_heads", "hidden_size", "max_position_embeddings"};
 }
 
+// The mixtures of experts (family moe): the Llama-like fields, then each
+// architecture's experts and attention. pipetwin_imbalance and
+// pipetwin_capacity_factor (top level, optional) set MoeSpec's imbalance and
+// capacity_factor, as pipetwin_seq_len sets the sequence.
+void read_moe(const JsonFields& y, const std::string& architecture, HfConfig& c) {
+  MoeSpec& m = c.moe;
+  const std::int64_t ffn = c.spec.ffn_hidden;
+  if (architecture == "MixtralForCausalLM") {
+    m.experts = y.positive_int("num_local_experts", kWidth);
+    m.expert_ffn_hidden = ffn;
+  } else if (architecture == "Qwen3MoeForCausalLM") {
+    m.experts = y.positive_int("num_experts", kWidth);
+    m.expert_ffn_hidden = y.positive_int("moe_intermediate_size", kWidth);
+    m.head_dim = y.positive_int_or("head_dim", c.spec.hidden / c.spec.heads, kWidth);
+    m.qk_norm = true;
+    if (y.positive_int_or("decoder_sparse_step", 1) != 1) y.fail("decoder_sparse_step", "only 1 (every block routed) is modelled");
+    if (y.has("mlp_only_layers") && !(y.json_at("mlp_only_layers").is_array() && y.json_at("mlp_only_layers").empty())) {
+      y.fail("mlp_only_layers", "only [] (every block routed) is modelled");
+    }
+  } else {  // DeepseekV3ForCausalLM
+    m.experts = y.positive_int("n_routed_experts", kWidth);
+    m.expert_ffn_hidden = y.positive_int("moe_intermediate_size", kWidth);
+    m.shared_experts = y.has("n_shared_experts") ? y.positive_int("n_shared_experts", kWidth) : 0;
+    m.dense_layers = y.has("first_k_dense_replace") ? y.non_negative_int("first_k_dense_replace") : 0;
+    if (m.dense_layers > c.spec.layers) y.fail("first_k_dense_replace", "must be at most num_hidden_layers");
+    if (y.positive_int_or("moe_layer_freq", 1) != 1) y.fail("moe_layer_freq", "only 1 (every block after the dense ones routed) is modelled");
+    m.kv_lora_rank = y.positive_int("kv_lora_rank", kWidth);
+    m.q_lora_rank = y.has("q_lora_rank") ? y.positive_int("q_lora_rank", kWidth) : 0;  // null: no query latent (V2-Lite)
+    m.qk_nope_dim = y.positive_int("qk_nope_head_dim", kWidth);
+    m.qk_rope_dim = y.positive_int("qk_rope_head_dim", kWidth);
+    m.v_head_dim = y.positive_int("v_head_dim", kWidth);
+    m.router_bias = y.text_or("topk_method", "noaux_tc") == "noaux_tc";
+  }
+  m.top_k = y.positive_int("num_experts_per_tok", kWidth);
+  if (m.top_k > m.experts) y.fail("num_experts_per_tok", "must be at most the experts (" + std::to_string(m.experts) + ")");
+  m.imbalance = y.number_or("pipetwin_imbalance", 1);
+  if (!(m.imbalance >= 1)) y.fail("pipetwin_imbalance", "must be at least 1 (the busiest device over the mean)");
+  m.capacity_factor = y.number_or("pipetwin_capacity_factor", 0);
+  if (!(m.capacity_factor == 0 || m.capacity_factor >= 1)) {
+    y.fail("pipetwin_capacity_factor", "must be 0 (dropless) or at least 1 (below, every expert drops tokens)");
+  }
+}
+
 }  // namespace
+
+Model hf_model(const HfConfig& c, std::string name) {
+  if (c.moe.experts > 0) return moe_model(c.moe, c.precision, std::move(name));
+  return llm_model(c.spec, c.precision, std::move(name));
+}
 
 HfConfig parse_hf_config(const std::string& text, const std::string& source) {
   json j;
@@ -181,6 +257,12 @@ HfConfig parse_hf_config(const std::string& text, const std::string& source) {
   }
   // A rotary model has no position table: max_positions only bounds seq_len.
   if (t.positions == LlmSpec::Positions::Rotary) t.max_positions = 0;
+  const bool moe = c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" ||
+                   c.architecture == "DeepseekV3ForCausalLM";
+  if (moe) {
+    read_moe(y, c.architecture, c);
+    c.moe.llm = t;
+  }
   const std::string dtype = y.text_or("torch_dtype", "bfloat16");
   if (dtype == "bfloat16") {
     c.precision = Precision::BF16;

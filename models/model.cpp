@@ -68,6 +68,7 @@ std::string_view kind_name(LayerKind kind) {
     case LayerKind::ClassifierHead: return "classifier_head";
     case LayerKind::LlmEmbedding: return "llm_embedding";
     case LayerKind::DecoderBlock: return "decoder_block";
+    case LayerKind::MoeBlock: return "moe_block";
     case LayerKind::LlmHead: return "llm_head";
   }
   return "?";
@@ -158,6 +159,15 @@ int operators(const Model& model, int index) {
       const int attention = s.flash_attention ? 1 : 5;
       const int mlp = s.swiglu ? 5 : 3;
       return 2 * norm + 3 + rotary + gqa + attention + 3 + 1 + mlp + 1;
+    }
+    case LayerKind::MoeBlock: {
+      // the decoder block's attention half (RMS norm, q, k, v, rotary, GQA
+      // repeat, flash attention, merge, output, add), then norm, router
+      // (linear, top-k, softmax), permute, the experts' grouped SwiGLU (gate
+      // and up, silu, product, down), unpermute with the weights, add
+      const int rotary = s.positions == 0 ? 8 : 0;
+      const int gqa = s.kv_heads > 0 && s.kv_heads != s.heads ? 2 : 0;
+      return 5 + 3 + rotary + gqa + 1 + 3 + 1 + 5 + 3 + 1 + 4 + 2 + 1;
     }
     case LayerKind::LlmHead: return (s.rms_norm ? 5 : 1) + 1 + cross_entropy;
   }

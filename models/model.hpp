@@ -45,6 +45,7 @@ enum class LayerKind {
   LlmEmbedding,      // decoder-only LLM (family llm): token (+ learned position) embedding
   DecoderBlock,      // pre-norm (GQA) self-attention with flash attention + GELU or SwiGLU MLP
   LlmHead,           // final norm, linear to the vocabulary (tied or not), cross-entropy
+  MoeBlock,          // family moe: (GQA or latent) attention + a router over SwiGLU experts, top-k of them per token
 };
 std::string_view kind_name(LayerKind kind);
 
@@ -65,6 +66,7 @@ struct LayerShape {
   bool swiglu = false, rms_norm = false, tied = false;
   bool qkv_bias = false, out_bias = false, mlp_bias = false;
   bool flash_attention = true;  // false: the attention's scores are materialized (LlmSpec::flash_attention)
+  std::int64_t experts = 0, top_k = 0;  // a moe_block's routed experts, and how many a token takes
 };
 
 struct LayerCost {
@@ -155,6 +157,18 @@ struct LayerCost {
   // of each rank's a step (split over a tensor group with the heads); 0: no
   // attention. Its attention core's forward FLOPs are selective_flops.
   std::int64_t cp_kv_elems = 0;
+  // Mixture of experts (family moe): of params, the routed experts' (split
+  // over an expert-parallel group of E devices, models/family_moe.cpp); per
+  // sample, the routed experts' products' FLOPs in each of F, I and W and,
+  // of stashed_elems, their stash, both for the mean device; the elements one
+  // dispatch moves (and one combine moves back: tokens x top-k x hidden);
+  // and the busiest device's expert load over the mean, which the all-to-all
+  // makes everyone wait for (with E > 1).
+  std::int64_t expert_params = 0;
+  double expert_flops = 0;
+  std::int64_t expert_stashed_elems = 0;
+  std::int64_t dispatch_elems = 0;
+  double expert_load = 1;
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
 };
 

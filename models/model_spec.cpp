@@ -26,19 +26,24 @@ Precision precision_field(const YamlFields& y, const std::string& key) {
 // 2^63 (tests/models/test_spec_bounds.cpp builds that model).
 constexpr std::int64_t kLlmLayers = 100'000, kLlmWidth = 1'000'000, kLlmSide = 1'048'576;
 
+// The sizes families llm and moe share: layers, hidden, heads, kv_heads, seq_len, vocab.
+void read_llm_sizes(const YamlFields& y, LlmSpec& t) {
+  t.layers = y.positive_int("layers", kLlmLayers);
+  t.hidden = y.positive_int("hidden", kLlmWidth);
+  t.heads = y.positive_int("heads", kLlmWidth);
+  t.kv_heads = y.positive_int_or("kv_heads", t.heads, kLlmWidth);
+  t.seq_len = y.positive_int("seq_len", kLlmSide);
+  t.vocab = y.positive_int("vocab");
+}
+
 template <class Known>
 Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string& name, const Known& known) {
-  constexpr std::int64_t kLayers = kLlmLayers, kWidth = kLlmWidth, kSide = kLlmSide;
+  constexpr std::int64_t kWidth = kLlmWidth, kSide = kLlmSide;
   known({"layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "max_positions", "mlp", "norm",
          "positions", "tied_embeddings", "bias", "attention_bias", "qkv_bias", "dropout", "flash_attention"});
   LlmSpec t;
-  t.layers = y.positive_int("layers", kLayers);
-  t.hidden = y.positive_int("hidden", kWidth);
+  read_llm_sizes(y, t);
   t.ffn_hidden = y.positive_int("ffn_hidden", kWidth);
-  t.heads = y.positive_int("heads", kWidth);
-  t.kv_heads = y.positive_int_or("kv_heads", t.heads, kWidth);
-  t.seq_len = y.positive_int("seq_len", kSide);
-  t.vocab = y.positive_int("vocab");
   t.mlp = y.choice_or("mlp", {"swiglu", "gelu"}) == "gelu" ? LlmSpec::Mlp::Gelu : LlmSpec::Mlp::SwiGlu;
   t.norm = y.choice_or("norm", {"rmsnorm", "layernorm"}) == "layernorm" ? LlmSpec::Norm::LayerNorm : LlmSpec::Norm::RmsNorm;
   t.positions = y.choice_or("positions", {"rotary", "learned"}) == "learned" ? LlmSpec::Positions::Learned
@@ -64,6 +69,57 @@ Model llm_from_yaml(const YamlFields& y, Precision precision, const std::string&
   return llm_model(t, precision, name);
 }
 
+// family moe: the llm family's Llama style (SwiGLU, RMSNorm, rotary, no
+// bias, no dropout, flash attention) and the experts (MoeSpec).
+template <class Known>
+Model moe_from_yaml(const YamlFields& y, Precision precision, const std::string& name, const Known& known) {
+  constexpr std::int64_t kLayers = kLlmLayers, kWidth = kLlmWidth;
+  known({"layers", "hidden", "ffn_hidden", "heads", "kv_heads", "seq_len", "vocab", "tied_embeddings", "head_dim",
+         "qk_norm", "q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "experts", "top_k",
+         "expert_ffn_hidden", "shared_experts", "dense_layers", "router_bias", "capacity_factor", "imbalance"});
+  MoeSpec m;
+  LlmSpec& t = m.llm;
+  read_llm_sizes(y, t);
+  t.tied_embeddings = y.boolean_or("tied_embeddings", false);
+  m.experts = y.positive_int("experts", kWidth);
+  m.top_k = y.positive_int("top_k", kWidth);
+  if (m.top_k > m.experts) y.fail("top_k", "must be at most experts (" + std::to_string(m.experts) + ")");
+  m.expert_ffn_hidden = y.positive_int("expert_ffn_hidden", kWidth);
+  m.shared_experts = y.has("shared_experts") ? y.positive_int("shared_experts", kWidth) : 0;
+  m.dense_layers = y.has("dense_layers") ? y.positive_int("dense_layers", kLayers) : 0;
+  if (m.dense_layers > t.layers) y.fail("dense_layers", "must be at most layers (" + std::to_string(t.layers) + ")");
+  if (m.dense_layers > 0 && !y.has("ffn_hidden")) y.fail("ffn_hidden", "missing: the dense layers' MLP width");
+  t.ffn_hidden = y.positive_int_or("ffn_hidden", m.expert_ffn_hidden, kWidth);
+  m.head_dim = y.positive_int_or("head_dim", 0, kWidth);
+  m.qk_norm = y.boolean_or("qk_norm", false);
+  m.router_bias = y.boolean_or("router_bias", false);
+  if (y.has("kv_lora_rank")) {  // multi-head latent attention
+    m.kv_lora_rank = y.positive_int("kv_lora_rank", kWidth);
+    m.q_lora_rank = y.positive_int_or("q_lora_rank", 0, kWidth);
+    m.qk_nope_dim = y.positive_int("qk_nope_dim", kWidth);
+    m.qk_rope_dim = y.positive_int("qk_rope_dim", kWidth);
+    m.v_head_dim = y.positive_int("v_head_dim", kWidth);
+    for (const char* key : {"head_dim", "qk_norm", "kv_heads"}) {
+      if (y.has(key)) y.fail(key, "not with kv_lora_rank (latent attention has its own head sizes)");
+    }
+  } else {
+    for (const char* key : {"q_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim"}) {
+      if (y.has(key)) y.fail(key, "needs kv_lora_rank (it sizes the latent attention)");
+    }
+  }
+  if (m.head_dim == 0 && t.hidden % t.heads != 0) y.fail("heads", "must divide hidden (" + std::to_string(t.hidden) + "), or give head_dim");
+  if (t.kv_heads > t.heads || t.heads % t.kv_heads != 0) {
+    y.fail("kv_heads", "must divide heads (" + std::to_string(t.heads) + "), got " + std::to_string(t.kv_heads));
+  }
+  m.capacity_factor = y.number_or("capacity_factor", 0);
+  if (!(m.capacity_factor == 0 || m.capacity_factor >= 1)) {
+    y.fail("capacity_factor", "must be 0 (dropless) or at least 1 (below, every expert drops tokens)");
+  }
+  m.imbalance = y.number_or("imbalance", 1);
+  if (!(m.imbalance >= 1)) y.fail("imbalance", "must be at least 1 (the busiest device's tokens over the mean)");
+  return moe_model(m, precision, name);
+}
+
 }  // namespace
 
 namespace {
@@ -73,7 +129,7 @@ Model model_of_family(const YamlFields& y) {
   const std::string name = y.has("name") ? y.line("name") : family;
   // An LLM trains in 16-bit; the other families default to fp32.
   const Precision precision =
-      y.has("precision") ? precision_field(y, "precision") : family == "llm" ? Precision::BF16 : Precision::FP32;
+      y.has("precision") ? precision_field(y, "precision") : family == "llm" || family == "moe" ? Precision::BF16 : Precision::FP32;
   const std::vector<std::string> common{"family", "name", "precision", "grad_precision"};
   const auto known = [&](std::vector<std::string> fields) {
     fields.insert(fields.end(), common.begin(), common.end());
@@ -124,7 +180,8 @@ Model model_of_family(const YamlFields& y) {
                            precision, name);
   }
   if (family == "llm") return llm_from_yaml(y, precision, name, known);
-  y.fail("family", "unknown family '" + family + "' (valid: transformer, mlp, resnet, amoebanet, llm)");
+  if (family == "moe") return moe_from_yaml(y, precision, name, known);
+  y.fail("family", "unknown family '" + family + "' (valid: transformer, mlp, resnet, amoebanet, llm, moe)");
 }
 
 }  // namespace
@@ -134,7 +191,7 @@ Model model_of_family(const YamlFields& y) {
 Model model_from_yaml(const YamlFields& y) {
   Model m = model_of_family(y);
   if (m.precision == Precision::FP8 && !has_fp8_products(m)) {
-    y.fail("precision", "fp8 runs a transformer block's products with its weights in FP8: family llm or transformer, "
+    y.fail("precision", "fp8 runs a transformer block's products with its weights in FP8: family llm, moe or transformer, "
                         "not " + m.family);
   }
   if (y.has("grad_precision")) {
@@ -152,16 +209,14 @@ Model model_from_yaml(const YamlFields& y) {
 
 Model model_from_text(const std::string& text, const std::string& source, const std::string& name) {
   if (looks_like_hf_config(text)) {
-    const HfConfig c = parse_hf_config(text, source);
-    return llm_model(c.spec, c.precision, name);
+    return hf_model(parse_hf_config(text, source), name);
   }
   return model_from_yaml(YamlFields(parse_yaml(text, source), source));
 }
 
 Model load_model(const std::string& path) {
   if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
-    const HfConfig c = parse_hf_config(schedule::read_file(path), path);
-    return llm_model(c.spec, c.precision, std::filesystem::path(path).stem().string());
+    return hf_model(parse_hf_config(schedule::read_file(path), path), std::filesystem::path(path).stem().string());
   }
   return model_from_yaml(YamlFields(load_yaml_file(path), path));
 }

@@ -33,8 +33,11 @@ void StageCostModel::init_tensor_parallel(double microbatch_size) {
       const Collective used = tp_allreduce_algorithm(bytes);
       if (std::find(tp_used_.begin(), tp_used_.end(), used) == tp_used_.end()) tp_used_.push_back(used);
     }
-    tp_forward_[l + 1] = tp_forward_[l] + c.tp_forward_collectives * one;
-    tp_backward_[l + 1] = tp_backward_[l] + c.tp_backward_collectives * one;
+    // Folded experts (ETP 1) take the tokens each device holds: no
+    // collective around the MLP, the attention's alone.
+    const int folded = fold_experts_ && c.expert_params > 0 ? 1 : 0;
+    tp_forward_[l + 1] = tp_forward_[l] + (c.tp_forward_collectives - folded) * one;
+    tp_backward_[l + 1] = tp_backward_[l] + (c.tp_backward_collectives - folded) * one;
   }
 }
 
@@ -89,25 +92,25 @@ double StageCostModel::tp_collective_s(int i, int j, int) const {
 }
 
 double StageCostModel::reduce_bytes(int i, int j) const {
-  return data_parallel_ > 1 ? (params_[j] - params_[i]) * bytes_per_element(model_.gradients()) : 0;
+  return data_parallel_ > 1 ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.gradients()) : 0;
 }
 
 double StageCostModel::gather_bytes(int i, int j) const {
   // ZeRO-1 and 2 gather the updated weights after the step; ZeRO-3 before each use instead.
   const bool after_step = zero_ == 1 || zero_ == 2;
-  return data_parallel_ > 1 && after_step ? (params_[j] - params_[i]) * bytes_per_element(model_.precision) : 0;
+  return data_parallel_ > 1 && after_step ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.precision) : 0;
 }
 
 double StageCostModel::gradient_bucket_bytes(int i, int j) const {
   if (gradient_bucket_bytes_ > 0 || zero_ < 2 || data_parallel_ <= 1) return gradient_bucket_bytes_;
   double largest = 0;
-  for (int l = i; l < j; ++l) largest = std::max(largest, params_[l + 1] - params_[l]);
+  for (int l = i; l < j; ++l) largest = std::max(largest, comm_params_[l + 1] - comm_params_[l]);
   return largest * bytes_per_element(model_.gradients());
 }
 
 double StageCostModel::layer_gather_s(int l, int s) const {
   if (data_parallel_ <= 1) return 0;
-  const double bytes = (params_[l + 1] - params_[l]) * bytes_per_element(model_.precision) * tensor_parallel_;
+  const double bytes = (comm_params_[l + 1] - comm_params_[l]) * bytes_per_element(model_.precision) * tensor_parallel_;
   if (bytes <= 0) return 0;
   return collective(CollectiveAlgorithm::RingAllGather).seconds(shard_links_.at(rank_of(s)), bytes, shard_, 1);
 }
@@ -176,6 +179,35 @@ std::pair<double, double> StageCostModel::context_exchange_s(int k, int l) const
   // forward's and passes dK and dV too.
   const double core = devices_[k].compute_seconds(c.selective_flops * microbatch_size_ / tensor_parallel_, model_.precision) / C;
   return {(C - 1) * std::max(0.0, step - core), (C - 1) * std::max(0.0, 2 * step - 2 * core)};
+}
+
+void StageCostModel::check_experts(const Model& m) const {
+  if (experts_total_ <= 1) return;
+  for (const auto& layer : m.layers) {
+    if (layer.shape.experts <= 0) continue;
+    if (layer.shape.experts % experts_total_ != 0) {
+      throw Error("expert parallelism of " + std::to_string(experts_total_) + ": model " + m.name + "'s " +
+                  std::to_string(layer.shape.experts) + " experts per layer do not split evenly over " +
+                  std::to_string(experts_total_) + " devices");
+    }
+    return;
+  }
+  throw Error("expert parallelism splits a mixture's experts: model " + m.name + " (family " + m.family +
+              ") has none (family moe, or a Mixtral, Qwen3-MoE or DeepSeek-V3 config.json, has)");
+}
+
+double StageCostModel::expert_extra(int l) const {
+  return experts_total_ > 1 ? model_.layers[l].cost.expert_load - 1 : 0;
+}
+
+double StageCostModel::expert_exchange_s(int k, int l) const {
+  const auto& c = model_.layers[l].cost;
+  if (experts_total_ <= 1 || c.dispatch_elems <= 0) return 0;
+  // The busiest device receives its load's share of the tokens (the group's
+  // T streams together; folded, each device its 1/T of them alone).
+  const double bytes = static_cast<double>(c.dispatch_elems) * microbatch_size_ * bytes_per_element(model_.precision) *
+                       c.expert_load / (fold_experts_ ? tensor_parallel_ : 1);
+  return expert_links_[k].seconds(bytes);
 }
 
 }  // namespace pipetwin::models

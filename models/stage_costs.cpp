@@ -78,6 +78,10 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   context_ = r.program.context_parallel;
   context_all_gather_ = r.context_all_gather;
   check_context(m);
+  expert_ = r.program.expert_replicas();
+  experts_total_ = r.program.expert_parallel;
+  fold_experts_ = r.program.folds_experts();
+  check_experts(m);
   init_tensor_parallel(microbatch_size_);
   const int K = r.ranks();
   if (!hw.devices.empty() && T * data_parallel_ > 1) {
@@ -102,13 +106,7 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       }
     }
   }
-  if (data_parallel_ > 1) {
-    for (int k = 0; k < K; ++k) {
-      data_links_.push_back(data_group_link(hw.topology, T, data_parallel_, k));
-      shard_links_.push_back(data_subgroup_link(hw.topology, T, data_parallel_, k, shard_, 1));
-      if (context_ > 1) context_links_.push_back(data_subgroup_link(hw.topology, T, data_parallel_, k, context_, 1));
-    }
-  }
+  init_group_links(K);
   const double b = microbatch_size_;
   for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
@@ -120,6 +118,9 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
     // With context parallelism each rank's group has its own link.
     if (context_ > 1 && same != devices_.begin() + k && !(context_links_[same - devices_.begin()] == context_links_[k])) {
       same = devices_.begin() + k;
+    }
+    if (experts_total_ > 1 && same != devices_.begin() + k && !(expert_links_[same - devices_.begin()] == expert_links_[k])) {
+      same = devices_.begin() + k;  // and each its expert group's
     }
     if (same == devices_.begin() + k) {
       time_layers(k, b);
@@ -135,6 +136,21 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
   stash_counts_ = schedule::account_memory(r.program);
 }
 
+void StageCostModel::init_group_links(int K) {
+  if (data_parallel_ <= 1) return;
+  const auto& topo = hardware_.topology;
+  const int T = tensor_parallel_;
+  for (int k = 0; k < K; ++k) {
+    data_links_.push_back(data_group_link(topo, T, data_parallel_, k));
+    shard_links_.push_back(data_subgroup_link(topo, T, data_parallel_, k, shard_, 1));
+    if (context_ > 1) context_links_.push_back(data_subgroup_link(topo, T, data_parallel_, k, context_, 1));
+    if (experts_total_ > 1) {
+      expert_links_.push_back(fold_experts_ ? all_to_all_folded(topo, T, data_parallel_, k, expert_)
+                                            : all_to_all(topo, T, data_parallel_, k, expert_));
+    }
+  }
+}
+
 double StageCostModel::cut_bytes(int p) const {
   return static_cast<double>(cut_[p]) * bytes_per_element(model_.precision) * microbatch_size_;
 }
@@ -146,7 +162,7 @@ double master_bytes(Precision p) { return p == Precision::FP32 ? 0 : 4; }
 
 double StageCostModel::step_s(int i, int j, int s) const {
   // ZeRO-1: each device of the data group steps its 1/D of the stage.
-  const double p = (params_[j] - params_[i]) / (zero_ >= 1 ? shard_ : 1);
+  const double p = zero_ >= 1 ? (zero_params_[j] - zero_params_[i]) / shard_ : params_[j] - params_[i];
   const double bytes = bytes_per_element(model_.precision);
   // Read gradients, read and write weights, master copy and each optimizer state.
   const double traffic = p * (bytes_per_element(model_.gradients()) + 2 * bytes + 2 * master_bytes(model_.precision) +
@@ -204,16 +220,18 @@ double StageCostModel::transfer_s(int i, int j, int s) const {
 }
 
 double StageCostModel::static_bytes(int i, int j, int s) const {
-  const double p = params_[j] - params_[i];
+  // Held whole, and as ZeRO's shards divide them (they differ for a mixture's experts).
+  const double p = params_[j] - params_[i], z = zero_params_[j] - zero_params_[i];
   const auto& st = stash_counts_.at(s);
   const double bytes = bytes_per_element(model_.precision);
   // ZeRO-1 shards the fp32 master copy and the optimizer states over the
   // data group, ZeRO-2 the gradients too, ZeRO-3 the weights too (between
   // their uses: the units gathered at a time are workspace).
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
-  const double sharded = (master_bytes(model_.precision) + 4 * optimizer_states(optimizer_)) / (zero_ >= 1 ? D : 1);
-  return p * (bytes * st.weight_versions / (shards_weights() ? D : 1) +
-              bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1) + sharded);
+  const double state = master_bytes(model_.precision) + 4 * optimizer_states(optimizer_);
+  const double weights = bytes * st.weight_versions, grads = bytes_per_element(model_.gradients());
+  return (shards_weights() ? z * weights / D : p * weights) + (shards_gradients() ? z * grads / D : p * grads) +
+         (zero_ >= 1 ? z * state / D : p * state);
 }
 
 double StageCostModel::activation_bytes(int i, int j) const {
@@ -266,7 +284,9 @@ double StageCostModel::workspace_bytes(int i, int j) const {
     most = std::max(most, workspace_[l]), largest = std::max(largest, params_[l + 1] - params_[l]);
     // FP8: the layer's matrices (its share) cast with their transposes, a byte each.
     const LayerCost& c = model_.layers[l].cost;
-    if (model_.precision == Precision::FP8) cast = std::max(cast, 2.0 * c.fp8_params / (c.tensor_split ? tensor_parallel_ : 1));
+    // A mixture's experts: only its group's 1/E.
+    const double matrices = static_cast<double>(c.fp8_params) - static_cast<double>(c.expert_params) * (1 - 1.0 / expert_);
+    if (model_.precision == Precision::FP8) cast = std::max(cast, 2.0 * matrices / (c.tensor_split ? tensor_parallel_ : 1));
   }
   // ZeRO-2 and 3: a layer's gradients whole until reduce-scattered; ZeRO-3:
   // the unit computing and the one prefetched, gathered whole.
@@ -282,11 +302,11 @@ double StageCostModel::memory_bytes(int i, int j, int s) const { return memory_p
 
 StageCostModel::MemoryParts StageCostModel::memory_parts(int i, int j, int s) const {
   const auto& st = stash_counts_.at(s);
-  const double p = params_[j] - params_[i];
+  const double p = params_[j] - params_[i], z = zero_params_[j] - zero_params_[i];
   MemoryParts m;
   const double D = shard_;  // ZeRO's shards: the data group, or HSDP's shard group
-  m.weights = p * bytes_per_element(model_.precision) * st.weight_versions / (shards_weights() ? D : 1);
-  m.gradients = p * bytes_per_element(model_.gradients()) / (shards_gradients() ? D : 1);
+  m.weights = (shards_weights() ? z / D : p) * bytes_per_element(model_.precision) * st.weight_versions;
+  m.gradients = (shards_gradients() ? z / D : p) * bytes_per_element(model_.gradients());
   m.optimizer = static_bytes(i, j, s) - m.weights - m.gradients;
   m.activations = st.peak_bytes(whole_stash_bytes(i, j), checkpoint_stash_bytes(i, j), weight_grad_bytes(i, j));
   m.workspace = workspace_bytes(i, j);

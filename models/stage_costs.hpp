@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/collectives.hpp"
 #include "models/hardware.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
@@ -155,11 +156,25 @@ class StageCostModel {
     return p[j] - p[i];
   }
   void init_tensor_parallel(double microbatch_size);
+  // Each rank's data group's links: the whole group's, ZeRO's shard
+  // group's, and with C or E > 1 its context and expert groups'.
+  void init_group_links(int K);
   // Context parallelism: the exposed time of layer l's keys and values
   // passed around rank k's group of C (a ring under the attention of the
   // block held, or all-gathered first), in its forward and its backward.
   std::pair<double, double> context_exchange_s(int k, int l) const;
   void check_context(const Model& m) const;
+  // Expert parallelism: one dispatch's (or combine's) all-to-all of layer l
+  // over rank k's expert group, the busiest device's share (0: none).
+  double expert_exchange_s(int k, int l) const;
+  void check_experts(const Model& m) const;
+  // Layer l's expert extras on the busiest device of an expert group: the
+  // load beyond the mean (expert_load - 1; 0 with E = 1).
+  double expert_extra(int l) const;
+  // The bytes of weights a pass of layer l reads on one device: its share
+  // under tensor parallelism, its 1/E of a mixture's experts; an embedding
+  // gathers rows, not its whole table (pass_weight_bytes).
+  double pass_weights(int l) const;
   // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
   void time_layers(int k, double b);
   // Each layer's memory per device of the group: params_, stashed_, weight_grad_stash_, workspace_.
@@ -174,6 +189,13 @@ class StageCostModel {
   int context_ = 1;              // Program::context_parallel
   bool context_all_gather_ = false;
   std::vector<Link> context_links_;  // [rank]: its context group's (data_subgroup_link), with C > 1
+  // Expert parallelism: the replicas an expert group spans
+  // (Program::expert_replicas), the devices it spans (Program::expert_parallel),
+  // and whether it folds the tensor group in (ETP 1: the experts whole on
+  // each device, the tokens each device holds exchanged by it alone).
+  int expert_ = 1, experts_total_ = 1;
+  bool fold_experts_ = false;
+  std::vector<AllToAll> expert_links_;    // [rank]: its expert group's all-to-all, with E > 1
   Optimizer optimizer_ = Optimizer::Adam;
   schedule::RecomputePolicy recompute_policy_ = schedule::RecomputePolicy::None;
   bool checkpoints() const {
@@ -188,6 +210,13 @@ class StageCostModel {
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
   std::vector<double> params_, stashed_, weight_grad_stash_;  // per device of a tensor-parallel group
+  // Of the parameters, per device: those ZeRO divides over its shards (a
+  // mixture's experts over the shards outside their expert group), and
+  // those whose gradients the data group's collectives carry, an expert's
+  // weighted by its smaller group's ring (reduced over D / E replicas, not
+  // D: ((D/E - 1)/(D/E)) / ((D - 1)/D) of its bytes on the data group's
+  // ring). Both params_ without experts.
+  std::vector<double> zero_params_, comm_params_;
   std::vector<double> workspace_;                            // per layer and sample, per device
   std::vector<double> tp_forward_, tp_backward_;  // prefix sums of the layers' collective seconds per micro-batch
   Collective collective_ = Collective::Auto;

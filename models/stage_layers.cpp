@@ -49,13 +49,24 @@ LayerMemory layer_memory(const LayerCost& c, Precision precision, int T, bool se
 struct LayerWork {
   double forward = 0, input_grad = 0, weight_grad = 0, op_recompute = 0;
 };
-LayerWork layer_work(const LayerCost& c, const Device& d, bool fp8) {
-  const auto eq = [&](double flops, double products) { return fp8 ? d.fp8_flops_equivalent(flops, products) : flops; };
+// A mixture's busiest expert device adds `extra` (its load beyond the mean)
+// of the routed experts' products, FP8 products like the others.
+LayerWork layer_work(const LayerCost& c, const Device& d, bool fp8, double extra) {
+  const double more = c.expert_flops * extra;
+  const auto eq = [&](double flops, double products) {
+    return fp8 ? d.fp8_flops_equivalent(flops + more, products + more) : flops + more;
+  };
   return {eq(c.forward_flops, c.fp8_flops), eq(c.input_grad_flops, c.fp8_flops), eq(c.weight_grad_flops, c.fp8_flops),
-          eq(c.op_recompute_flops, c.fp8_op_recompute_flops)};
+          fp8 ? d.fp8_flops_equivalent(c.op_recompute_flops, c.fp8_op_recompute_flops) : c.op_recompute_flops};
 }
 
 }  // namespace
+
+double StageCostModel::pass_weights(int l) const {
+  const auto& c = model_.layers[l].cost;
+  const double others = static_cast<double>(c.expert_params) * bytes_per_element(model_.precision) * (1 - 1.0 / expert_);
+  return (pass_weight_bytes(model_, l) - others) / (c.tensor_split ? tensor_parallel_ : 1);
+}
 
 void StageCostModel::time_layers(int k, double b) {
   const Device& d = devices_[k];
@@ -68,11 +79,9 @@ void StageCostModel::time_layers(int k, double b) {
     const int ops = operators(m, l);  // for a per-operator (pooled) curve
     // Split over a tensor group, a device's share runs at its smaller matrices' efficiency.
     const double share = b / T;
-    const LayerWork work = layer_work(c, d, fp8);
+    const LayerWork work = layer_work(c, d, fp8, expert_extra(l));
     const double f = work.forward * share;
-    // Each device's weights (its share under tensor parallelism); an
-    // embedding gathers rows, not its whole table.
-    const double weights = pass_weight_bytes(m, l) / (c.tensor_split ? T : 1);
+    const double weights = pass_weights(l);
     double in = 0, w = 0;
     if (d.has_kind(kind)) {
       // A calibrated kind times the layer's whole backward on its curve,
@@ -103,7 +112,8 @@ void StageCostModel::time_layers(int k, double b) {
     if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
     const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
     const auto [fwd_cp, bwd_cp] = context_exchange_s(k, l);  // context parallelism's keys and values
-    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l] + fwd_cp, bwd_comm = tp_backward_[l + 1] - tp_backward_[l] + bwd_cp;
+    const double a2a = 2 * expert_exchange_s(k, l);  // a mixture's dispatch and combine, each way
+    const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l] + fwd_cp + a2a, bwd_comm = tp_backward_[l + 1] - tp_backward_[l] + bwd_cp + a2a;
     // Elementwise traffic (with FP8's casts): the replicated part whole on
     // each device unless sequence parallelism splits it, the rest split.
     const double whole_share = sequence_parallel_ ? share : b, cast = fp8 ? 1 : 0;
@@ -116,8 +126,7 @@ void StageCostModel::time_layers(int k, double b) {
                                    c.backward_traffic_replicated + cast * c.fp8_backward_traffic_replicated);
     forward_[k][l + 1] = forward_[k][l] + floored(pass_seconds(Pass::Forward)) + fwd_comm + fwd_mem;
     forward_nograd_[k][l + 1] = forward_nograd_[k][l] + floored(pass_seconds(Pass::ForwardNoGrad)) + fwd_comm + fwd_mem;
-    recompute_[k][l + 1] =
-        recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
+    recompute_[k][l + 1] = recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
     // Selective recompute re-runs the attention core inside the backward: its
     // share of the layer's recompute, and its traffic. The op policy re-runs
     // its block's forward but the saved products and attention kernel: their
@@ -141,14 +150,27 @@ void StageCostModel::time_layers(int k, double b) {
 void StageCostModel::size_layers() {
   const Model& m = model_;
   const int n = static_cast<int>(m.layers.size()), T = tensor_parallel_;
-  for (auto* prefix : {&params_, &stashed_, &weight_grad_stash_}) prefix->assign(n + 1, 0);
+  for (auto* prefix : {&params_, &stashed_, &weight_grad_stash_, &zero_params_, &comm_params_}) prefix->assign(n + 1, 0);
+  // A mixture's experts over an expert group of E: each device holds 1/E;
+  // ZeRO shards them over the shard group's members outside the expert
+  // group (G / E of them where E divides G, else none); their gradients are
+  // reduced over D / E replicas (comm_params_'s ring ratio, stage_costs.hpp).
+  const double E = expert_, G = shard_, D = data_parallel_;
+  const double zero_kept = std::min(1.0, G / E);
+  const double ring = D > 1 ? ((D / E - 1) / (D / E)) / ((D - 1) / D) : 1;
   workspace_.assign(n, 0);
   const bool by_op = recompute_policy_ == schedule::RecomputePolicy::Selective && checkpoint_.by_op();
   const bool selective = recompute_policy_ == schedule::RecomputePolicy::Selective && !by_op;
   for (int l = 0; l < n; ++l) {
     const LayerMemory lm = layer_memory(m.layers[l].cost, m.precision, T, sequence_parallel_, selective, by_op);
-    params_[l + 1] = params_[l] + lm.params;
-    stashed_[l + 1] = stashed_[l] + lm.stashed;
+    const auto& c = m.layers[l].cost;
+    const double experts = static_cast<double>(c.expert_params) / (c.tensor_split ? T : 1);
+    params_[l + 1] = params_[l] + lm.params - experts * (1 - 1 / E);
+    zero_params_[l + 1] = zero_params_[l] + lm.params - experts * (1 - zero_kept);
+    comm_params_[l + 1] = comm_params_[l] + lm.params - experts * (1 - ring / E);
+    // The busiest expert device stashes its load's share of the routed tokens.
+    const double extra = static_cast<double>(c.expert_stashed_elems) * expert_extra(l) / T;
+    stashed_[l + 1] = stashed_[l] + lm.stashed + extra;
     weight_grad_stash_[l + 1] = weight_grad_stash_[l] + lm.weight_grad_stash;
     workspace_[l] = lm.workspace;
   }

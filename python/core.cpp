@@ -100,7 +100,7 @@ std::string simulate_costs(const ps::Program& program, const std::string& costs,
 // file (its text form, in a temporary removed after).
 std::string simulate_model(const ps::Program& program, const std::string& model, const std::string& hardware,
                            const std::string& engine, int batch, const std::string& recompute, const std::string& partition,
-                           int tensor, int data, int zero, const std::string& precision, int context) {
+                           int tensor, int data, int zero, const std::string& precision, int context, int expert, int expert_tensor) {
   const auto path = std::filesystem::temp_directory_path() / ("pipetwin-py-" + std::to_string(::getpid()) + ".txt");
   struct Remove {
     std::filesystem::path p;
@@ -111,7 +111,7 @@ std::string simulate_model(const ps::Program& program, const std::string& model,
   spec.model = model, spec.hardware = hardware, spec.schedule = path.string();
   spec.batch = batch, spec.recompute = recompute, spec.partition = partition;
   spec.tensor_parallel = tensor, spec.data_parallel = data, spec.zero = zero, spec.precision = precision;
-  spec.context_parallel = context;
+  spec.context_parallel = context, spec.expert_parallel = expert, spec.expert_tensor_parallel = expert_tensor;
   const auto sc = pt::build_scenario(spec);
   const auto p = pt::predict(*sc, pt::parse_engine(engine));
   return result_json(pt::summarize(*sc, p), p, sc->program, {{"headline", sc->headline()}});
@@ -146,9 +146,10 @@ std::string sweep(const std::string& model, const std::string& hardware, const s
                   const std::vector<int>& microbatches, const std::vector<int>& microbatch_sizes,
                   const std::vector<std::string>& recompute, int virtual_stages, int batch, const std::vector<int>& tensor,
                   const std::vector<int>& data, const std::string& engine, int jobs, int zero, int shard_group,
-                  const std::string& precision, int context) {
+                  const std::string& precision, int context, int expert, int expert_tensor) {
   pt::SweepSpec spec;
   spec.zero = zero, spec.shard_group = shard_group, spec.precision = precision, spec.context_parallel = context;
+  spec.expert_parallel = expert, spec.expert_tensor_parallel = expert_tensor;
   spec.model = model, spec.hardware = hardware, spec.out = out;
   spec.schedules = schedules, spec.ranks = ranks, spec.microbatches = microbatches;
   spec.microbatch_sizes = microbatch_sizes, spec.recompute = recompute, spec.virtual_stages = virtual_stages;
@@ -165,9 +166,10 @@ std::string plan(const std::string& model, const std::string& hardware, int gpus
                  const std::vector<int>& microbatch_sizes, const std::vector<std::string>& schedules,
                  const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs,
                  const std::vector<int>& zero, const std::vector<std::string>& precision,
-                 const std::vector<int>& context) {
+                 const std::vector<int>& context, const std::vector<int>& expert, int expert_tensor) {
   pt::PlanSpec spec;
-  spec.zero = zero, spec.precision = precision, spec.context = context;
+  spec.zero = zero, spec.precision = precision, spec.context = context, spec.expert = expert;
+  spec.expert_tensor = expert_tensor;
   spec.model = model, spec.hardware = hardware, spec.gpus = gpus, spec.global_batch = global_batch, spec.max_pp = max_pp;
   spec.microbatch_sizes = microbatch_sizes, spec.schedules = schedules, spec.virtual_stages = virtual_stages;
   spec.recompute = recompute, spec.top_sim = top_sim, spec.jobs = jobs;
@@ -249,11 +251,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("sweep", &sweep, py::arg("model"), py::arg("hardware"), py::arg("out"), py::arg("schedules"), py::arg("ranks"),
         py::arg("microbatches"), py::arg("microbatch_sizes"), py::arg("recompute"), py::arg("virtual"), py::arg("batch"),
         py::arg("tensor"), py::arg("data"), py::arg("engine"), py::arg("jobs"), py::arg("zero"), py::arg("shard_group"),
-        py::arg("precision"), py::arg("context"), py::call_guard<py::gil_scoped_release>());
+        py::arg("precision"), py::arg("context"), py::arg("expert"), py::arg("expert_tensor"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("plan", &plan, py::arg("model"), py::arg("hardware"), py::arg("gpus"), py::arg("global_batch"), py::arg("max_pp"),
         py::arg("microbatch_sizes"), py::arg("schedules"), py::arg("virtual"), py::arg("recompute"), py::arg("top_sim"),
-        py::arg("jobs"), py::arg("zero"), py::arg("precision"), py::arg("context"),
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("jobs"), py::arg("zero"), py::arg("precision"), py::arg("context"), py::arg("expert"),
+        py::arg("expert_tensor"), py::call_guard<py::gil_scoped_release>());
   m.def("compare_traces", &compare_traces, py::arg("predicted"), py::arg("measured"), py::arg("schedule"),
         py::arg("repeats"));
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));
@@ -261,5 +264,5 @@ PYBIND11_MODULE(_core, m) {
         py::arg("batch"), py::arg("repeats"), py::arg("traces"));
   m.def("simulate_model", &simulate_model, py::arg("program"), py::arg("model"), py::arg("hardware"), py::arg("engine"),
         py::arg("batch"), py::arg("recompute"), py::arg("partition"), py::arg("tensor"), py::arg("data"),
-        py::arg("zero"), py::arg("precision"), py::arg("context"));
+        py::arg("zero"), py::arg("precision"), py::arg("context"), py::arg("expert"), py::arg("expert_tensor"));
 }

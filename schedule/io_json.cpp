@@ -67,6 +67,8 @@ std::string to_json(const Program& p, int indent) {
     if (p.zero == 3 && !p.reshard_after_forward) j["reshard_after_forward"] = false;
     if (p.shard_group > 0) j["shard_group"] = p.shard_group;
     if (p.context_parallel > 1) j["context_parallel"] = p.context_parallel;
+    if (p.expert_parallel > 1) j["expert_parallel"] = p.expert_parallel;
+    if (p.expert_tensor_parallel > 0) j["expert_tensor_parallel"] = p.expert_tensor_parallel;
   }
   j["stage_to_rank"] = json::array();
   for (const auto r : p.stage_to_rank) j["stage_to_rank"].push_back(r.value);
@@ -89,7 +91,9 @@ void read_parallel(const json& j, const std::string& source, Program& p) {
   const std::pair<const char*, int*> degrees[] = {{"tensor_parallel", &p.tensor_parallel},
                                                   {"data_parallel", &p.data_parallel},
                                                   {"shard_group", &p.shard_group},
-                                                  {"context_parallel", &p.context_parallel}};
+                                                  {"context_parallel", &p.context_parallel},
+                                                  {"expert_parallel", &p.expert_parallel},
+                                                  {"expert_tensor_parallel", &p.expert_tensor_parallel}};
   for (const auto& [key, field] : degrees) {
     if (!j.contains(key)) continue;
     const int v = int_field(j, key, source);

@@ -78,9 +78,19 @@ struct Header {
   std::optional<RecomputePolicy> recompute;
   int tensor_parallel = 1, data_parallel = 1;
   bool sequence_parallel = false, reshard_after_forward = true;
-  int zero = 0, shard_group = 0, context_parallel = 1;
+  int zero = 0, shard_group = 0, context_parallel = 1, expert_parallel = 1, expert_tensor_parallel = 0;
   std::vector<int> stage_to_rank, weight_versions;
   std::vector<LayerRange> partition;
+  // The degree a header key names (tensor_parallel, ...); nullptr for another key.
+  int* degree(const std::string& key) {
+    return key == "tensor_parallel"    ? &tensor_parallel
+           : key == "data_parallel"    ? &data_parallel
+           : key == "shard_group"      ? &shard_group
+           : key == "context_parallel" ? &context_parallel
+           : key == "expert_parallel"  ? &expert_parallel
+           : key == "expert_tensor_parallel" ? &expert_tensor_parallel
+                                       : nullptr;
+  }
 };
 
 RecomputePolicy infer_recompute(const std::vector<std::vector<Action>>& ranks, int stages, int M,
@@ -160,6 +170,8 @@ Program assemble(Header h, std::vector<std::vector<Action>> ranks, const std::st
   p.reshard_after_forward = h.reshard_after_forward;
   p.shard_group = h.shard_group;
   p.context_parallel = h.context_parallel;
+  p.expert_parallel = h.expert_parallel;
+  p.expert_tensor_parallel = h.expert_tensor_parallel;
   return p;
 }
 
@@ -189,6 +201,8 @@ std::string to_text(const Program& p) {
   if (p.zero == 3 && !p.reshard_after_forward) out << "reshard_after_forward off\n";
   if (p.shard_group > 0) out << "shard_group " << p.shard_group << "\n";
   if (p.context_parallel > 1) out << "context_parallel " << p.context_parallel << "\n";
+  if (p.expert_parallel > 1) out << "expert_parallel " << p.expert_parallel << "\n";
+  if (p.expert_tensor_parallel > 0) out << "expert_tensor_parallel " << p.expert_tensor_parallel << "\n";
   std::vector<int> map;
   for (const auto r : p.stage_to_rank) map.push_back(r.value);
   out << "stage_to_rank" << join_ints(map) << "\n";
@@ -251,15 +265,12 @@ Program parse_text(std::string_view text, const std::string& source) {
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }
-    } else if (k == "tensor_parallel" || k == "data_parallel" || k == "shard_group" || k == "context_parallel") {
+    } else if (int* degree = h.degree(k)) {
       const int v = to_int(one(), where);
       if (v < 1 || v > kMaxParallel) {
         throw Error(where + ": '" + k + "' must be between 1 and " + std::to_string(kMaxParallel) + ", got " + w[1]);
       }
-      (k == "tensor_parallel"   ? h.tensor_parallel
-       : k == "data_parallel"   ? h.data_parallel
-       : k == "shard_group"     ? h.shard_group
-                                : h.context_parallel) = v;
+      *degree = v;
     } else if (k == "sequence_parallel" || k == "shard_optimizer" || k == "reshard_after_forward") {
       const std::string& v = one();
       if (v != "on" && v != "off") throw Error(where + ": '" + k + "' must be on or off, got '" + v + "'");

@@ -95,6 +95,22 @@ struct Program {
   // which reduce their gradients together): D / C groups take batch / (D /
   // C) samples each. 1: none.
   int context_parallel = 1;
+  // Expert parallelism: of the D replicas, groups of this many consecutive
+  // ones (which divides D) split a mixture of experts' routed experts among
+  // them, each holding 1/E of every such layer's experts, and trade tokens
+  // by all-to-all (dispatch before the experts, combine after); the rest of
+  // the weights stays replicated over D, the experts' over the D / E groups.
+  // 1: none. With expert_tensor_parallel 1 under T > 1 (Megatron-LM's MoE
+  // parallel folding, ETP 1), the experts are not split by their matrices
+  // over the tensor group but spread over its devices too: E is then a
+  // multiple of T, E / T replicas (which divide D) times T devices each.
+  int expert_parallel = 1;
+  // The experts' tensor-parallel degree: 0 (the tensor group's T, Megatron-LM's
+  // default) or 1.
+  int expert_tensor_parallel = 0;
+  bool folds_experts() const { return expert_parallel > 1 && expert_tensor_parallel == 1 && tensor_parallel > 1; }
+  // The replicas an expert group spans: E, or E / T where it folds the tensor group in.
+  int expert_replicas() const { return folds_experts() ? expert_parallel / tensor_parallel : expert_parallel; }
   bool shard_optimizer() const { return zero >= 1; }
   int data_groups() const { return data_parallel / context_parallel; }  // D / C: the replicas that take samples
   int shard_degree() const { return shard_group > 0 ? shard_group : data_parallel; }
@@ -110,7 +126,8 @@ struct Program {
     return tensor_parallel * (replica + data_parallel * rank.value);
   }
   bool is_pipeline_only() const {
-    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && zero == 0 && context_parallel == 1;
+    return tensor_parallel == 1 && data_parallel == 1 && !sequence_parallel && zero == 0 && context_parallel == 1 &&
+           expert_parallel == 1;
   }
   RankId rank_of(StageId stage) const { return stage_to_rank.at(stage.value); }
   std::vector<StageId> stages_of(RankId rank) const;

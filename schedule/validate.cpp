@@ -377,6 +377,19 @@ void check_shape(const Program& p) {
     bad("context_parallel " + std::to_string(p.context_parallel) + " must be at least 1 and divide data_parallel " +
         std::to_string(p.data_parallel) + " (D counts every context-parallel rank)");
   }
+  if (p.expert_tensor_parallel != 0 && p.expert_tensor_parallel != 1 && p.expert_tensor_parallel != p.tensor_parallel) {
+    bad("expert_tensor_parallel " + std::to_string(p.expert_tensor_parallel) + " must be 1 or tensor_parallel " +
+        std::to_string(p.tensor_parallel));
+  }
+  if (p.folds_experts() && p.expert_parallel % p.tensor_parallel != 0) {
+    bad("expert_parallel " + std::to_string(p.expert_parallel) + " must be a multiple of tensor_parallel " +
+        std::to_string(p.tensor_parallel) + " with expert_tensor_parallel 1 (the tensor group's devices each take experts)");
+  }
+  if (p.expert_parallel < 1 || p.data_parallel % p.expert_replicas() != 0) {
+    bad("expert_parallel " + std::to_string(p.expert_parallel) + " must be at least 1 and divide data_parallel " +
+        std::to_string(p.data_parallel) + (p.folds_experts() ? " times tensor_parallel" : "") +
+        " (the experts are split over replicas)");
+  }
   if (static_cast<int>(p.ranks.size()) != p.num_ranks) {
     bad("holds action lists for " + std::to_string(p.ranks.size()) + " ranks, expected " +
         std::to_string(p.num_ranks));

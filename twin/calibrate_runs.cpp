@@ -51,6 +51,8 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
   s.reshard_after_forward = r.reshard_after_forward;
   s.precision = r.precision;
   s.context_parallel = r.context;
+  s.expert_parallel = r.expert;
+  s.expert_tensor_parallel = r.expert_tensor;
   s.partition = r.partition;
   return s;
 }
@@ -197,6 +199,7 @@ double run_flops(const MeasuredRun& r, const models::Model& model) {
     const double f = l.cost.forward_flops;
     switch (l.kind) {
       case models::LayerKind::DecoderBlock:
+      case models::LayerKind::MoeBlock:
       case models::LayerKind::TransformerBlock:
         // Forward and backward (twice the forward); Megatron's Appendix adds a recompute's forward.
         per_sample += f * (r.formula == FlopsFormula::Megatron ? 4 : 3);

@@ -110,6 +110,20 @@ std::vector<std::pair<std::string, int>> schedule_shapes(const PlanSpec& o, int 
   return out;
 }
 
+// The expert-parallel degrees a candidate of `replicas` replicas of the
+// weights and tensor groups of T takes: those that divide the replicas (or,
+// folded, T x them in whole groups) and a layer's `experts` (1 alone for a
+// dense model).
+std::vector<int> expert_degrees(const PlanSpec& o, int replicas, int tensor, std::int64_t experts) {
+  std::vector<int> out;
+  const bool folds = o.expert_tensor == 1 && tensor > 1;
+  for (const int e : o.expert) {
+    const bool spans = folds ? e % tensor == 0 && replicas % (e / tensor) == 0 : replicas % e == 0;
+    if (e == 1 || (experts > 0 && spans && experts % e == 0)) out.push_back(e);
+  }
+  return out;
+}
+
 void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions, Candidate c, std::vector<Candidate>& out) {
   std::vector<bool> sp{c.tensor > 1};
   if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
@@ -140,6 +154,8 @@ std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Mod
   std::vector<std::string> precisions;
   for (const auto& p : o.precision) precisions.emplace_back(models::precision_name(models::with_precision(model, p).precision));
   if (precisions.empty()) precisions.emplace_back(models::precision_name(model.precision));
+  std::int64_t experts = 0;  // a routed layer's, for E
+  for (const auto& l : model.layers) experts = std::max(experts, l.shape.experts);
   std::vector<Candidate> out;
   for (const int t : tensor_degrees(model, hw, o.gpus)) {
     for (int k = 1; k <= max_k && k <= o.gpus / t; ++k) {
@@ -156,7 +172,10 @@ std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Mod
             c.schedule = schedule;
             c.tensor = t, c.pipeline = k, c.data = d, c.context = cp, c.virtual_stages = v, c.microbatches = m;
             c.microbatch_size = b;
-            add_variants(o, precisions, c, out);
+            for (const int e : expert_degrees(o, d * cp, t, experts)) {
+              c.expert = e;
+              add_variants(o, precisions, c, out);
+            }
           }
         }
       }
@@ -182,6 +201,7 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          (o.context != std::vector<int>{1} ? "; context " + joined(o.context) +
                                                  (o.context_attention == "all-gather" ? " (all-gather)" : "")
                                            : "") +
+         (o.expert != std::vector<int>{1} ? "; expert " + joined(o.expert) + (o.expert_tensor == 1 ? " (ETP 1)" : "") : "") +
          "; top-sim " +
          std::to_string(o.top_sim);
 }
@@ -203,6 +223,8 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.precision = c.precision;
   s.context_parallel = c.context;
   s.context_attention = c.context > 1 ? o.context_attention : "";
+  s.expert_parallel = c.expert;
+  s.expert_tensor_parallel = o.expert_tensor;
   s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;

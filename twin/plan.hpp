@@ -55,6 +55,12 @@ struct PlanSpec {
   // shares keys and values (ScenarioSpec::context_attention).
   std::vector<int> context{1};
   std::string context_attention;
+  // Expert-parallel degrees E tried for a mixture of experts, each where it
+  // divides the replicas (D x C) and the experts of a layer; with
+  // expert_tensor 1 (ScenarioSpec::expert_tensor_parallel), where E is a
+  // multiple of T and E / T divides the replicas.
+  std::vector<int> expert{1};
+  int expert_tensor = 0;
   double grad_bucket_mb = 0;  // every candidate's gradient buckets (ScenarioSpec::grad_bucket_mb)
   double grad_bucket_first_mb = 0;  // and the first one's size apart
   int top_sim = 8, jobs = 0;  // jobs 0: the cores
@@ -71,6 +77,7 @@ struct Candidate {
   std::string schedule, recompute;
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1, microbatch_size = 1;
   int context = 1;  // C: data = the data groups, each of C devices
+  int expert = 1;   // E: the experts split over E of the D x C replicas
   bool sequence_parallel = false;
   int zero = 0;  // ZeRO's stage (PlanSpec::reshard_after_forward for 3)
   std::string precision;  // its arithmetic (PlanSpec::precision's), or the model's name of it

@@ -15,9 +15,14 @@ namespace {
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
+    "context,expert,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,"
+    "tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason";
+// Earlier plans' headers: without the expert column; without it and the
+// precision and context columns; before that with zero1 for zero.
+const char* kHeaderContext =
+    "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
     "context,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-// Earlier plans' headers: without the precision and context columns, and before that with zero1 for zero.
 const char* kHeaderZero =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
@@ -26,7 +31,7 @@ const char* kHeaderZero1 =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-constexpr int kColumns = 25;  // kHeader's; the earlier headers' 23
+constexpr int kColumns = 26;  // kHeader's; the earlier headers' 25 and 23
 
 std::string number(double x) {
   char buf[64];
@@ -57,7 +62,7 @@ std::string row(const Candidate& c) {
   return std::to_string(c.index) + "," + c.schedule + "," + std::to_string(c.tensor) + "," + std::to_string(c.pipeline) +
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
-         std::to_string(c.zero) + "," + c.precision + "," + std::to_string(c.context) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
+         std::to_string(c.zero) + "," + c.precision + "," + std::to_string(c.context) + "," + std::to_string(c.expert) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
          figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
@@ -90,7 +95,8 @@ struct RowReader {
   }
 };
 
-// A row of a file whose header has `columns` columns (precision and context where kColumns).
+// A row of a file whose header has `columns` columns (precision and context
+// from kColumns - 1, expert at kColumns).
 Candidate parse_row(const std::string& path, int number, const std::string& text, int columns) {
   RowReader r{path, number, {}};
   std::size_t from = 0;
@@ -110,7 +116,7 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   c.recompute = r.next();
   c.sequence_parallel = r.whole("sequence_parallel") != 0, c.zero = static_cast<int>(r.whole("zero"));
   if (c.zero > 3) throw r.bad("column 'zero' is " + std::to_string(c.zero));
-  if (columns == kColumns) {
+  if (columns >= kColumns - 1) {
     c.precision = r.next();
     try {
       if (!c.precision.empty()) models::parse_precision(c.precision);
@@ -119,6 +125,10 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
     }
     c.context = static_cast<int>(r.whole("context"));
     if (c.context < 1) throw r.bad("column 'context' is 0");
+  }
+  if (columns == kColumns) {
+    c.expert = static_cast<int>(r.whole("expert"));
+    if (c.expert < 1) throw r.bad("column 'expert' is 0");
   }
   c.status = r.next();
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
@@ -167,10 +177,10 @@ PlanResult read_plan_csv(const std::string& path) {
   r.description = first.substr(colon + 2);
   if (!parse_shard_line(second, r)) throw Error(path + ":2: not a '# shard I/N of E candidates' line");
   // Plans before ZeRO's stages named the column zero1 (0 or 1: the same values).
-  if (header != kHeader && header != kHeaderZero && header != kHeaderZero1) {
+  if (header != kHeader && header != kHeaderContext && header != kHeaderZero && header != kHeaderZero1) {
     throw Error(path + ":3: not the header pipetwin plan writes");
   }
-  const int columns = header == kHeader ? kColumns : kColumns - 2;
+  const int columns = header == kHeader ? kColumns : header == kHeaderContext ? kColumns - 1 : kColumns - 3;
   int number = 3;
   for (std::string line; std::getline(in, line);) {
     ++number;
@@ -241,6 +251,7 @@ nlohmann::json candidate_json(const Candidate& c, int rank) {
           {"zero", c.zero},
           {"precision", c.precision},
           {"context", c.context},
+          {"expert", c.expert},
           {"engine", c.engine},
           {"step_time_s", c.step_s},
           {"throughput_samples_per_s", c.samples_per_s},

@@ -93,6 +93,22 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   // D counts every replica of the weights: the data groups' times their context ranks.
   p.context_parallel = std::max(1, o.context_parallel);
   p.data_parallel = std::max(1, o.data_parallel) * p.context_parallel;
+  p.expert_parallel = std::max(1, o.expert_parallel);
+  if (o.expert_tensor_parallel != 0 && o.expert_tensor_parallel != 1 && o.expert_tensor_parallel != p.tensor_parallel) {
+    throw Error("--expert-tensor " + std::to_string(o.expert_tensor_parallel) + ": 1 or --tensor T (" +
+                std::to_string(p.tensor_parallel) + ")");
+  }
+  p.expert_tensor_parallel = o.expert_tensor_parallel == 1 && p.tensor_parallel > 1 ? 1 : 0;
+  if (p.folds_experts() && p.expert_parallel % p.tensor_parallel != 0) {
+    throw Error("--expert " + std::to_string(p.expert_parallel) + " with --expert-tensor 1 is not a multiple of --tensor " +
+                std::to_string(p.tensor_parallel) + ": each device of a tensor group takes experts of its own");
+  }
+  if (p.data_parallel % p.expert_replicas() != 0) {
+    throw Error("--expert " + std::to_string(p.expert_parallel) + " does not divide the " +
+                (p.folds_experts() ? std::to_string(p.data_parallel * p.tensor_parallel) + " devices of --tensor x --data x --context"
+                                   : std::to_string(p.data_parallel) + " replicas of the weights (--data x --context)") +
+                ": the experts split over " + (p.folds_experts() ? "devices" : "replicas"));
+  }
   p.sequence_parallel = o.sequence_parallel;
   p.zero = o.zero;
   p.reshard_after_forward = o.reshard_after_forward;
@@ -140,6 +156,9 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
     contradicts("--tensor", o.tensor_parallel, p.tensor_parallel, "as its tensor-parallel degree");
     contradicts("--data", o.data_parallel, p.data_groups(), "data-parallel replicas");
     contradicts("--context", o.context_parallel, p.context_parallel, "as its context-parallel degree");
+    contradicts("--expert", o.expert_parallel, p.expert_parallel, "as its expert-parallel degree");
+    contradicts("--expert-tensor", o.expert_tensor_parallel, p.expert_tensor_parallel > 0 ? p.expert_tensor_parallel : p.tensor_parallel,
+                "as its experts' tensor-parallel degree");
     const auto flag = [&](const char* option, bool given, bool in_file, const char* what) {
       if (given && !in_file) throw Error(std::string(option) + " contradicts the schedule file " + o.schedule + ", which has " + what + " off");
     };
@@ -373,6 +392,10 @@ nlohmann::json Scenario::describe() const {
       j["context_parallel"] = program.context_parallel;
       j["context_attention"] = request.context_all_gather ? "all-gather" : "ring";
     }
+    if (program.expert_parallel > 1) {
+      j["expert_parallel"] = program.expert_parallel;
+      j["expert_tensor_parallel"] = program.folds_experts() ? 1 : program.tensor_parallel;
+    }
     j["devices"] = program.num_devices();
     j["collective"] = models::collective_name(request.collective);  // as asked; what each all-reduce used:
     std::vector<std::string> tp;
@@ -404,7 +427,9 @@ std::string Scenario::headline() const {
   if (model.precision == models::Precision::FP8) out += ", fp8";
   if (!program.is_pipeline_only()) {
     const int C = program.context_parallel;
+    const int E = program.expert_parallel;
     out += ", T=" + std::to_string(program.tensor_parallel) + (C > 1 ? " C=" + std::to_string(C) : "") +
+           (E > 1 ? " E=" + std::to_string(E) + (program.folds_experts() ? " (ETP 1)" : "") : "") +
            " D=" + std::to_string(program.data_groups()) + " (" +
            std::to_string(program.num_devices()) + " devices" + (program.sequence_parallel ? ", sequence parallel" : "") +
            (program.zero > 0 ? ", ZeRO-" + std::to_string(program.zero) : "") +

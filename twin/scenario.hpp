@@ -51,6 +51,13 @@ struct ScenarioSpec {
   // "ring" (default) or "all-gather".
   int context_parallel = 0;
   std::string context_attention;
+  // Expert parallelism: a mixture's routed experts split over groups of E
+  // consecutive replicas of the D x C (Program::expert_parallel; 0: 1).
+  int expert_parallel = 0;
+  // The experts' tensor-parallel degree (Program::expert_tensor_parallel): 0
+  // the tensor group's T, or 1: the experts whole on each device, the
+  // expert group spread over the tensor group too (E a multiple of T).
+  int expert_tensor_parallel = 0;
 };
 
 // Refuses --context-attention `attention` where no context group has more

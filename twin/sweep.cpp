@@ -182,6 +182,8 @@ class Sweep {
     s.precision = o_.precision;
     s.context_parallel = o_.context_parallel;
     s.context_attention = o_.context_attention;
+    s.expert_parallel = o_.expert_parallel;
+    s.expert_tensor_parallel = o_.expert_tensor_parallel;
     return s;
   }
 
@@ -285,6 +287,8 @@ class Sweep {
            (o_.precision.empty() ? "" : "\nprecision: " + o_.precision) +
            (o_.context_parallel > 1 ? "\ncontext: " + std::to_string(o_.context_parallel) +
                                           (o_.context_attention == "all-gather" ? ", all-gather" : "") : "") +
+           (o_.expert_parallel > 1 ? "\nexpert: " + std::to_string(o_.expert_parallel) +
+                                         (o_.expert_tensor_parallel == 1 ? ", ETP 1" : "") : "") +
            (o_.collective == "auto" ? "" : "\ncollective: " + o_.collective) +
            (o_.grad_bucket_mb > 0 ? "\ngradient buckets: " + models::yaml_number(o_.grad_bucket_mb) + " MB" : "") +
            (o_.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o_.grad_bucket_first_mb) + " MB" : "") + "\ncolumns: " + kHeader + "\n";

@@ -39,6 +39,8 @@ struct SweepSpec {
   std::string precision;             // every row's (ScenarioSpec::precision); "": the model's
   int context_parallel = 0;          // every row's C (ScenarioSpec::context_parallel); D is the data groups
   std::string context_attention;
+  int expert_parallel = 0;           // every row's E (ScenarioSpec::expert_parallel): an error row where it does not divide D x C
+  int expert_tensor_parallel = 0;    // and its experts' tensor-parallel degree (ScenarioSpec::expert_tensor_parallel)
 };
 
 // Of the configurations evaluated now: those the fast path and SimGrid

@@ -15,7 +15,7 @@ Costs = Union[Mapping[str, Any], "os.PathLike[str]", str, Any]
 def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional[str] = None,
              hardware: Optional[str] = None, engine: str = "auto", batch: int = 0, recompute: str = "",
              partition: str = "", tensor: int = 1, data: int = 1, zero: int = 0,
-             precision: str = "", context: int = 1) -> SimulationResult:
+             precision: str = "", context: int = 1, expert: int = 1, expert_tensor: int = 0) -> SimulationResult:
     """Predict one step of ``program``.
 
     With ``costs``: your own per-stage costs (docs/formats.md, "Cost tables"):
@@ -31,8 +31,11 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     ``hardware``, as ``pipetwin simulate`` does; ``batch``, ``recompute``,
     ``partition``, ``tensor``, ``data``, ``zero`` (ZeRO's stage over the
     data group, 0 to 3) and ``precision`` (``bf16``, ``fp16`` or ``fp8`` for
-    a 16-bit model; ``""``: the spec's) and ``context`` (C, the sequence
-    split over C devices of each replica) as its options.
+    a 16-bit model; ``""``: the spec's), ``context`` (C, the sequence
+    split over C devices of each replica), ``expert`` (E, a mixture's
+    experts split over E replicas) and ``expert_tensor`` (1: the experts
+    whole on each device, ``--expert-tensor 1``; 0: the tensor group's T)
+    as its options.
 
     ``engine``: ``auto`` (the exact fast path where nothing contends, else
     SimGrid), ``fast`` or ``simgrid``.
@@ -47,4 +50,5 @@ def simulate(program: Program, costs: Optional[Costs] = None, *, model: Optional
     if not hardware:
         raise _core.Error("simulate(model=...) needs hardware= (a preset name or a hardware file)")
     return result_from_json(_core.simulate_model(program._core, os.fspath(model), hardware, engine, batch, recompute,
-                                                 partition, tensor, data, zero, precision, context))
+                                                 partition, tensor, data, zero, precision, context, expert,
+                                                 expert_tensor))

@@ -55,18 +55,21 @@ def sweep(model: str, hardware: str, schedules: Sequence[str] | str, ranks: Sequ
           microbatches: Sequence[int] | int, *, microbatch_sizes: Sequence[int] | int = (1,),
           recompute: Sequence[str] | str = ("none",), virtual: int = 2, batch: int = 0,
           tensor: Sequence[int] | int = (1,), data: Sequence[int] | int = (1,), engine: str = "auto",
-          jobs: int = 0, zero: int = 0, shard_group: int = 0, precision: str = "", context: int = 1) -> SweepResult:
+          jobs: int = 0, zero: int = 0, shard_group: int = 0, precision: str = "", context: int = 1,
+          expert: int = 1, expert_tensor: int = 0) -> SweepResult:
     """Every combination of the schedules, recompute policies, micro-batch
     sizes, K, M, T and D of ``model`` (a spec file) on ``hardware`` (a preset
     or a file), as ``pipetwin sweep`` evaluates them: the exact fast path
     where nothing contends, SimGrid elsewhere. ``zero`` (ZeRO's stage),
-    ``shard_group`` (HSDP's groups), ``precision`` and ``context`` as
-    ``sweep``'s ``--zero``, ``--shard-group``, ``--precision`` and ``--context``."""
+    ``shard_group`` (HSDP's groups), ``precision``, ``context``, ``expert``
+    and ``expert_tensor`` as ``sweep``'s ``--zero``, ``--shard-group``,
+    ``--precision``, ``--context``, ``--expert`` and ``--expert-tensor``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sweep.csv")
         report = json.loads(_core.sweep(os.fspath(model), hardware, out, _strs(schedules), _ints(ranks),
                                         _ints(microbatches), _ints(microbatch_sizes), _strs(recompute), virtual, batch,
-                                        _ints(tensor), _ints(data), engine, jobs, zero, shard_group, precision, context))
+                                        _ints(tensor), _ints(data), engine, jobs, zero, shard_group, precision, context,
+                                        expert, expert_tensor))
         with open(out, encoding="utf-8") as f:
             text = f.read()
     lines = [line for line in text.splitlines() if not line.startswith("#")]
@@ -104,14 +107,18 @@ def plan(model: str, hardware: str, gpus: int, global_batch: int, *, max_pp: int
          microbatch_sizes: Sequence[int] = (1, 2, 4, 8), schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"),
          virtual: Sequence[int] = (2, 4), recompute: Sequence[str] = ("none", "full"), top_sim: int = 8,
          jobs: int = 0, zero: Sequence[int] = (0, 1), precision: Sequence[str] | str = (),
-         context: Sequence[int] | int = (1,)) -> PlanResult:
+         context: Sequence[int] | int = (1,), expert: Sequence[int] | int = (1,),
+         expert_tensor: int = 0) -> PlanResult:
     """The T x K x D layouts of ``gpus`` devices for ``model`` at
     ``global_batch`` samples a step, each predicted, as ``pipetwin plan``
     ranks them (the best ``top_sim`` replayed in SimGrid); ``zero``: ZeRO's
     stages tried where D > 1 (``plan --zero``); ``precision``: the
     arithmetics tried (``plan --precision``; empty: the model's);
-    ``context``: the context-parallel degrees tried (``plan --context``)."""
+    ``context``: the context-parallel degrees tried (``plan --context``);
+    ``expert``: the expert-parallel degrees tried (``plan --expert``) and
+    ``expert_tensor`` their experts' tensor-parallel degree (``--expert-tensor``)."""
     j = json.loads(_core.plan(os.fspath(model), hardware, gpus, global_batch, max_pp, _ints(microbatch_sizes),
                               _strs(schedules), _ints(virtual), _strs(recompute), top_sim, jobs, _ints(zero),
-                              [p for p in _strs(precision) if p], _ints(context)))
+                              [p for p in _strs(precision) if p], _ints(context),
+                              _ints(expert), expert_tensor))
     return PlanResult(candidates=j["candidates"], description=j["description"], prediction_error=j["prediction_error"])

@@ -148,8 +148,15 @@ TEST(MegatronLog, ErrorsNameTheFileAndTheArgument) {
   path = write("moe.log", replaced(text, "num_experts ..................................... None", "num_experts ..................................... 8"));
   EXPECT_NE(error_of([&] { pc::read_megatron_log(path, "h100", 2); }).find("num_experts"), std::string::npos);
 
-  path = write("cp.log", replaced(text, "context_parallel_size ........................... 1", "context_parallel_size ........................... 2"));
-  EXPECT_NE(error_of([&] { pc::read_megatron_log(path, "h100", 2); }).find("context parallelism"), std::string::npos);
+  // Context parallelism reads as C beside Megatron-LM's data_parallel_size (which leaves C out).
+  // The same 8 GPUs as T2 K2 C2 D1.
+  path = write("cp.log", replaced(replaced(text, "context_parallel_size ........................... 1",
+                                           "context_parallel_size ........................... 2"),
+                                  "data_parallel_size .............................. 2",
+                                  "data_parallel_size .............................. 1"));
+  const pc::MeasuredRun cp = pc::read_megatron_log(path, "h100", 2);
+  EXPECT_EQ(cp.context, 2);
+  EXPECT_EQ(cp.data, 1);
 
   path = write("no-args.log", " iteration        1/     100 | elapsed time per iteration (ms): 10.0 |\n");
   e = error_of([&] { pc::read_megatron_log(path, "h100", 0); });

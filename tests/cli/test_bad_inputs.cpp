@@ -49,6 +49,9 @@ struct Bad {
 
 const std::string kMlp = "family: mlp\ninput: 8\nhidden: [8, 8]\noutput: 2\n";
 const std::string kT = "family: transformer\nlayers: 2\nd_model: 16\nd_ff: 32\nheads: 2\nseq_len: 4\nvocab: 10\n";
+const std::string kMoeBase =
+    "family: moe\nlayers: 2\nhidden: 16\nheads: 2\nseq_len: 4\nvocab: 10\nexperts: 4\nexpert_ffn_hidden: 8\n";
+const std::string kMoe = kMoeBase + "top_k: 2\n";
 const std::string kSweepHeader =
     "schedule,recompute,ranks,virtual,microbatches,batch,status,step_time_s,throughput_samples_per_s,bubble_fraction,"
     "max_stage_memory_gb,engine,reason,tensor,data\n";
@@ -494,6 +497,19 @@ std::vector<Bad> catalogue() {
        "plan --hardware h100 --gpus 2 --global-batch 4 --context-attention ring --model {}/m.yaml",
        "--context-attention ring needs --context C > 1"},
       {"cli_run_context", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 -c 2 --model {}/m.yaml", "--context 2: simulated only"},
+      {"cli_simulate_expert_on_dense_model", {{"m.yaml", kT}},
+       "simulate --hardware h100 -s 1f1b -k 2 -m 2 -d 2 -e 2 --model {}/m.yaml", "has none"},
+      {"cli_simulate_expert_not_dividing_replicas", {{"m.yaml", kMoe}},
+       "simulate --hardware h100 -s 1f1b -k 2 -m 2 -d 2 -e 4 --model {}/m.yaml",
+       "--expert 4 does not divide the 2 replicas of the weights"},
+      {"cli_simulate_expert_not_dividing_experts", {{"m.yaml", kMoe}},
+       "simulate --hardware h100 -s 1f1b -k 2 -m 2 -d 8 -e 8 --batch 16 --model {}/m.yaml",
+       "4 experts per layer do not split evenly over 8"},
+      {"cli_moe_top_k_past_experts", {{"m.yaml", kMoeBase + "top_k: 5\n"}},
+       "simulate --hardware h100 -s 1f1b -k 2 -m 2 --model {}/m.yaml", "field 'top_k'"},
+      {"cli_run_moe", {{"m.yaml", kMoe}}, "run -s 1f1b -k 2 -m 2 --model {}/m.yaml", "(family moe): simulated only"},
+      {"cli_schedule_file_expert_not_dividing", {{"s.txt", "data_parallel 4\nexpert_parallel 3\nrank 0: 0F0 0B0\n"}},
+       "validate {}/s.txt", "expert_parallel 3 must be at least 1 and divide data_parallel 4"},
       {"cli_schedule_file_context_not_dividing", {{"s.txt", "data_parallel 3\ncontext_parallel 2\nrank 0: 0F0 0B0\n"}},
        "validate {}/s.txt", "context_parallel 2 must be at least 1 and divide data_parallel 3"},
       {"cli_run_shard_group", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 -d 4 --zero 1 --shard-group 2 --model {}/m.yaml",

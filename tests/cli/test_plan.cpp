@@ -408,19 +408,30 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
     ++sharded;
   }
   EXPECT_GT(sharded, 4);
-  // Older plans' files merge still: without the precision and context
-  // columns, and before that with their column zero named zero1.
-  std::string old;
-  int number = 0;
-  for (const auto& line : lines_of(pipetwin::schedule::read_file(path("bound.csv")))) {
-    std::string kept = line;
-    if (++number > 2) {  // past the two comment lines: the 12th and 13th columns (precision, context) left out
-      std::size_t at = 0;
-      for (int c = 0; c < 11; ++c) at = kept.find(',', at) + 1;
-      kept.erase(at, kept.find(',', kept.find(',', at) + 1) + 1 - at);
+  // Older plans' files merge still: without the expert column; without it
+  // and the precision and context columns; and before that with their
+  // column zero named zero1.
+  const auto without_columns = [&](int first, int count) {  // columns first.. (1-based) left out, past the comments
+    std::string out;
+    int number = 0;
+    for (const auto& line : lines_of(pipetwin::schedule::read_file(path("bound.csv")))) {
+      std::string kept = line;
+      if (++number > 2) {
+        std::size_t at = 0, end = 0;
+        for (int c = 0; c < first - 1; ++c) at = kept.find(',', at) + 1;
+        end = at;
+        for (int c = 0; c < count; ++c) end = kept.find(',', end) + 1;
+        kept.erase(at, end - at);
+      }
+      out += kept + "\n";
     }
-    old += kept + "\n";
-  }
+    return out;
+  };
+  const std::string no_expert = without_columns(14, 1);
+  ASSERT_NE(lines_of(no_expert).at(2).find(",context,status,"), std::string::npos) << lines_of(no_expert).at(2);
+  std::ofstream(path("no-expert.csv")) << no_expert;
+  EXPECT_EQ(run("merge " + path("merged0.csv") + " " + path("no-expert.csv")).code, 0);
+  std::string old = without_columns(12, 3);
   ASSERT_NE(lines_of(old).at(2).find(",zero,status,"), std::string::npos) << lines_of(old).at(2);
   std::ofstream(path("no-precision.csv")) << old;
   EXPECT_EQ(run("merge " + path("merged.csv") + " " + path("no-precision.csv")).code, 0);
@@ -552,4 +563,48 @@ TEST_F(Plan, ContextParallelismInSimulateSweepAndPlan) {
     contexts.insert(c.at("context"));
   }
   EXPECT_EQ(contexts, (std::set<std::string>{"1", "2"}));
+}
+
+// -e E in simulate, sweep and plan: a mixture's experts over E replicas, the
+// dispatch and combine in each routed block's passes (so a slower step on
+// the same samples), and plan's candidates take each E that divides D x C
+// and the experts.
+TEST_F(Plan, ExpertParallelismInSimulateSweepAndPlan) {
+  const std::string moe = path("moe.yaml");
+  std::ofstream(moe) << "family: moe\nlayers: 4\nhidden: 256\nheads: 4\nkv_heads: 2\nseq_len: 128\nvocab: 1000\n"
+                        "experts: 8\ntop_k: 2\nexpert_ffn_hidden: 512\n";
+  const std::string sim = "simulate --model " + moe + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 4 --json";
+  const auto [a, b] = without_and_with(sim, "-e 4");
+  ASSERT_FALSE(a.is_null() || b.is_null());
+  EXPECT_EQ(b["expert_parallel"], 4);
+  EXPECT_EQ(b["devices"], 8);
+  EXPECT_EQ(a["summary"]["samples"], b["summary"]["samples"]);
+  // The dispatch and combine inside each routed block's passes: longer
+  // actions (the step itself may be shorter: the experts' gradients are
+  // reduced over D / E replicas, and each device steps a quarter of them).
+  EXPECT_GT(b["summary"]["busy_s_per_rank"][0].get<double>(), a["summary"]["busy_s_per_rank"][0].get<double>());
+  // Each device holds a quarter of the experts: less memory on every stage.
+  EXPECT_LT(b["summary"]["memory_per_stage"][0]["peak_bytes"].get<double>(),
+            a["summary"]["memory_per_stage"][0]["peak_bytes"].get<double>());
+  const auto text = run_stdout("simulate --model " + moe + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 4 -e 4");
+  EXPECT_TRUE(has(text.out, "T=1 E=4 D=4 (8 devices")) << text.out;
+
+  const auto r = run("sweep --model " + moe + " --hardware dgx-h100 -s 1f1b -k 2 -m 4 -d 4 -e 4 -j 1 --out " + path("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("s.csv.inputs")), "expert: 4"));
+  const auto rows = lines_of(pipetwin::schedule::read_file(path("s.csv")));
+  ASSERT_EQ(rows.size(), 2u);
+  const double step = b["summary"]["step_time_s"].get<double>();
+  EXPECT_NEAR(std::stod(cells_of(rows[1]).at(7)), step, 1e-6 * step) << rows[1];
+
+  const auto p = run("plan --model " + moe + " --hardware dgx-h100 --gpus 8 --global-batch 32 --max-pp 2 -s 1f1b "
+                     "--microbatch-sizes 1 --top-sim 0 --expert 1,2,4,16 -o " + path("p.csv"));
+  ASSERT_EQ(p.code, 0) << p.out;
+  std::set<std::string> experts;
+  for (const auto& [index, c] : plan_rows(path("p.csv"))) {
+    const int e = std::stoi(c.at("expert")), replicas = std::stoi(c.at("data")) * std::stoi(c.at("context"));
+    EXPECT_EQ(replicas % e, 0) << index;
+    experts.insert(c.at("expert"));
+  }
+  EXPECT_EQ(experts, (std::set<std::string>{"1", "2", "4"}));  // 16 divides no layout of 8 GPUs, nor the 8 experts
 }

@@ -16,6 +16,7 @@
 #include "models/stage_costs.hpp"
 #include "schedule/error.hpp"
 #include "schedule/generators.hpp"
+#include "tests/models/flat_hardware.hpp"
 
 namespace pm = pipetwin::models;
 namespace ps = pipetwin::schedule;
@@ -28,15 +29,7 @@ pm::Model llama(std::int64_t seq) {
   return pm::llm_model(t, pm::Precision::BF16, "llama");
 }
 
-// H100's rates with no fixed costs and a flat efficiency: a pass's time is
-// its FLOPs over the rate plus its traffic over the bandwidth.
-pm::Hardware flat(const std::string& preset) {
-  auto hw = pm::preset(preset);
-  hw.device.efficiency = {0.5, 0, {}};
-  hw.device.op_overhead_s = 0;
-  hw.device.memory_efficiency = 1;
-  return hw;
-}
+using pm::testing::flat;  // H100's rates: a pass's time is its FLOPs over the rate plus its traffic over the bandwidth
 
 // D data groups of C: the Program's data_parallel counts all D x C replicas.
 pm::PartitionRequest request(int C, int D = 1, int b = 2, bool all_gather = false) {

@@ -177,6 +177,23 @@ class SimulateTest(unittest.TestCase):
             pt.simulate(program, model=model, hardware="a100", batch=16, zero=2)
         self.assertIn("--zero 2 needs --data D > 1", str(e.exception))
 
+    def test_experts_split_over_the_expert_group(self):
+        program = pt.Program.generate("1f1b", ranks=2, microbatches=4)
+        model = os.path.join(EXAMPLES, "moe-small.yaml")
+        runs = {e: pt.simulate(program, model=model, hardware="dgx-h100", batch=16, data=4, expert=e) for e in (1, 4)}
+        self.assertIn("E=4", runs[4].headline)
+        # A quarter of the experts on each device: fewer weights, and the
+        # dispatch and combine in each pass (the step may still be shorter:
+        # the experts' gradients are reduced over D / E replicas, here one).
+        self.assertLess(runs[4].memory[0].weights, runs[1].memory[0].weights)
+        self.assertGreater(runs[4].busy_s[0], runs[1].busy_s[0])
+        plan = pt.plan(model, "dgx-h100", 8, 32, max_pp=2, microbatch_sizes=[1], schedules=["1f1b"], top_sim=0,
+                       expert=[1, 2])
+        self.assertEqual({c["expert"] for c in plan.candidates}, {1, 2})
+        with self.assertRaises(pt.Error) as e:
+            pt.simulate(program, model=model, hardware="dgx-h100", batch=16, data=2, expert=4)
+        self.assertIn("--expert 4 does not divide", str(e.exception))
+
     def test_sweep_rows_are_the_commands(self):
         model = os.path.join(EXAMPLES, "transformer-small.yaml")
         r = pt.sweep(model, "cpu", ["gpipe", "1f1b"], 2, [4, 8], microbatch_sizes=2, engine="fast")
