@@ -98,17 +98,10 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
                 std::to_string(r.stages()));
   }
   for (const auto rank : r.program.stage_to_rank) stage_rank_.push_back(rank.value);
-  if (m.precision == Precision::FP8) {
-    for (const Device& d : devices_) {
-      if (d.peak_flops_fp8 <= 0) {
-        throw Error("model " + m.name + " is in precision fp8, but hardware " + hw.name + "'s device " + d.name +
-                    " gives no FP8 rate (peak_flops_fp8): FP8 products run on H100 and later");
-      }
-    }
-  }
+  check_fp8();
   init_group_links(K);
   const double b = microbatch_size_;
-  for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) {
+  for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_, &a2a_}) {
     prefix->assign(K, std::vector<double>(n + 1, 0));
   }
   // Ranks on equal devices share their times (every rank of a uniform
@@ -127,13 +120,25 @@ StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const Partiti
       continue;
     }
     const auto j = same - devices_.begin();
-    for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_}) (*prefix)[k] = (*prefix)[j];
+    for (auto* prefix : {&forward_, &input_grad_, &weight_grad_, &forward_nograd_, &recompute_, &a2a_}) {
+      (*prefix)[k] = (*prefix)[j];
+    }
   }
   size_layers();
   cut_ = m.cut_elems();
   std::tie(first_recomputable_, end_recomputable_) = recomputable_bounds(m);
   // How many micro-batches each stage stashes under this schedule: the IR's accounting.
   stash_counts_ = schedule::account_memory(r.program);
+}
+
+void StageCostModel::check_fp8() const {
+  if (model_.precision != Precision::FP8) return;
+  for (const Device& d : devices_) {
+    if (d.peak_flops_fp8 <= 0) {
+      throw Error("model " + model_.name + " is in precision fp8, but hardware " + hardware_.name + "'s device " + d.name +
+                  " gives no FP8 rate (peak_flops_fp8): FP8 products run on H100 and later");
+    }
+  }
 }
 
 void StageCostModel::init_group_links(int K) {
@@ -191,6 +196,12 @@ double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
   if (!checkpoint_.by_layer()) return forward_nograd_s(i, j, s);
   const auto [a, e] = recomputed_layers(i, j);
   return forward_s(i, j, s) - sum(forward_, a, e, s) + sum(forward_nograd_, a, e, s);
+}
+
+double StageCostModel::a2a_recompute_s(int i, int j, int s) const {
+  if (!checkpoint_.by_layer()) return a2a_pass_s(i, j, s);
+  const auto [a, e] = recomputed_layers(i, j);
+  return a2a_pass_s(a, e, s);
 }
 
 double StageCostModel::recompute_action_s(int i, int j, int s) const {

@@ -72,6 +72,11 @@ class StageCostModel {
   // Of those, one micro-batch's forward's (a recompute's too) and backward's.
   double tp_forward_s(int i, int j) const { return tp_forward_[j] - tp_forward_[i]; }
   double tp_backward_s(int i, int j) const { return tp_backward_[j] - tp_backward_[i]; }
+  // Expert parallelism: a mixture's all-to-alls (dispatch and combine) in
+  // one forward of layers [i, j) on stage s's device, the same in an input
+  // gradient (already in the actions' times); and in what R runs.
+  double a2a_pass_s(int i, int j, int s) const { return sum(a2a_, i, j, s); }
+  double a2a_recompute_s(int i, int j, int s) const;
   double tp_allreduce_s(double bytes) const;
   Collective tp_allreduce_algorithm(double bytes) const;
   const std::vector<Collective>& tp_algorithms() const { return tp_used_; }  // those the layers' collectives use
@@ -159,6 +164,7 @@ class StageCostModel {
   // Each rank's data group's links: the whole group's, ZeRO's shard
   // group's, and with C or E > 1 its context and expert groups'.
   void init_group_links(int K);
+  void check_fp8() const;  // an FP8 model needs every device's FP8 rate
   // Context parallelism: the exposed time of layer l's keys and values
   // passed around rank k's group of C (a ring under the attention of the
   // block held, or all-gathered first), in its forward and its backward.
@@ -209,6 +215,7 @@ class StageCostModel {
   std::vector<int> stage_rank_;  // [stage]
   std::vector<Device> devices_;
   std::vector<std::vector<double>> forward_, input_grad_, weight_grad_, forward_nograd_, recompute_;  // [rank][position]
+  std::vector<std::vector<double>> a2a_;  // [rank][position]: prefix sums of one pass's all-to-alls
   std::vector<double> params_, stashed_, weight_grad_stash_;  // per device of a tensor-parallel group
   // Of the parameters, per device: those ZeRO divides over its shards (a
   // mixture's experts over the shards outside their expert group), and

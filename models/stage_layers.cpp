@@ -144,6 +144,7 @@ void StageCostModel::time_layers(int k, double b) {
     }
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem + selective;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;
+    a2a_[k][l + 1] = a2a_[k][l] + a2a;
   }
 }
 

@@ -91,6 +91,8 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.reduce_first_bucket_bytes = costs.gradient_first_bucket_bytes();
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);
+    t.a2a_forward_s = t.a2a_backward_s = costs.a2a_pass_s(i, j, s);
+    t.a2a_recompute_s = costs.a2a_recompute_s(i, j, s);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     t.blocking_sends = costs.device_of(s).blocking_sends;

@@ -36,6 +36,16 @@ double StageCosts::tp_share(Op op) const {
   }
 }
 
+double StageCosts::a2a_share(Op op) const {
+  switch (op) {
+    case Op::F: return a2a_forward_s;
+    case Op::R: return a2a_recompute_s;
+    case Op::B:
+    case Op::I: return a2a_backward_s;
+    default: return 0;
+  }
+}
+
 StageCosts OpDurations::stage() const {
   StageCosts c;
   c.forward_s = forward, c.backward_s = backward, c.input_grad_s = input_grad, c.weight_grad_s = weight_grad;
@@ -52,6 +62,7 @@ class EvalBackend final : public Backend {
  public:
   EvalBackend(const Program& p, const std::vector<StageCosts>& costs)
       : costs_(costs), S_(p.num_stages()), M_(p.num_microbatches), clock_(p.num_ranks, 0.0), alone_(p.num_ranks, 0.0),
+        alone_a2a_(p.num_ranks, 0.0),
         posted_(2 * static_cast<std::size_t>(S_) * M_, kNotPosted), waiting_(posted_.size(), -1) {
     timeline_.ranks.resize(p.num_ranks);
     for (int r = 0; r < p.num_ranks; ++r) timeline_.ranks[r].reserve(p.ranks[r].size());
@@ -59,8 +70,9 @@ class EvalBackend final : public Backend {
 
   void compute(RankId r, const Action& a) override {
     const StageCosts& c = costs_[a.stage.value];
-    record(r, a, clock_[r.value], c.of(a, alone_[r.value]));
+    record(r, a, clock_[r.value], c.of(a, alone_[r.value], alone_a2a_[r.value]));
     alone_[r.value] = c.of(a);
+    alone_a2a_[r.value] = std::min(alone_[r.value], c.a2a_share(a.op));
   }
 
   void send(RankId r, const Action& a, RankId) override {
@@ -107,6 +119,7 @@ class EvalBackend final : public Backend {
   int S_, M_;
   std::vector<double> clock_;
   std::vector<double> alone_;   // each rank's last compute action's own time (what an overlapped one overlaps)
+  std::vector<double> alone_a2a_;  // and of it its all-to-alls
   std::vector<double> posted_;  // arrival time per message, kNotPosted until sent
   std::vector<int> waiting_;    // the rank blocked on each message, -1 if none
   std::vector<int> woken_;

@@ -64,13 +64,22 @@ struct StageCosts {
   // backward_s (and input_grad_s) that is the tensor group's collectives,
   // which sim/ on a shared host spends waiting, without a core.
   double tp_forward_s = 0, tp_backward_s = 0;
+  // Expert parallelism: the share of forward_s, recompute_s and of
+  // backward_s (and input_grad_s) that is a mixture's all-to-alls (each
+  // routed block's dispatch and combine), which an OVERLAP_F_B hides under
+  // the other action's compute.
+  double a2a_forward_s = 0, a2a_recompute_s = 0, a2a_backward_s = 0;
   double of(Op op) const;            // compute ops (F B I W R STEP)
   double tp_share(Op op) const;      // of those, the tensor group's collectives: F and R forward's, B and I backward's
+  double a2a_share(Op op) const;     // and the all-to-alls: F's, R's, B's and I's
   // An OVERLAP_F_B (Action::overlapped) takes the sum of its actions' times
   // less this share of the shorter of each overlapped action and the one
   // before it: 0 runs them one after the other (the sum, what PyTorch's
   // runtime and the executor do), 1 hides the shorter under the longer. The
   // device's property (Hardware::overlap_factor), fitted by calibrate.
+  // Where the two hold all-to-alls (a2a_share), each one's runs under the
+  // other's compute as DualPipe's two streams do, whichever hides more: the
+  // pair then takes max(their computes, their all-to-alls, either alone).
   double overlap_factor = 0;
   // The time of compute action `a` of this stage: of(a.op), and the first
   // forward's extra for micro-batch 0's F.
@@ -78,10 +87,16 @@ struct StageCosts {
     return of(a.op) + (a.op == Op::F && a.microbatch && a.microbatch->value == 0 ? first_forward_extra_s : 0);
   }
   // What `a` adds on its rank when the compute action before it took
-  // `before_s` on its own (of(a) unless `a` is overlapped with it).
-  double of(const Action& a, double before_s) const {
+  // `before_s` on its own, `before_a2a_s` of it its all-to-alls (of(a)
+  // unless `a` is overlapped with it).
+  double of(const Action& a, double before_s, double before_a2a_s = 0) const {
     const double own = of(a);
-    return a.overlapped ? own - overlap_factor * std::min(own, before_s) : own;
+    if (!a.overlapped) return own;
+    const double shared = own - overlap_factor * std::min(own, before_s);
+    const double a2a = std::min(own, a2a_share(a.op));
+    if (a2a <= 0 && before_a2a_s <= 0) return shared;
+    const double pair = std::max({own - a2a + before_s - before_a2a_s, a2a + before_a2a_s, before_s, own});
+    return std::min(shared, pair - before_s);
   }
   // What posting its SEND_F or SEND_B costs the sender.
   double send_s(Op op) const {

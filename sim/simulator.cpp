@@ -85,8 +85,10 @@ class SimBackend final : public ps::Backend {
   void compute(ps::RankId r, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
     if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
-    const double d = in_.stages.at(a.stage.value).of(a, alone_);
-    alone_ = in_.stages.at(a.stage.value).of(a);
+    const auto& costs = in_.stages.at(a.stage.value);
+    const double d = costs.of(a, alone_, alone_a2a_);
+    alone_ = costs.of(a);
+    alone_a2a_ = std::min(alone_, costs.a2a_share(a.op));
     if (starts_buckets(r, a)) start_buckets(a, d);
     if (!cores_ || d <= 0) {
       const double start = sg4::Engine::get_clock();
@@ -360,6 +362,7 @@ class SimBackend final : public ps::Backend {
   bool holding_ = false;     // this rank holds one of them
   double used_ = 0;          // of its time slice
   double alone_ = 0;         // its last compute action's own time (what an overlapped one overlaps)
+  double alone_a2a_ = 0;     // and of it its all-to-alls
 };
 
 // PIPETWIN_SIM_PROFILE's line: the replay's phases at times t[0..3].

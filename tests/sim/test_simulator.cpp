@@ -238,6 +238,36 @@ TEST(Simulator, DualPipeVTakesItsClosedForm) {
   }
 }
 
+// A mixture of experts under DualPipe-V: an OVERLAP_F_B runs each action's
+// all-to-alls under the other's compute (DeepSeek-V3's two streams), so the
+// pair takes max(the computes, the all-to-alls, either action alone) where
+// overlap_factor is 0, in both engines; without all-to-alls, the sum.
+TEST(Simulator, OverlapFBHidesEachAllToAllUnderTheOthersCompute) {
+  const int K = 4, M = 12;
+  for (const auto& [af, ab] : std::vector<std::pair<double, double>>{{0.2, 0.3}, {0.4, 0.9}, {0.0, 0.5}, {0.0, 0.0}}) {
+    auto costs = unit(1.0, 1.0, 0.5);
+    costs.a2a_forward_s = af, costs.a2a_recompute_s = af, costs.a2a_backward_s = ab;
+    const SimInput in = uniform_input("dualpipe-v", K, M, 2, costs);
+    const auto t = pipetwin::sim::simulate(in).timeline;
+    const auto fast = ps::evaluate(in.program, in.stages).timeline;
+    const double f = 1.0, b = 1.5;
+    const double pair = af + ab > 0 ? std::max({f - af + b - ab, af + ab, f, b}) : f + b;
+    const std::string at = "a2a F=" + std::to_string(af) + " B=" + std::to_string(ab);
+    int overlaps = 0;
+    for (const auto* timeline : {&t, &fast}) {
+      for (const auto& rank : timeline->ranks) {
+        for (std::size_t k = 1; k < rank.size(); ++k) {
+          if (!rank[k].action.overlapped) continue;
+          ++overlaps;
+          EXPECT_NEAR(rank[k].end - rank[k - 1].start, pair, 1e-9) << at;
+        }
+      }
+    }
+    EXPECT_GT(overlaps, 0);
+    EXPECT_NEAR(fast.makespan(), t.makespan(), 1e-9) << at;
+  }
+}
+
 // V-Half and V-Min (Qi et al. 2024, the authors' greedy over their V-shaped
 // building blocks). The paper gives their bubbles only roughly, with F = B = W
 // for a rank's layers: about K/(2M) (V-Half) and 2K/(3M) (V-Min), and their
