@@ -180,9 +180,71 @@ bool flash_attention(const MegatronArgs& a) {
   return a.word("transformer_impl", "local") == "transformer_engine";
 }
 
-// The llm-family spec (docs/models.md) the arguments describe.
+// The blocks with a dense MLP before the routed ones: moe_layer_freq 1, or
+// a pattern of K zeros then ones, "[0]*K+[1]*R" (with or without parentheses).
+int dense_layers(const MegatronArgs& a, int layers) {
+  if (!a.has("moe_layer_freq")) return 0;
+  std::string t;
+  for (const char c : a.text("moe_layer_freq")) {
+    if (c != ' ' && c != '(' && c != ')') t += c;
+  }
+  if (t == "1") return 0;
+  int zeros = 0, ones = 0;
+  char tail = 0;
+  if (std::sscanf(t.c_str(), "[0]*%d+[1]*%d%c", &zeros, &ones, &tail) == 2 && zeros >= 0 && ones > 0 &&
+      zeros + ones == layers) {
+    return zeros;
+  }
+  throw Error(a.at("moe_layer_freq") + ": moe_layer_freq " + a.text("moe_layer_freq") +
+              " is not modelled: 1, or the first K blocks dense and the rest routed ([0]*K+[1]*R, K + R = num_layers)");
+}
+
+// A mixture of experts' fields (family moe, docs/models.md): the experts,
+// the router's top-k, their widths, the dense blocks first, the head size,
+// Q/K norms, multi-head latent attention and the capacity factor.
+std::string moe_fields(const MegatronArgs& a, int layers, int heads, int hidden) {
+  if (!a.flag("swiglu", false)) throw Error(a.at("swiglu") + ": family moe's experts are SwiGLU (swiglu False is not modelled)");
+  if (a.word("normalization", "LayerNorm") != "RMSNorm") {
+    throw Error(a.at("normalization") + ": family moe normalizes with RMSNorm, not " + a.word("normalization", "LayerNorm"));
+  }
+  if (a.flag("add_bias_linear", true)) throw Error(a.at("add_bias_linear") + ": family moe has no biases (add_bias_linear True)");
+  const int ffn = a.positive("ffn_hidden_size");
+  const int expert_ffn = a.has("moe_ffn_hidden_size") ? a.positive("moe_ffn_hidden_size") : ffn;
+  std::string s = "experts: " + std::to_string(a.positive("num_experts")) + "\n";
+  s += "top_k: " + std::to_string(a.has("moe_router_topk") ? a.positive("moe_router_topk") : 2) + "\n";
+  s += "expert_ffn_hidden: " + std::to_string(expert_ffn) + "\n";
+  if (a.has("moe_shared_expert_intermediate_size")) {
+    const int shared = a.positive("moe_shared_expert_intermediate_size");
+    if (shared % expert_ffn != 0) {
+      throw Error(a.at("moe_shared_expert_intermediate_size") + ": a shared width of " + std::to_string(shared) +
+                  " is not a whole number of experts of " + std::to_string(expert_ffn));
+    }
+    s += "shared_experts: " + std::to_string(shared / expert_ffn) + "\n";
+  }
+  if (const int dense = dense_layers(a, layers); dense > 0) s += "dense_layers: " + std::to_string(dense) + "\n";
+  if (a.flag("multi_latent_attention", false)) {
+    if (a.has("q_lora_rank")) s += "q_lora_rank: " + std::to_string(a.positive("q_lora_rank")) + "\n";
+    s += "kv_lora_rank: " + std::to_string(a.positive("kv_lora_rank")) + "\n";
+    s += "qk_nope_dim: " + std::to_string(a.positive("qk_head_dim")) + "\n";
+    s += "qk_rope_dim: " + std::to_string(a.positive("qk_pos_emb_head_dim")) + "\n";
+    s += "v_head_dim: " + std::to_string(a.positive("v_head_dim")) + "\n";
+  } else {
+    if (a.has("kv_channels") && a.positive("kv_channels") * heads != hidden) {
+      s += "head_dim: " + std::to_string(a.positive("kv_channels")) + "\n";
+    }
+    if (a.flag("qk_layernorm", false)) s += "qk_norm: true\n";
+  }
+  if (a.has("moe_expert_capacity_factor")) {
+    const double c = a.number("moe_expert_capacity_factor");
+    if (c < 1) throw Error(a.at("moe_expert_capacity_factor") + ": a capacity factor below 1 drops tokens of every expert (not modelled)");
+    s += "capacity_factor: " + std::to_string(c) + "\n";
+  }
+  return s;
+}
+
+// The llm-family spec (docs/models.md) the arguments describe; family moe
+// where they name experts (num_experts).
 std::string model_spec(const MegatronArgs& a, const std::vector<std::string>& lines) {
-  if (a.has("num_experts")) throw Error(a.at("num_experts") + ": mixture-of-experts models (num_experts) are not modelled");
   const int layers = a.positive("num_layers"), heads = a.positive("num_attention_heads");
   const int seq = a.positive("seq_length");
   const int kv = a.flag("group_query_attention", false) ? a.positive("num_query_groups") : heads;
@@ -214,14 +276,21 @@ std::string model_spec(const MegatronArgs& a, const std::vector<std::string>& li
   const std::string precision = a.flag("bf16", false) ? "bf16" : a.flag("fp16", false) ? "fp16" : "fp32";
   const auto yes = [](bool b) { return std::string(b ? "true" : "false"); };
 
-  std::string s = "family: llm\n";
+  const bool moe = a.has("num_experts");
+  std::string s = moe ? "family: moe\n" : "family: llm\n";
   s += "layers: " + std::to_string(layers) + "\n";
   s += "hidden: " + std::to_string(a.positive("hidden_size")) + "\n";
   s += "ffn_hidden: " + std::to_string(a.positive("ffn_hidden_size")) + "\n";
   s += "heads: " + std::to_string(heads) + "\n";
-  s += "kv_heads: " + std::to_string(kv) + "\n";
+  if (!(moe && a.flag("multi_latent_attention", false))) s += "kv_heads: " + std::to_string(kv) + "\n";
   s += "seq_len: " + std::to_string(seq) + "\n";
   s += "vocab: " + std::to_string(vocab) + "\n";
+  if (moe) {  // rotary, and no dropout masks kept (family moe has none)
+    if (!rotary) throw Error(a.at("position_embedding_type") + ": family moe's positions are rotary, not " + positions);
+    s += moe_fields(a, layers, heads, a.positive("hidden_size"));
+    s += "tied_embeddings: " + yes(!a.flag("untie_embeddings_and_output_weights", false)) + "\n";
+    return s + "precision: " + precision + "\n";
+  }
   s += std::string("mlp: ") + (a.flag("swiglu", false) ? "swiglu" : "gelu") + "\n";
   s += std::string("norm: ") + (norm == "RMSNorm" ? "rmsnorm" : "layernorm") + "\n";
   s += std::string("positions: ") + (rotary ? "rotary" : "learned") + "\n";
@@ -343,6 +412,15 @@ MeasuredRun read_megatron_log(const std::string& path, const std::string& hardwa
   run.recompute = recompute(a);
   run.sequence_parallel = a.flag("sequence_parallel", false);
   run.zero = a.flag("use_distributed_optimizer", false) ? 1 : 0;
+  if (a.has("expert_model_parallel_size")) run.expert = a.positive("expert_model_parallel_size");
+  if (run.expert > 1 && a.has("expert_tensor_parallel_size")) {
+    const int etp = a.positive("expert_tensor_parallel_size");
+    if (etp != 1 && etp != run.tensor) {
+      throw Error(a.at("expert_tensor_parallel_size") + ": expert_tensor_parallel_size " + std::to_string(etp) +
+                  " is not modelled (1 or tensor_model_parallel_size)");
+    }
+    run.expert_tensor = etp == 1 ? 1 : 0;
+  }
   run.step_s = logs::median_after(elapsed, skip, "\"" + kElapsed + "\"", path) / 1000.0;
   return run;
 }

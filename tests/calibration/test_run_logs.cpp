@@ -9,7 +9,9 @@
 
 #include "calibration/run_logs_parse.hpp"
 #include "calibration/runs.hpp"
+#include "models/families.hpp"
 #include "schedule/error.hpp"
+#include "schedule/io.hpp"
 #include "tests/support/errors.hpp"
 
 namespace pc = pipetwin::calibration;
@@ -145,8 +147,9 @@ TEST(MegatronLog, ErrorsNameTheFileAndTheArgument) {
   EXPECT_NE(e.find(path + ":"), std::string::npos) << e;
   EXPECT_NE(e.find("iteration        6/     100"), std::string::npos) << e;
 
+  // A GPT-style block cannot hold experts: family moe is SwiGLU, RMSNorm, rotary, without biases.
   path = write("moe.log", replaced(text, "num_experts ..................................... None", "num_experts ..................................... 8"));
-  EXPECT_NE(error_of([&] { pc::read_megatron_log(path, "h100", 2); }).find("num_experts"), std::string::npos);
+  EXPECT_NE(error_of([&] { pc::read_megatron_log(path, "h100", 2); }).find("family moe"), std::string::npos);
 
   // Context parallelism reads as C beside Megatron-LM's data_parallel_size (which leaves C out).
   // The same 8 GPUs as T2 K2 C2 D1.
@@ -164,6 +167,50 @@ TEST(MegatronLog, ErrorsNameTheFileAndTheArgument) {
 
   e = error_of([] { pc::read_megatron_log("/nonexistent/run.log", "h100", 0); });
   EXPECT_NE(e.find("/nonexistent/run.log"), std::string::npos) << e;
+}
+
+// A mixture of experts' log (Megatron-LM's MoE arguments on the same run):
+// family moe with its experts, top-k, widths, dense first blocks and head
+// size, E and ETP 1 from the layout's arguments; the parameters as counted
+// from those fields.
+TEST(MegatronRun, ReadsAMixtureOfExperts) {
+  std::string text = pipetwin::schedule::read_file(data("megatron-gpt-1.7b.log"));
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"num_experts ..................................... None", "num_experts ..................................... 8"},
+           {"swiglu .......................................... False", "swiglu .......................................... True"},
+           {"normalization ................................... LayerNorm", "normalization ................................... RMSNorm"},
+           {"position_embedding_type ......................... learned_absolute", "position_embedding_type ......................... rope"},
+           {"add_bias_linear ................................. True", "add_bias_linear ................................. False"}}) {
+    text = replaced(text, from, to);
+  }
+  text = replaced(text, "  ffn_hidden_size ................................. 9216\n",
+                  "  ffn_hidden_size ................................. 9216\n"
+                  "  expert_model_parallel_size ...................... 2\n"
+                  "  expert_tensor_parallel_size ..................... 1\n"
+                  "  kv_channels ..................................... 128\n"
+                  "  moe_ffn_hidden_size ............................. 1536\n"
+                  "  moe_layer_freq .................................. ([0]*2+[1]*22)\n"
+                  "  moe_router_topk ................................. 2\n"
+                  "  moe_shared_expert_intermediate_size ............. 3072\n");
+  const std::string path = write("moe-ok.log", text);
+  const pc::MeasuredRun r = pc::read_megatron_log(path, "h100", 2);
+  EXPECT_EQ(r.expert, 2);
+  EXPECT_EQ(r.expert_tensor, 1);
+  const auto m = pipetwin::models::model_from_text(r.model_text, path, "moe");
+  EXPECT_EQ(m.family, "moe");
+  pipetwin::models::MoeSpec spec;
+  spec.llm.layers = 24, spec.llm.hidden = 2304, spec.llm.heads = 24, spec.llm.kv_heads = 24, spec.llm.seq_len = m.layers[1].shape.seq_len;
+  spec.llm.vocab = m.layers.front().shape.vocab, spec.llm.ffn_hidden = 9216;
+  spec.llm.tied_embeddings = m.layers.front().shape.tied;
+  spec.experts = 8, spec.top_k = 2, spec.expert_ffn_hidden = 1536, spec.shared_experts = 2, spec.dense_layers = 2;
+  spec.head_dim = 128;
+  EXPECT_EQ(m.params(), pipetwin::models::moe_model(spec, pipetwin::models::Precision::BF16, "x").params());
+  int dense = 0;
+  for (const auto& l : m.layers) dense += l.kind == pipetwin::models::LayerKind::DecoderBlock;
+  EXPECT_EQ(dense, 2);
+  // A pattern other than dense-then-routed is refused, naming the field.
+  const std::string odd = write("moe-odd.log", replaced(text, "([0]*2+[1]*22)", "([1,0]*12)"));
+  EXPECT_NE(error_of([&] { pc::read_megatron_log(odd, "h100", 2); }).find("moe_layer_freq"), std::string::npos);
 }
 
 TEST(TorchtitanRun, ReadsTheJobFileAndTheMedianTps) {
