@@ -95,6 +95,14 @@ struct MoeSpec {
 // one), and of the model's weights that one token's forward uses.
 std::int64_t moe_block_params(const MoeSpec& spec, bool routed);
 std::int64_t moe_active_params(const MoeSpec& spec);
+// Its parameters counted in floating point, before any integer holds them:
+// the specs refuse a mixture above kMoeMaxParams (every integer cost then
+// stays exact; tests/models/test_spec_bounds.cpp builds one at the bound).
+double moe_params_estimate(const MoeSpec& spec);
+inline constexpr double kMoeMaxParams = 1e18;
+// Why `spec` is refused for its size ("the model holds 1.02e+18 parameters,
+// more than 10^18"), or empty.
+std::string moe_size_error(const MoeSpec& spec);
 
 Model transformer_model(const TransformerSpec& spec, Precision precision, std::string name);
 Model mlp_model(const MlpSpec& spec, Precision precision, std::string name);

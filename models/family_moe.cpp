@@ -43,6 +43,7 @@
 // Parameters come out as Hugging Face counts them: Mixtral-8x7B 46,702,792,704,
 // Qwen3-30B-A3B 30,532,122,624, DeepSeek-V3 671,026,419,200 (its multi-token
 // prediction module left out, as the 671B leaves it; tests/models/test_moe.cpp).
+#include <cstdio>
 #include <string>
 
 #include "models/families.hpp"
@@ -95,6 +96,14 @@ double router_params(const MoeSpec& t) {
   return static_cast<double>(t.llm.hidden * t.experts) + (t.router_bias ? static_cast<double>(t.experts) : 0);
 }
 
+// One block's weights, in floating point (block_cost's params, and the
+// bound's estimate before any integer holds a count).
+double block_params(const MoeSpec& t, const Attention& at, bool routed) {
+  const double h = static_cast<double>(t.llm.hidden);
+  const double mlp = routed ? routed_matrices(t) + 3 * h * shared_width(t) : 3 * h * static_cast<double>(t.llm.ffn_hidden);
+  return at.matrices + mlp + at.norms + 2 * h + (routed ? router_params(t) : 0);
+}
+
 LayerCost block_cost(const MoeSpec& t, Precision precision, bool routed) {
   const double s = static_cast<double>(t.llm.seq_len), h = static_cast<double>(t.llm.hidden),
                b = bytes_per_element(precision);
@@ -111,7 +120,7 @@ LayerCost block_cost(const MoeSpec& t, Precision precision, bool routed) {
   c.forward_flops = products + core;
   c.input_grad_flops = products + 2 * core;
   c.weight_grad_flops = products;
-  c.params = static_cast<std::int64_t>(at.matrices + mlp_all + at.norms + 2 * h + (routed ? router_params(t) : 0));
+  c.params = static_cast<std::int64_t>(block_params(t, at, routed));
   // Whole on every device of a tensor group: the block's two norms, MLA's
   // down projections and their norms, Qwen3's head norms, the router.
   c.tp_replicated_params = static_cast<std::int64_t>(2 * h + at.duplicated + (routed ? router_params(t) : 0));
@@ -162,6 +171,21 @@ LayerCost block_cost(const MoeSpec& t, Precision precision, bool routed) {
 }  // namespace
 
 std::int64_t moe_block_params(const MoeSpec& t, bool routed) { return block_cost(t, Precision::BF16, routed).params; }
+
+double moe_params_estimate(const MoeSpec& t) {
+  const Attention at = attention(t);
+  const double dense = static_cast<double>(t.dense_layers), routed = static_cast<double>(t.llm.layers - t.dense_layers);
+  return block_params(t, at, false) * dense + block_params(t, at, true) * routed +
+         static_cast<double>(llm_embedding_params(t.llm) + llm_head_params(t.llm));
+}
+
+std::string moe_size_error(const MoeSpec& t) {
+  const double p = moe_params_estimate(t);
+  if (p <= kMoeMaxParams) return {};
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", p);
+  return std::string("the model holds ") + count + " parameters, more than 10^18";
+}
 
 std::int64_t moe_active_params(const MoeSpec& t) {
   const Attention at = attention(t);

@@ -180,10 +180,10 @@ void read_moe(const JsonFields& y, const std::string& architecture, HfConfig& c)
   MoeSpec& m = c.moe;
   const std::int64_t ffn = c.spec.ffn_hidden;
   if (architecture == "MixtralForCausalLM") {
-    m.experts = y.positive_int("num_local_experts", kWidth);
+    m.experts = y.positive_int("num_local_experts", kLayers);
     m.expert_ffn_hidden = ffn;
   } else if (architecture == "Qwen3MoeForCausalLM") {
-    m.experts = y.positive_int("num_experts", kWidth);
+    m.experts = y.positive_int("num_experts", kLayers);
     m.expert_ffn_hidden = y.positive_int("moe_intermediate_size", kWidth);
     m.head_dim = y.positive_int_or("head_dim", c.spec.hidden / c.spec.heads, kWidth);
     m.qk_norm = true;
@@ -192,7 +192,7 @@ void read_moe(const JsonFields& y, const std::string& architecture, HfConfig& c)
       y.fail("mlp_only_layers", "only [] (every block routed) is modelled");
     }
   } else {  // DeepseekV3ForCausalLM
-    m.experts = y.positive_int("n_routed_experts", kWidth);
+    m.experts = y.positive_int("n_routed_experts", kLayers);
     m.expert_ffn_hidden = y.positive_int("moe_intermediate_size", kWidth);
     m.shared_experts = y.has("n_shared_experts") ? y.positive_int("n_shared_experts", kWidth) : 0;
     m.dense_layers = y.has("first_k_dense_replace") ? y.non_negative_int("first_k_dense_replace") : 0;
@@ -205,7 +205,7 @@ void read_moe(const JsonFields& y, const std::string& architecture, HfConfig& c)
     m.v_head_dim = y.positive_int("v_head_dim", kWidth);
     m.router_bias = y.text_or("topk_method", "noaux_tc") == "noaux_tc";
   }
-  m.top_k = y.positive_int("num_experts_per_tok", kWidth);
+  m.top_k = y.positive_int("num_experts_per_tok", kLayers);
   if (m.top_k > m.experts) y.fail("num_experts_per_tok", "must be at most the experts (" + std::to_string(m.experts) + ")");
   m.imbalance = y.number_or("pipetwin_imbalance", 1);
   if (!(m.imbalance >= 1)) y.fail("pipetwin_imbalance", "must be at least 1 (the busiest device over the mean)");
@@ -262,6 +262,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& source) {
   if (moe) {
     read_moe(y, c.architecture, c);
     c.moe.llm = t;
+    if (const std::string why = moe_size_error(c.moe); !why.empty()) y.fail("num_hidden_layers", why);
   }
   const std::string dtype = y.text_or("torch_dtype", "bfloat16");
   if (dtype == "bfloat16") {

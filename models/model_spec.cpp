@@ -81,8 +81,8 @@ Model moe_from_yaml(const YamlFields& y, Precision precision, const std::string&
   LlmSpec& t = m.llm;
   read_llm_sizes(y, t);
   t.tied_embeddings = y.boolean_or("tied_embeddings", false);
-  m.experts = y.positive_int("experts", kWidth);
-  m.top_k = y.positive_int("top_k", kWidth);
+  m.experts = y.positive_int("experts", kLlmLayers);
+  m.top_k = y.positive_int("top_k", kLlmLayers);
   if (m.top_k > m.experts) y.fail("top_k", "must be at most experts (" + std::to_string(m.experts) + ")");
   m.expert_ffn_hidden = y.positive_int("expert_ffn_hidden", kWidth);
   m.shared_experts = y.has("shared_experts") ? y.positive_int("shared_experts", kWidth) : 0;
@@ -117,6 +117,7 @@ Model moe_from_yaml(const YamlFields& y, Precision precision, const std::string&
   }
   m.imbalance = y.number_or("imbalance", 1);
   if (!(m.imbalance >= 1)) y.fail("imbalance", "must be at least 1 (the busiest device's tokens over the mean)");
+  if (const std::string why = moe_size_error(m); !why.empty()) y.fail("experts", why);
   return moe_model(m, precision, name);
 }
 

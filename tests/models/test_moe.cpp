@@ -66,6 +66,8 @@ TEST(Moe, PublishedParameterCounts) {
   // "37B activated for each token": the weights one token's forward uses.
   const auto c = pm::parse_hf_config(ps::read_file(example("deepseek-v3.json")), "deepseek-v3.json");
   EXPECT_NEAR(static_cast<double>(pm::moe_active_params(c.moe)) / 1e9, 37.55, 0.01);
+  // The count the specs bound, in floating point, is the same.
+  EXPECT_DOUBLE_EQ(pm::moe_params_estimate(c.moe), 671'026'419'200.0);
 }
 
 // With every block dense, the general block (GQA attention of hidden / heads,

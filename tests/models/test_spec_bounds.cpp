@@ -55,6 +55,11 @@ TEST(SpecBounds, TheLargestModelsHaveExactCosts) {
   expect_exact_costs(from_text("family: llm\nlayers: 100000\nhidden: 1000000\nffn_hidden: 1000000\nheads: 1000000\n"
                                "seq_len: 1048576\nvocab: 10000000\nflash_attention: false\ndropout: true\n"
                                "positions: learned\nmax_positions: 1048576\n"));
+  // A mixture of experts near its parameter bound, 10^18: 330 blocks of
+  // 1,000 experts of 3 x 10^12 weights each, every token taking all of them.
+  expect_exact_costs(from_text("family: moe\nlayers: 330\nhidden: 1000000\nheads: 1000\nseq_len: 1048576\n"
+                               "vocab: 10000000\nexperts: 1000\ntop_k: 1000\nexpert_ffn_hidden: 1000000\n"
+                               "shared_experts: 1\n"));
   expect_exact_costs(from_text("family: amoebanet\ncells: 9999\nfilters: 83333\nimage: 100000\nin_channels: 1000000\n"
                                "classes: 10000000\n"));
 }
@@ -85,6 +90,12 @@ TEST(SpecBounds, OnePastABoundIsRefusedNamingTheField) {
        "spec.yaml:4: field 'stages': 15 stages double the stem's 64 channels past 1000000"},
       {"family: resnet\nimage: 32\nstem_channels: 1\nstages: " + sixty_five + "\nclasses: 10\n",
        "spec.yaml:4: field 'stages': holds more than 64 entries"},
+      {"family: moe\nlayers: 340\nhidden: 1000000\nheads: 1000\nseq_len: 8\nvocab: 10\nexperts: 1000\ntop_k: 2\n"
+       "expert_ffn_hidden: 1000000\n",
+       "spec.yaml:7: field 'experts': the model holds 1.02e+18 parameters, more than 10^18"},
+      {"family: moe\nlayers: 2\nhidden: 64\nheads: 4\nseq_len: 8\nvocab: 10\nexperts: 100001\ntop_k: 2\n"
+       "expert_ffn_hidden: 64\n",
+       "spec.yaml:7: field 'experts': must be at most 100000"},
       {"family: amoebanet\ncells: 10002\nfilters: 16\nimage: 32\nclasses: 10\n",
        "spec.yaml:2: field 'cells': must be at most 10000"},
       {"family: amoebanet\ncells: 6\nfilters: 83334\nimage: 32\nclasses: 10\n",
