@@ -199,11 +199,32 @@ def add_arguments(ap, rows_file, out, fitted):
     ap.add_argument("--out", default=os.path.join(ROOT, "out", out))
     ap.add_argument("--calibrate", default=fitted, help="rows fitted (names as in the table)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--attention", metavar="FILE", default=None,
+                    help="a hardware YAML whose device.attention (a fused attention kernel's rates by sequence "
+                         "length, e.g. examples/h100-flash2.yaml) the bench's hardware takes")
+
+
+def with_attention(hardware_yaml, path):
+    """`hardware_yaml` with the device.attention block of the hardware file `path`."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == "  attention:"), None)
+    if start is None:
+        raise BenchError("--attention %s: no device.attention block (an 'attention:' key under 'device:')" % path)
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    block = "\n".join(lines[start:end]) + "\n"
+    if "\ndevice:\n" in hardware_yaml:
+        return hardware_yaml.replace("\ndevice:\n", "\ndevice:\n" + block, 1)
+    return hardware_yaml + "device:\n" + block
 
 
 def run_benchmark(a, name, hardware_yaml, shapes):
     """The rows fitted (--calibrate) and predicted, on the hardware file `hardware_yaml` writes."""
     os.makedirs(a.out, exist_ok=True)
+    if getattr(a, "attention", None):
+        hardware_yaml = with_attention(hardware_yaml, a.attention)
     table = rows(a.rows)
     names = [r["name"] for r in table]
     fitted = a.calibrate.split(",")
@@ -223,4 +244,5 @@ def run_benchmark(a, name, hardware_yaml, shapes):
     figures = report(a, table, fit, models, fitted_hw)
     figures["fit"] = {"rows": fitted, "max": f["max"], "half_flops": f["half_flops"],
                       "memory_efficiency": f["memory_efficiency"]}
+    figures["attention"] = getattr(a, "attention", None)
     return figures

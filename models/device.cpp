@@ -1,5 +1,7 @@
 // Device arithmetic: efficiency curves, and the time of an operation, a
 // layer's pass, its memory traffic and its weights' reads.
+#include <cmath>
+
 #include "models/device.hpp"
 
 namespace pipetwin::models {
@@ -62,6 +64,32 @@ double Device::layer_seconds(std::string_view kind, Pass pass, double flops, Pre
   Efficiency e = curves->of(pass);  // its fixed cost, per operator
   e.half_flops *= operators;
   return op_overhead_s + flops / (peak_flops(p) * e.at(flops));
+}
+
+namespace {
+double rate_at(const AttentionRates::Curve& curve, double seq) {
+  if (seq <= curve.front().first) return curve.front().second;
+  if (seq >= curve.back().first) return curve.back().second;
+  std::size_t i = 1;
+  while (curve[i].first < seq) ++i;
+  const auto& [s0, r0] = curve[i - 1];
+  const auto& [s1, r1] = curve[i];
+  const double x = (std::log2(seq) - std::log2(s0)) / (std::log2(s1) - std::log2(s0));
+  return r0 + x * (r1 - r0);
+}
+}  // namespace
+
+double AttentionRates::forward_seconds(double flops, double seq, bool causal) const {
+  if (flops <= 0) return 0;
+  return causal ? flops / 2 / rate_at(forward_causal, seq) : flops / rate_at(forward, seq);
+}
+
+double AttentionRates::backward_seconds(double flops, double seq, bool causal) const {
+  if (flops <= 0) return 0;
+  if (!causal) return 2.5 * flops / rate_at(backward, seq);
+  const double rate = !backward_causal.empty() ? rate_at(backward_causal, seq)
+                                               : rate_at(backward, seq) * rate_at(forward_causal, seq) / rate_at(forward, seq);
+  return 2.5 * flops / 2 / rate;
 }
 
 double Device::traffic_seconds(std::string_view kind, double bytes) const {

@@ -66,6 +66,25 @@ struct ActionOverheads {
   friend bool operator==(const ActionOverheads&, const ActionOverheads&) = default;
 };
 
+// A fused attention kernel's (FlashAttention's) achieved FLOP/s by sequence
+// length, as its authors measure it: the forward of a head of width d over s
+// tokens counts 4·s²·d FLOPs, half of them under a causal mask, and the
+// backward 2.5 times the forward's (it re-runs QKᵀ). Between two listed
+// lengths the rate is linear in log2(s); beyond the first and last it stays.
+// backward_causal, when not given, is backward's at each length times the
+// forward's causal-to-full ratio there. Empty: no such kernel measured, and
+// the attention core is timed with the layer's matrix products.
+struct AttentionRates {
+  using Curve = std::vector<std::pair<double, double>>;  // (sequence length, FLOP/s), increasing lengths
+  Curve forward, forward_causal, backward, backward_causal;
+  bool empty() const { return forward.empty(); }
+  // Seconds of the core of `flops` forward FLOPs (the full square, 4·s²·d per
+  // head and sample) over sequences of `seq` tokens, in each direction.
+  double forward_seconds(double flops, double seq, bool causal) const;
+  double backward_seconds(double flops, double seq, bool causal) const;
+  friend bool operator==(const AttentionRates&, const AttentionRates&) = default;
+};
+
 struct Device {
   std::string name;
   double peak_flops_fp32 = 0;
@@ -98,6 +117,9 @@ struct Device {
   // (PyTorch's runtime by default, the executor); calibrate fits it from the
   // traces' OVERLAP_F_B where they hold some. In [0, 1].
   double overlap_factor = 0;
+  // The fused attention kernel's rates (16-bit models whose attention is
+  // fused, LayerCost::attention_seq), on the presets that cite them.
+  AttentionRates attention;
   // Calibrated refinements (absent from the presets):
   std::map<std::string, KindEfficiency> kinds;  // by kind_name(), or kDefaultKind: per-kind curves
   ActionOverheads action_overhead;              // per compute action of a stage

@@ -231,6 +231,8 @@ LayerCost block_cost(const LlmSpec& t, Precision precision) {
                 h + 2 * kv + static_cast<double>(up) * f);
   c.fp8_op_recompute_flops = 2 * s * h * (kv + h + f);
   c.cp_kv_elems = 2 * t.seq_len * t.kv();
+  c.attention_seq = t.flash_attention ? t.seq_len : 0;
+  c.attention_causal = true;
   return c;
 }
 

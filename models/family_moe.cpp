@@ -158,6 +158,8 @@ LayerCost block_cost(const MoeSpec& t, Precision precision, bool routed) {
                 at.cw + k * h + f_act, 2 * h, at.qw + at.kw + at.vw + 2 * f_act + k * h);
   c.fp8_params = static_cast<std::int64_t>(at.matrices + mlp_all);
   c.cp_kv_elems = static_cast<std::int64_t>(s * (at.kw + at.vw));
+  c.attention_seq = t.llm.seq_len;  // flash attention, causal
+  c.attention_causal = true;
   if (routed) {
     c.expert_params = static_cast<std::int64_t>(routed_matrices(t));
     c.expert_flops = 2 * s * 3 * h * k * fe;

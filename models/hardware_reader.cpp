@@ -53,6 +53,42 @@ Efficiency efficiency_from_yaml(const YamlFields& e, Efficiency curve = {}) {
   return curve;
 }
 
+// A fused attention kernel's rates: `forward`, `forward_causal` and
+// `backward` (and optionally `backward_causal`), each a list of [sequence
+// length, TFLOP/s] pairs at increasing lengths.
+AttentionRates attention_from_yaml(const YamlFields& a) {
+  a.reject_unknown({"source", "forward", "forward_causal", "backward", "backward_causal"});
+  if (a.has("source")) a.text("source");  // where the rates were read, for the reader
+  const auto curve = [&](const std::string& key) {
+    AttentionRates::Curve out;
+    const YAML::Node list = a.node()[key];
+    const auto bad = [&](const std::string& why) { a.fail(key, why); };
+    if (!list.IsSequence() || list.size() == 0) bad("expected a list of [sequence length, TFLOP/s] pairs");
+    if (list.size() > 1000) bad("holds more than 1000 points");
+    for (const auto& p : list) {
+      double seq = 0, tflops = 0;
+      if (!p.IsSequence() || p.size() != 2 || !YAML::convert<double>::decode(p[0], seq) ||
+          !YAML::convert<double>::decode(p[1], tflops)) {
+        bad("expected [sequence length, TFLOP/s] pairs of numbers");
+      }
+      if (!(seq >= 1) || !std::isfinite(seq)) bad("a point's sequence length must be at least 1");
+      if (!(tflops > 0) || !std::isfinite(tflops)) bad("a point's TFLOP/s must be positive");
+      if (!out.empty() && seq <= out.back().first) bad("the points' sequence lengths must increase");
+      out.emplace_back(seq, tflops * 1e12);
+    }
+    return out;
+  };
+  for (const char* key : {"forward", "forward_causal", "backward"}) {
+    if (!a.has(key)) a.fail(key, "missing (the kernel's rates need forward, forward_causal and backward)");
+  }
+  AttentionRates r;
+  r.forward = curve("forward");
+  r.forward_causal = curve("forward_causal");
+  r.backward = curve("backward");
+  if (a.has("backward_causal")) r.backward_causal = curve("backward_causal");
+  return r;
+}
+
 const std::vector<std::string>& layer_kind_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
@@ -113,7 +149,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
                                  "kinds",          "action_overhead_us",   "step_overhead_us",   "recv_overhead_us",
                                  "recv_bandwidth_gbps",   "send_bandwidth_gbps", "cold_weights_gbps",
                                  "memory_efficiency",     "blocking_sends",      "overlap_factor",
-                                 "weight_stream_us_per_mb", "memory_reserve_gb",   "memory_reserve_fraction"};
+                                 "weight_stream_us_per_mb", "memory_reserve_gb",   "memory_reserve_fraction", "attention"};
   if (preset_allowed) known.push_back("preset");
   y.reject_unknown(known);
   if (y.has("name")) d.name = y.line("name");
@@ -140,6 +176,7 @@ void apply_device(Device& d, const YamlFields& y, bool preset_allowed = false) {
   if (y.has("transfer_overhead_us")) d.transfer_overhead_s = y.non_negative_number("transfer_overhead_us") * kUs;
   if (y.has("efficiency")) d.efficiency = efficiency_from_yaml(y.child("efficiency"), d.efficiency);
   if (y.has("kinds")) apply_kinds(d, y);
+  if (y.has("attention")) d.attention = attention_from_yaml(y.child("attention"));
   if (y.has("action_overhead_us")) apply_action_overheads(d.action_overhead, y.child("action_overhead_us"));
   if (y.has("weight_stream_us_per_mb")) {
     apply_action_overheads(d.weight_stream, y.child("weight_stream_us_per_mb"), kUs / 1e6);

@@ -41,6 +41,18 @@ void device_yaml(std::string& out, const Device& d, const std::string& indent) {
   field("blocking_sends", d.blocking_sends ? "true" : "false");
   field("overlap_factor", yaml_number(d.overlap_factor));
   field("efficiency", curve(d.efficiency));
+  if (!d.attention.empty()) {
+    const auto rates = [](const AttentionRates::Curve& c) {
+      std::string v;
+      for (const auto& [seq, rate] : c) v += (v.empty() ? "" : ", ") + std::string("[") + yaml_number(seq) + ", " + yaml_number(rate / 1e12) + "]";
+      return "[" + v + "]";
+    };
+    out += indent + "attention:\n";
+    out += indent + "  forward: " + rates(d.attention.forward) + "\n";
+    out += indent + "  forward_causal: " + rates(d.attention.forward_causal) + "\n";
+    out += indent + "  backward: " + rates(d.attention.backward) + "\n";
+    if (!d.attention.backward_causal.empty()) out += indent + "  backward_causal: " + rates(d.attention.backward_causal) + "\n";
+  }
   field("op_overhead_us", yaml_number(d.op_overhead_s / kUs));
   field("transfer_overhead_us", yaml_number(d.transfer_overhead_s / kUs));
   if (d.step_overhead_s) field("step_overhead_us", yaml_number(*d.step_overhead_s / kUs));

@@ -157,6 +157,13 @@ struct LayerCost {
   // of each rank's a step (split over a tensor group with the heads); 0: no
   // attention. Its attention core's forward FLOPs are selective_flops.
   std::int64_t cp_kv_elems = 0;
+  // A fused attention kernel (flash attention): the sequence its core runs
+  // over and whether under a causal mask; 0: none (a materialized score
+  // matrix, or no attention). Where the device gives the kernel's rates
+  // (Device::attention) the core, selective_flops forward and twice that in
+  // the input gradient, is timed at them instead of with the products.
+  std::int64_t attention_seq = 0;
+  bool attention_causal = false;
   // Mixture of experts (family moe): of params, the routed experts' (split
   // over an expert-parallel group of E devices, models/family_moe.cpp); per
   // sample, the routed experts' products' FLOPs in each of F, I and W and,

@@ -177,8 +177,24 @@ std::pair<double, double> StageCostModel::context_exchange_s(int k, int l) const
   // Under each step, the attention of the block held: the rank's core (1/C
   // of the layer's, balanced), in C blocks; the backward's is twice the
   // forward's and passes dK and dV too.
-  const double core = devices_[k].compute_seconds(c.selective_flops * microbatch_size_ / tensor_parallel_, model_.precision) / C;
-  return {(C - 1) * std::max(0.0, step - core), (C - 1) * std::max(0.0, 2 * step - 2 * core)};
+  const auto [fused_f, fused_b] = fused_core_s(k, l);
+  const double core_f = fused_f > 0 ? fused_f / C
+                                    : devices_[k].compute_seconds(c.selective_flops * microbatch_size_ / tensor_parallel_, model_.precision) / C;
+  const double core_b = fused_f > 0 ? fused_b / C : 2 * core_f;
+  return {(C - 1) * std::max(0.0, step - core_f), (C - 1) * std::max(0.0, 2 * step - core_b)};
+}
+
+std::pair<double, double> StageCostModel::fused_core_s(int k, int l) const {
+  const Device& d = devices_[k];
+  const Layer& layer = model_.layers[l];
+  const auto& c = layer.cost;
+  if (d.attention.empty() || c.attention_seq <= 0 || c.selective_flops <= 0 || model_.precision == Precision::FP32 ||
+      d.has_kind(kind_name(layer.kind))) {
+    return {0, 0};
+  }
+  const double flops = c.selective_flops * microbatch_size_ / tensor_parallel_;
+  const double seq = static_cast<double>(c.attention_seq) / context_;
+  return {d.attention.forward_seconds(flops, seq, c.attention_causal), d.attention.backward_seconds(flops, seq, c.attention_causal)};
 }
 
 void StageCostModel::check_experts(const Model& m) const {

@@ -181,6 +181,12 @@ class StageCostModel {
   // under tensor parallelism, its 1/E of a mixture's experts; an embedding
   // gathers rows, not its whole table (pass_weight_bytes).
   double pass_weights(int l) const;
+  // Layer l's attention core on rank k for one micro-batch, forward and
+  // backward seconds at the device's fused kernel rates (Device::attention):
+  // its share of the heads (1/T) over its 1/C of the sequence; {0, 0} where
+  // they do not apply (no rates, no fused kernel, fp32, a calibrated kind:
+  // the core is then timed with the layer's products).
+  std::pair<double, double> fused_core_s(int k, int l) const;
   // Rank k's prefix sums of every pass's time over the layers, micro-batch size b.
   void time_layers(int k, double b);
   // Each layer's memory per device of the group: params_, stashed_, weight_grad_stash_, workspace_.

@@ -77,10 +77,12 @@ void StageCostModel::time_layers(int k, double b) {
     const auto& c = m.layers[l].cost;
     const std::string_view kind = kind_name(m.layers[l].kind);
     const int ops = operators(m, l);  // for a per-operator (pooled) curve
-    // Split over a tensor group, a device's share runs at its smaller matrices' efficiency.
-    const double share = b / T;
+    const double share = b / T;  // a device's share of a tensor group's matrices, at their smaller efficiency
     const LayerWork work = layer_work(c, d, fp8, expert_extra(l));
-    const double f = work.forward * share;
+    const std::pair<double, double> fused = fused_core_s(k, l);
+    const double core_f = fused.first, core_b = fused.second;
+    const double core = core_f > 0 ? c.selective_flops : 0;  // a fused core's FLOPs leave the curve (twice in I)
+    const double f = (work.forward - core) * share;
     const double weights = pass_weights(l);
     double in = 0, w = 0;
     if (d.has_kind(kind)) {
@@ -97,11 +99,10 @@ void StageCostModel::time_layers(int k, double b) {
       in = bwd > 0 ? t * (1 - w_share) : 0;
       w = bwd > 0 ? t - in : 0;
     } else {
-      in = d.compute_seconds(work.input_grad * share, m.precision);
+      in = d.compute_seconds((work.input_grad - 2 * core) * share, m.precision) + core_b;
       w = d.compute_seconds(work.weight_grad * share, m.precision);
     }
-    // The weights' floor: a forward and an input gradient read each weight once, a
-    // weight gradient reads and writes each (accumulated over the micro-batches).
+    // The weights' floor: F and I read each weight once, W reads and writes each (accumulated).
     const double read = d.weight_seconds(weights);
     // A calibrated kind's layer streams its weights in each pass (Device::weight_stream).
     const auto pass_seconds = [&](Pass pass) {
@@ -110,7 +111,7 @@ void StageCostModel::time_layers(int k, double b) {
     };
     if (c.input_grad_flops > 0) in = std::max(in, read);
     if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
-    const auto floored = [&](double t) { return c.forward_flops > 0 ? std::max(t, read) : t; };
+    const auto floored = [&](Pass p) { return std::max(pass_seconds(p), c.forward_flops > 0 ? read : 0.0) + core_f; };
     const auto [fwd_cp, bwd_cp] = context_exchange_s(k, l);  // context parallelism's keys and values
     const double a2a = 2 * expert_exchange_s(k, l);  // a mixture's dispatch and combine, each way
     const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l] + fwd_cp + a2a, bwd_comm = tp_backward_[l + 1] - tp_backward_[l] + bwd_cp + a2a;
@@ -124,23 +125,23 @@ void StageCostModel::time_layers(int k, double b) {
                                    c.forward_traffic_replicated + cast * c.fp8_forward_traffic_replicated);
     const double bwd_mem = traffic(c.backward_traffic + cast * c.fp8_backward_traffic,
                                    c.backward_traffic_replicated + cast * c.fp8_backward_traffic_replicated);
-    forward_[k][l + 1] = forward_[k][l] + floored(pass_seconds(Pass::Forward)) + fwd_comm + fwd_mem;
-    forward_nograd_[k][l + 1] = forward_nograd_[k][l] + floored(pass_seconds(Pass::ForwardNoGrad)) + fwd_comm + fwd_mem;
-    recompute_[k][l + 1] = recompute_[k][l] + floored(pass_seconds(Pass::Recompute)) + fwd_comm + fwd_mem;
+    forward_[k][l + 1] = forward_[k][l] + floored(Pass::Forward) + fwd_comm + fwd_mem;
+    forward_nograd_[k][l + 1] = forward_nograd_[k][l] + floored(Pass::ForwardNoGrad) + fwd_comm + fwd_mem;
+    recompute_[k][l + 1] = recompute_[k][l] + floored(Pass::Recompute) + fwd_comm + fwd_mem;
     // Selective recompute re-runs the attention core inside the backward: its
     // share of the layer's recompute, and its traffic. The op policy re-runs
     // its block's forward but the saved products and attention kernel: their
     // share, all its elementwise traffic, and its collectives (with sequence
     // parallelism only the all-gathers: the reduce-scatters' outputs are saved).
     const auto recompute_share = [&](double flops) {
-      return work.forward > 0 ? pass_seconds(Pass::Recompute) * flops / work.forward : 0;
+      return work.forward - core > 0 ? pass_seconds(Pass::Recompute) * flops / (work.forward - core) : 0;
     };
     double selective = 0;
     const bool by_op = checkpoint_.by_op(), picked = recompute_policy_ == schedule::RecomputePolicy::Selective;
     if (picked && by_op && c.op_saved_elems > 0) {
       selective = recompute_share(work.op_recompute) + fwd_mem + (sequence_parallel_ ? fwd_comm / 2 : fwd_comm);
     } else if (picked && !by_op && c.selective_flops > 0) {
-      selective = recompute_share(c.selective_flops) + traffic(c.selective_traffic, 0);
+      selective = (core_f > 0 ? core_f : recompute_share(c.selective_flops)) + traffic(c.selective_traffic, 0);
     }
     input_grad_[k][l + 1] = input_grad_[k][l] + in + bwd_comm + bwd_mem + selective;
     weight_grad_[k][l + 1] = weight_grad_[k][l] + w;

@@ -62,5 +62,36 @@ class PublishedTest(unittest.TestCase):
         self.check_fit_and_predicted(quick_figures("mbridge_h100"), ("llama3-8b-8-fp8",), "qwen3-30b-a3b-16-fp8")
 
 
+class AttentionFileTest(unittest.TestCase):
+    def test_the_attention_block_joins_the_bench_hardware(self):
+        """--attention FILE: the bench's hardware with the file's device.attention times a
+        flash-attention model as the file itself does, and not as the preset alone."""
+        sys.path.insert(0, ROOT)
+        from bench import dgxc_h100, published, torchtitan_h100
+        from bench.common import ensure_build
+        binary = ensure_build(skip=True)
+        example = os.path.join(ROOT, "examples", "h100-flash2.yaml")
+
+        def step(hw):
+            r = subprocess.run([binary, "simulate", "--model", os.path.join(ROOT, "examples", "llama-3-8b.json"),
+                                "--hardware", hw, "-s", "1f1b", "-k", "4", "-m", "8", "--batch", "32", "--json"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return json.loads(r.stdout)["summary"]["step_time_s"]
+
+        with tempfile.TemporaryDirectory() as tmp:
+            joined = os.path.join(tmp, "dgxc.yaml")
+            with open(joined, "w") as f:
+                f.write(published.with_attention(dgxc_h100.HARDWARE, example))
+            self.assertEqual(step(joined), step(example))
+            self.assertGreater(step(joined), step("dgx-h100"))
+            # A hardware string that already has a device section keeps its fields beside it.
+            text = published.with_attention(torchtitan_h100.HARDWARE, example)
+            self.assertIn("  memory_gb: 96\n", text)
+            self.assertIn("  attention:\n    forward:", text)
+            with self.assertRaises(Exception):
+                published.with_attention(dgxc_h100.HARDWARE, os.path.join(ROOT, "presets", "h100.yaml"))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -266,6 +266,12 @@ std::vector<Bad> catalogue() {
       hw("hw_efficiency_above_one", "preset: a100\ndevice:\n  efficiency:\n    max: 2\n", "field 'device.efficiency.max'"),
       hw("hw_memory_efficiency_above_one", "preset: a100\ndevice:\n  memory_efficiency: 1.5\n",
          "field 'device.memory_efficiency'"),
+      hw("hw_attention_lengths_decreasing",
+         "preset: h100\ndevice:\n  attention:\n    forward: [[512, 300]]\n    forward_causal: [[1024, 200], [512, 250]]\n"
+         "    backward: [[512, 200]]\n",
+         "hw.yaml:5: field 'device.attention.forward_causal': the points' sequence lengths must increase"),
+      hw("hw_attention_missing_backward", "preset: h100\ndevice:\n  attention:\n    forward: [[512, 300]]\n    forward_causal: [[512, 200]]\n",
+         "field 'device.attention.backward': missing"),
       hw("hw_device_not_mapping", "preset: a100\ndevice: 3\n", "hw.yaml:2: field 'device': expected a mapping"),
       hw("hw_malformed_yaml", "preset: [a100\n", "hw.yaml:2: malformed YAML"),
       hw("hw_oversubscription_below_one", "preset: dgx-h100\ntopology:\n  oversubscription: 0.5\n",

@@ -101,6 +101,8 @@ TEST(Moe, DenseBlocksAreTheLlmFamilysBlock) {
     EXPECT_DOUBLE_EQ(a.fp8_forward_traffic, b.fp8_forward_traffic);
     EXPECT_DOUBLE_EQ(a.fp8_backward_traffic, b.fp8_backward_traffic);
     EXPECT_EQ(a.cp_kv_elems, b.cp_kv_elems);
+    EXPECT_EQ(a.attention_seq, b.attention_seq);
+    EXPECT_EQ(a.attention_causal, b.attention_causal);
     EXPECT_EQ(a.tp_collective_elems, b.tp_collective_elems);
     // The embedding and the head are the llm family's.
     EXPECT_EQ(moe.layers.front().cost.params, llm.layers.front().cost.params);

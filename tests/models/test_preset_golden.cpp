@@ -67,6 +67,16 @@ class Dump {
     number(p + "send_bandwidth", d.send_bandwidth);
     flag(p + "blocking_sends", d.blocking_sends);
     number(p + "overlap_factor", d.overlap_factor);
+    const auto rates = [&](const std::string& key, const pm::AttentionRates::Curve& c) {
+      for (std::size_t i = 0; i < c.size(); ++i) {
+        number(p + "attention." + key + "." + std::to_string(i) + ".seq", c[i].first);
+        number(p + "attention." + key + "." + std::to_string(i) + ".flops", c[i].second);
+      }
+    };
+    rates("forward", d.attention.forward);
+    rates("forward_causal", d.attention.forward_causal);
+    rates("backward", d.attention.backward);
+    rates("backward_causal", d.attention.backward_causal);
     integer(p + "kinds", static_cast<long long>(d.kinds.size()));
     for (const auto& [kind, c] : d.kinds) {
       efficiency(p + "kinds." + kind + ".forward", c.forward);
