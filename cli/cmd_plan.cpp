@@ -25,6 +25,11 @@ std::string percent(double x) {
   return buf;
 }
 
+// The ZeRO column: the stage, and under HSDP "/G" its shard group's size.
+std::string zero_words(const twin::Candidate& c) {
+  return std::to_string(c.zero) + (c.shard_group > 0 ? "/" + std::to_string(c.shard_group) : "");
+}
+
 std::string engine_words(const std::string& engine) {
   if (engine == "fast") return "evaluator (exact: no contention)";
   if (engine == "simgrid") return "SimGrid";
@@ -87,7 +92,7 @@ void print_text(const twin::PlanResult& r, const std::vector<const twin::Candida
     const std::string tokens = c.tokens_per_s > 0 ? std::to_string(static_cast<long long>(c.tokens_per_s + 0.5)) : "-";
     std::printf("%3zu %2d %2d %3d %3d %3d %2d %4d %2d  %-18s %-9s %-3s %-4s %-4s %10.2f %10s %11.1f %6s %9.4f  %s\n", i + 1,
                 c.tensor, c.context, c.pipeline, c.data, c.expert, c.virtual_stages, c.microbatches, c.microbatch_size, c.schedule.c_str(),
-                c.recompute.c_str(), c.sequence_parallel ? "on" : "off", std::to_string(c.zero).c_str(),
+                c.recompute.c_str(), c.sequence_parallel ? "on" : "off", zero_words(c).c_str(),
                 c.precision.empty() ? "-" : c.precision.c_str(), c.samples_per_s,
                 tokens.c_str(), c.tflops_per_gpu, percent(c.mfu).c_str(), c.step_s, c.engine.c_str());
     std::printf("    why: bubble %s, TP collectives %.3g s/step, DP reduction exposed %.3g s, memory headroom %.1f GB; %s\n",
@@ -178,6 +183,12 @@ Run add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
+  cmd->add_option("--shard-group", s.shard_group,
+                  "HSDP's shard groups tried where ZeRO shards, comma-separated: ZeRO's shards over groups of G of the "
+                  "D x C replicas, each G fewer than them that divides them (0: over all)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   add_group_options(cmd, s);
   cmd->add_option("--precision", s.precision,
                   "Arithmetics tried, comma-separated, for a 16-bit model: bf16, fp16, fp8 (its blocks' products in FP8 "

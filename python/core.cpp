@@ -166,9 +166,11 @@ std::string plan(const std::string& model, const std::string& hardware, int gpus
                  const std::vector<int>& microbatch_sizes, const std::vector<std::string>& schedules,
                  const std::vector<int>& virtual_stages, const std::vector<std::string>& recompute, int top_sim, int jobs,
                  const std::vector<int>& zero, const std::vector<std::string>& precision,
-                 const std::vector<int>& context, const std::vector<int>& expert, int expert_tensor) {
+                 const std::vector<int>& context, const std::vector<int>& expert, int expert_tensor,
+                 const std::vector<int>& shard_group) {
   pt::PlanSpec spec;
   spec.zero = zero, spec.precision = precision, spec.context = context, spec.expert = expert;
+  spec.shard_group = shard_group;
   spec.expert_tensor = expert_tensor;
   spec.model = model, spec.hardware = hardware, spec.gpus = gpus, spec.global_batch = global_batch, spec.max_pp = max_pp;
   spec.microbatch_sizes = microbatch_sizes, spec.schedules = schedules, spec.virtual_stages = virtual_stages;
@@ -256,7 +258,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &plan, py::arg("model"), py::arg("hardware"), py::arg("gpus"), py::arg("global_batch"), py::arg("max_pp"),
         py::arg("microbatch_sizes"), py::arg("schedules"), py::arg("virtual"), py::arg("recompute"), py::arg("top_sim"),
         py::arg("jobs"), py::arg("zero"), py::arg("precision"), py::arg("context"), py::arg("expert"),
-        py::arg("expert_tensor"), py::call_guard<py::gil_scoped_release>());
+        py::arg("expert_tensor"), py::arg("shard_group"), py::call_guard<py::gil_scoped_release>());
   m.def("compare_traces", &compare_traces, py::arg("predicted"), py::arg("measured"), py::arg("schedule"),
         py::arg("repeats"));
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));

@@ -124,6 +124,18 @@ std::vector<int> expert_degrees(const PlanSpec& o, int replicas, int tensor, std
   return out;
 }
 
+// HSDP's shard groups a candidate of ZeRO stage `zero` over `replicas`
+// takes: 0 (all of them), and each G of PlanSpec::shard_group fewer than the
+// replicas that divides them, where ZeRO shards.
+std::vector<int> shard_groups(const PlanSpec& o, int zero, int replicas) {
+  std::vector<int> out{0};
+  if (zero == 0) return out;
+  for (const int g : o.shard_group) {
+    if (g > 1 && g < replicas && replicas % g == 0) out.push_back(g);
+  }
+  return out;
+}
+
 void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions, Candidate c, std::vector<Candidate>& out) {
   std::vector<bool> sp{c.tensor > 1};
   if (c.tensor > 1 && o.also_without_sequence_parallel) sp.push_back(false);
@@ -132,13 +144,16 @@ void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions,
   for (const auto& r : o.recompute) {
     for (const bool s : sp) {
       for (const int z : zero) {
-        for (const auto& p : precisions) {
-          c.recompute = r;
-          c.sequence_parallel = s;
-          c.zero = z;
-          c.precision = p;
-          c.index = out.size();
-          out.push_back(c);
+        for (const int g : shard_groups(o, z, c.data * c.context)) {
+          for (const auto& p : precisions) {
+            c.recompute = r;
+            c.sequence_parallel = s;
+            c.zero = z;
+            c.shard_group = g;
+            c.precision = p;
+            c.index = out.size();
+            out.push_back(c);
+          }
         }
       }
     }
@@ -197,6 +212,7 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
          (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
          (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") +
+         (o.shard_group != std::vector<int>{0} ? "; shard groups " + joined(o.shard_group) : "") +
          (o.precision.empty() ? "" : "; precision " + joined(o.precision)) +
          (o.context != std::vector<int>{1} ? "; context " + joined(o.context) +
                                                  (o.context_attention == "all-gather" ? " (all-gather)" : "")
@@ -220,6 +236,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.data_parallel = c.data;
   s.sequence_parallel = c.sequence_parallel;
   s.zero = c.zero;
+  s.shard_group = c.shard_group;
   s.precision = c.precision;
   s.context_parallel = c.context;
   s.context_attention = c.context > 1 ? o.context_attention : "";

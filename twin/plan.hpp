@@ -47,6 +47,10 @@ struct PlanSpec {
   // and whether ZeRO-3 candidates free each layer's weights after its forward.
   std::vector<int> zero{0, 1};
   bool reshard_after_forward = true;
+  // HSDP's shard groups tried where ZeRO shards (ScenarioSpec::shard_group):
+  // ZeRO's shards over groups of G of the D x C replicas, each where it
+  // divides them and is fewer; 0: over all of them.
+  std::vector<int> shard_group{0};
   std::string optimizer = "adam";
   // The arithmetics tried (ScenarioSpec::precision: bf16, fp16, fp8 for a
   // 16-bit model); empty: the model's alone.
@@ -80,6 +84,7 @@ struct Candidate {
   int expert = 1;   // E: the experts split over E of the D x C replicas
   bool sequence_parallel = false;
   int zero = 0;  // ZeRO's stage (PlanSpec::reshard_after_forward for 3)
+  int shard_group = 0;  // HSDP: ZeRO's shards over groups of this many replicas; 0: all
   std::string precision;  // its arithmetic (PlanSpec::precision's), or the model's name of it
   // Its prediction. status: ok, oom (does not fit: left out of the
   // ranking), error (cannot be built or run: the reason says why).

@@ -14,10 +14,30 @@ namespace pipetwin::twin {
 
 namespace {
 
+// A rank's data group's links: the whole group's, and under HSDP (G < D)
+// its shard group's and its replicate group's (the same device of each of
+// the D / G shard groups).
+struct GroupLinks {
+  models::Link all, shard, replicate;
+};
+
+// Seconds of a collective of `bytes` over the data group as sim/ runs it
+// (over_data_group): over all D, or under HSDP inside the shard group of G
+// and then, but for an all-gather, the shard (bytes / G) all-reduced over the
+// D / G groups.
+double over_data_group(const models::CollectiveEntry& entry, const schedule::Program& p, const GroupLinks& links, double bytes,
+                       int chunks) {
+  const int D = p.data_parallel, G = p.shard_degree();
+  if (G >= D) return entry.seconds(links.all, bytes, D, chunks);
+  const double inside = entry.seconds(links.shard, bytes, G, chunks);
+  if (entry.algorithm == schedule::CollectiveAlgorithm::RingAllGather) return inside;
+  return inside + models::collective(schedule::CollectiveAlgorithm::RingAllReduce).seconds(links.replicate, bytes / G, D / G, 1);
+}
+
 // When stage `costs`' reduction starts and ends, as sim/ times it: one
 // collective from `at`, or with buckets, from the backward [backward_start,
 // + backward_s) that produces them, each bucket from when it is ready.
-std::pair<double, double> reduction(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link,
+std::pair<double, double> reduction(const schedule::Program& p, const schedule::StageCosts& costs, const GroupLinks& links,
                                     double at, double backward_start, double backward_s) {
   const double bytes = costs.reduce_bytes * p.tensor_parallel;  // the group's T shares on its merged route, as sim/
   if (bytes <= 0) return {at, at};
@@ -25,11 +45,11 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
       models::collective(p.shard_optimizer() ? schedule::CollectiveAlgorithm::RingReduceScatter : costs.reduce_collective);
   const auto buckets = models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes);
   if (buckets.size() < 2 && !costs.reduce_each_microbatch) {
-    return {at, at + entry.seconds(link, bytes, p.data_parallel, costs.reduce_chunks)};
+    return {at, at + over_data_group(entry, p, links, bytes, costs.reduce_chunks)};
   }
   const auto seconds = [&](double b) {
     const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
-    return entry.seconds(link, b * p.tensor_parallel, p.data_parallel, chunks);
+    return over_data_group(entry, p, links, b * p.tensor_parallel, chunks);
   };
   // ZeRO-2 and 3, one micro-batch's: its first bucket from when the stage's
   // earlier reductions are done (`at`) too.
@@ -37,10 +57,10 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
   return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, seconds, free)};
 }
 
-double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const models::Link& link) {
+double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const GroupLinks& links) {
   const double bytes = costs.gather_bytes * p.tensor_parallel;
   if (bytes <= 0) return 0;
-  return models::collective(schedule::CollectiveAlgorithm::RingAllGather).seconds(link, bytes, p.data_parallel, 1);
+  return over_data_group(models::collective(schedule::CollectiveAlgorithm::RingAllGather), p, links, bytes, 1);
 }
 
 }  // namespace
@@ -50,7 +70,10 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
   const auto& p = sc.program;
   if (p.data_parallel <= 1) return timeline;
   for (int r = 0; r < static_cast<int>(timeline.ranks.size()); ++r) {
-    const models::Link link = models::data_group_link(sc.hardware.topology, p.tensor_parallel, p.data_parallel, r);
+    const auto& topo = sc.hardware.topology;
+    const int T = p.tensor_parallel, D = p.data_parallel, G = p.shard_degree();
+    GroupLinks link{models::data_group_link(topo, T, D, r), {}, {}};
+    if (G < D) link.shard = models::data_subgroup_link(topo, T, D, r, G, 1), link.replicate = models::data_subgroup_link(topo, T, D, r, D / G, G);
     std::map<int, double> reduced;  // stage -> when its reduction ends
     std::map<int, std::pair<double, double>> backward;  // stage -> its latest backward's start and length
     double delay = 0;               // how much later than the evaluator's this rank's actions run

@@ -15,10 +15,15 @@ namespace {
 const char* kInputsLine = "# pipetwin plan inputs ";
 const char* kHeader =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
+    "context,expert,shard_group,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,"
+    "bubble_fraction,tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason";
+// Earlier plans' headers: without the shard_group column; without it and
+// the expert column; without those and the precision and context columns;
+// before that with zero1 for zero.
+const char* kHeaderExpert =
+    "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
     "context,expert,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,"
     "tp_collectives_s,dp_exposed_s,memory_headroom_gb,reason";
-// Earlier plans' headers: without the expert column; without it and the
-// precision and context columns; before that with zero1 for zero.
 const char* kHeaderContext =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero,precision,"
     "context,status,engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
@@ -31,7 +36,7 @@ const char* kHeaderZero1 =
     "index,schedule,tensor,pipeline,data,virtual,microbatches,microbatch_size,recompute,sequence_parallel,zero1,status,"
     "engine,step_time_s,throughput_samples_per_s,tokens_per_s,tflops_per_gpu,mfu,bubble_fraction,tp_collectives_s,"
     "dp_exposed_s,memory_headroom_gb,reason";
-constexpr int kColumns = 26;  // kHeader's; the earlier headers' 25 and 23
+constexpr int kColumns = 27;  // kHeader's; the earlier headers' 26, 25 and 23
 
 std::string number(double x) {
   char buf[64];
@@ -62,7 +67,7 @@ std::string row(const Candidate& c) {
   return std::to_string(c.index) + "," + c.schedule + "," + std::to_string(c.tensor) + "," + std::to_string(c.pipeline) +
          "," + std::to_string(c.data) + "," + std::to_string(c.virtual_stages) + "," + std::to_string(c.microbatches) +
          "," + std::to_string(c.microbatch_size) + "," + c.recompute + "," + (c.sequence_parallel ? "1" : "0") + "," +
-         std::to_string(c.zero) + "," + c.precision + "," + std::to_string(c.context) + "," + std::to_string(c.expert) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
+         std::to_string(c.zero) + "," + c.precision + "," + std::to_string(c.context) + "," + std::to_string(c.expert) + "," + std::to_string(c.shard_group) + "," + c.status + "," + c.engine + "," + figure(c.step_s) + "," +
          figure(c.samples_per_s) + "," + figure(c.tokens_per_s) + "," + figure(c.tflops_per_gpu) + "," + figure(c.mfu) + "," +
          figure(c.bubble) + "," + figure(c.tp_comm_s) + "," + figure(c.dp_exposed_s) + "," + figure(c.headroom_gb) +
          "," + csv_field(c.reason);
@@ -96,7 +101,7 @@ struct RowReader {
 };
 
 // A row of a file whose header has `columns` columns (precision and context
-// from kColumns - 1, expert at kColumns).
+// from kColumns - 2, expert from kColumns - 1, shard_group at kColumns).
 Candidate parse_row(const std::string& path, int number, const std::string& text, int columns) {
   RowReader r{path, number, {}};
   std::size_t from = 0;
@@ -116,7 +121,7 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
   c.recompute = r.next();
   c.sequence_parallel = r.whole("sequence_parallel") != 0, c.zero = static_cast<int>(r.whole("zero"));
   if (c.zero > 3) throw r.bad("column 'zero' is " + std::to_string(c.zero));
-  if (columns >= kColumns - 1) {
+  if (columns >= kColumns - 2) {
     c.precision = r.next();
     try {
       if (!c.precision.empty()) models::parse_precision(c.precision);
@@ -126,9 +131,15 @@ Candidate parse_row(const std::string& path, int number, const std::string& text
     c.context = static_cast<int>(r.whole("context"));
     if (c.context < 1) throw r.bad("column 'context' is 0");
   }
-  if (columns == kColumns) {
+  if (columns >= kColumns - 1) {
     c.expert = static_cast<int>(r.whole("expert"));
     if (c.expert < 1) throw r.bad("column 'expert' is 0");
+  }
+  if (columns == kColumns) {
+    c.shard_group = static_cast<int>(r.whole("shard_group"));
+    if (c.shard_group == 1 || (c.shard_group > 0 && c.zero == 0)) {
+      throw r.bad("column 'shard_group' is " + std::to_string(c.shard_group) + " with zero " + std::to_string(c.zero));
+    }
   }
   c.status = r.next();
   if (c.status != "ok" && c.status != "oom" && c.status != "error") throw r.bad("column 'status' is '" + c.status + "'");
@@ -177,10 +188,13 @@ PlanResult read_plan_csv(const std::string& path) {
   r.description = first.substr(colon + 2);
   if (!parse_shard_line(second, r)) throw Error(path + ":2: not a '# shard I/N of E candidates' line");
   // Plans before ZeRO's stages named the column zero1 (0 or 1: the same values).
-  if (header != kHeader && header != kHeaderContext && header != kHeaderZero && header != kHeaderZero1) {
+  if (header != kHeader && header != kHeaderExpert && header != kHeaderContext && header != kHeaderZero && header != kHeaderZero1) {
     throw Error(path + ":3: not the header pipetwin plan writes");
   }
-  const int columns = header == kHeader ? kColumns : header == kHeaderContext ? kColumns - 1 : kColumns - 3;
+  const int columns = header == kHeader         ? kColumns
+                      : header == kHeaderExpert  ? kColumns - 1
+                      : header == kHeaderContext ? kColumns - 2
+                                                 : kColumns - 4;
   int number = 3;
   for (std::string line; std::getline(in, line);) {
     ++number;
@@ -252,6 +266,7 @@ nlohmann::json candidate_json(const Candidate& c, int rank) {
           {"precision", c.precision},
           {"context", c.context},
           {"expert", c.expert},
+          {"shard_group", c.shard_group},
           {"engine", c.engine},
           {"step_time_s", c.step_s},
           {"throughput_samples_per_s", c.samples_per_s},

@@ -108,7 +108,7 @@ def plan(model: str, hardware: str, gpus: int, global_batch: int, *, max_pp: int
          virtual: Sequence[int] = (2, 4), recompute: Sequence[str] = ("none", "full"), top_sim: int = 8,
          jobs: int = 0, zero: Sequence[int] = (0, 1), precision: Sequence[str] | str = (),
          context: Sequence[int] | int = (1,), expert: Sequence[int] | int = (1,),
-         expert_tensor: int = 0) -> PlanResult:
+         expert_tensor: int = 0, shard_group: Sequence[int] | int = (0,)) -> PlanResult:
     """The T x K x D layouts of ``gpus`` devices for ``model`` at
     ``global_batch`` samples a step, each predicted, as ``pipetwin plan``
     ranks them (the best ``top_sim`` replayed in SimGrid); ``zero``: ZeRO's
@@ -116,9 +116,11 @@ def plan(model: str, hardware: str, gpus: int, global_batch: int, *, max_pp: int
     arithmetics tried (``plan --precision``; empty: the model's);
     ``context``: the context-parallel degrees tried (``plan --context``);
     ``expert``: the expert-parallel degrees tried (``plan --expert``) and
-    ``expert_tensor`` their experts' tensor-parallel degree (``--expert-tensor``)."""
+    ``expert_tensor`` their experts' tensor-parallel degree (``--expert-tensor``);
+    ``shard_group``: HSDP's shard groups tried where ZeRO shards (``plan
+    --shard-group``; 0: over every replica)."""
     j = json.loads(_core.plan(os.fspath(model), hardware, gpus, global_batch, max_pp, _ints(microbatch_sizes),
                               _strs(schedules), _ints(virtual), _strs(recompute), top_sim, jobs, _ints(zero),
                               [p for p in _strs(precision) if p], _ints(context),
-                              _ints(expert), expert_tensor))
+                              _ints(expert), expert_tensor, _ints(shard_group)))
     return PlanResult(candidates=j["candidates"], description=j["description"], prediction_error=j["prediction_error"])

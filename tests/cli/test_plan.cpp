@@ -408,9 +408,9 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
     ++sharded;
   }
   EXPECT_GT(sharded, 4);
-  // Older plans' files merge still: without the expert column; without it
-  // and the precision and context columns; and before that with their
-  // column zero named zero1.
+  // Older plans' files merge still: without the shard_group column; without
+  // it and the expert column; without those and the precision and context
+  // columns; and before that with their column zero named zero1.
   const auto without_columns = [&](int first, int count) {  // columns first.. (1-based) left out, past the comments
     std::string out;
     int number = 0;
@@ -427,11 +427,15 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
     }
     return out;
   };
-  const std::string no_expert = without_columns(14, 1);
+  const std::string no_shard = without_columns(15, 1);
+  ASSERT_NE(lines_of(no_shard).at(2).find(",expert,status,"), std::string::npos) << lines_of(no_shard).at(2);
+  std::ofstream(path("no-shard.csv")) << no_shard;
+  EXPECT_EQ(run("merge " + path("merged00.csv") + " " + path("no-shard.csv")).code, 0);
+  const std::string no_expert = without_columns(14, 2);
   ASSERT_NE(lines_of(no_expert).at(2).find(",context,status,"), std::string::npos) << lines_of(no_expert).at(2);
   std::ofstream(path("no-expert.csv")) << no_expert;
   EXPECT_EQ(run("merge " + path("merged0.csv") + " " + path("no-expert.csv")).code, 0);
-  std::string old = without_columns(12, 3);
+  std::string old = without_columns(12, 4);
   ASSERT_NE(lines_of(old).at(2).find(",zero,status,"), std::string::npos) << lines_of(old).at(2);
   std::ofstream(path("no-precision.csv")) << old;
   EXPECT_EQ(run("merge " + path("merged.csv") + " " + path("no-precision.csv")).code, 0);
@@ -607,4 +611,53 @@ TEST_F(Plan, ExpertParallelismInSimulateSweepAndPlan) {
     experts.insert(c.at("expert"));
   }
   EXPECT_EQ(experts, (std::set<std::string>{"1", "2", "4"}));  // 16 divides no layout of 8 GPUs, nor the 8 experts
+}
+
+// plan --shard-group: HSDP's shard groups searched where ZeRO shards, each
+// dividing the replicas and fewer than them; the bound's closed form (a ring
+// inside the group, the shard all-reduced across the groups) against the
+// SimGrid replay, exact without a pipeline; a candidate's figure that of
+// simulate --shard-group.
+TEST_F(Plan, SearchesShardGroupsAndBoundsTheirReductions) {
+  const std::string args = kPlan + "--max-pp 2 -s 1f1b --microbatch-sizes 1 --zero 0,1,3 --shard-group 2,4,16 --top 1000";
+  ASSERT_EQ(run_stdout(args + " --top-sim 0 -o " + path("bound.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --top-sim 100000 -o " + path("replayed.csv")).code, 0);
+  const auto bound = plan_rows(path("bound.csv")), replayed = plan_rows(path("replayed.csv"));
+  std::set<std::string> groups;
+  int compared = 0, alone = 0;
+  for (const auto& [index, b] : bound) {
+    const int g = std::stoi(b.at("shard_group")), replicas = std::stoi(b.at("data")) * std::stoi(b.at("context"));
+    if (g > 0) {
+      EXPECT_NE(b.at("zero"), "0") << index;
+      EXPECT_LT(g, replicas) << index;
+      EXPECT_EQ(replicas % g, 0) << index;
+    }
+    groups.insert(b.at("shard_group"));
+    const auto& s = replayed.at(index);
+    if (g == 0 || b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
+    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
+    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
+    if (b.at("pipeline") == "1") {
+      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
+      ++alone;
+    }
+    ++compared;
+  }
+  EXPECT_EQ(groups, (std::set<std::string>{"0", "2", "4"}));  // 16 is never fewer than the replicas of 16 GPUs
+  EXPECT_GT(compared, 4);
+  EXPECT_GT(alone, 1);
+  // One HSDP candidate replayed is simulate --shard-group's figure.
+  for (const auto& [index, c] : replayed) {
+    if (c.at("shard_group") != "2" || c.at("engine") != "simgrid" || c.at("status") != "ok") continue;
+    const auto r = run_stdout("simulate --model " + kTiny + " --hardware dgx-a100-80gb -s 1f1b -k " + c.at("pipeline") +
+                            " -m " + c.at("microbatches") + " -t " + c.at("tensor") + " -d " + c.at("data") +
+                            " --batch 64 --recompute " + c.at("recompute") + " --zero " + c.at("zero") +
+                            " --shard-group 2 --engine simgrid" + (c.at("sequence_parallel") == "1" ? " --sequence-parallel" : "") +
+                            " --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const json j = json::parse(r.out);
+    const double step = std::stod(c.at("step_time_s"));
+    EXPECT_NEAR(j["summary"]["step_time_s"].get<double>(), step, 1e-9 * step) << "candidate " << index;
+    break;
+  }
 }

@@ -244,6 +244,13 @@ class SimulateTest(unittest.TestCase):
         p = pt.plan(model, "a100", 4, 16, microbatch_sizes=[1], recompute=["none"], top_sim=0, zero=[0, 3])
         self.assertEqual({c["zero"] for c in p.candidates if c["data"] > 1}, {0, 3})
         self.assertEqual({c["zero"] for c in p.candidates if c["data"] == 1}, {0})
+        # HSDP's groups searched where ZeRO shards: on 4 GPUs only D = 4 has groups of 2.
+        h = pt.plan(model, "a100", 4, 16, microbatch_sizes=[1], recompute=["none"], top_sim=0, zero=[0, 3],
+                    shard_group=[2])
+        grouped = [c for c in h.candidates if c["shard_group"] == 2]
+        self.assertTrue(grouped)
+        self.assertEqual({(c["zero"], c["data"]) for c in grouped}, {(3, 4)})
+        self.assertEqual(len(h.candidates), len(p.candidates) + len(grouped))
 
     def test_fp8_in_simulate_sweep_and_plan(self):
         program = pt.Program.generate("1f1b", ranks=2, microbatches=4)
