@@ -103,12 +103,15 @@ def calibrate(a, table, models, hw, fitted, name):
                 r["microbatch_size"], r["batch"], schedule_of(r), r["recompute"], 1 if r["tensor"] > 1 else 0, r["zero"],
                 r["precision"], r["context"], r["expert"], r["expert_tensor"], r["step_s"], "fit" if r["name"] in fitted else "predict"))
     out = os.path.join(a.out, name + "-fitted.yaml")
-    return calibrate_runs(a.pipetwin, path, out, a.jobs), out
+    return calibrate_runs(a.pipetwin, path, out, a.jobs, getattr(a, "fit_attention", False)), out
 
 
-def calibrate_runs(pipetwin, runs_csv, out, jobs):
-    """`pipetwin calibrate --runs RUNS_CSV --out OUT --json`: its JSON, with its wall time (wall_s)."""
+def calibrate_runs(pipetwin, runs_csv, out, jobs, fit_attention=False):
+    """`pipetwin calibrate --runs RUNS_CSV --out OUT --json` (and --fit-attention): its JSON, with its
+    wall time (wall_s)."""
     cmd = [pipetwin, "calibrate", "--runs", runs_csv, "--out", out, "--jobs", str(jobs), "--json"]
+    if fit_attention:
+        cmd.append("--fit-attention")
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -202,6 +205,8 @@ def add_arguments(ap, rows_file, out, fitted):
     ap.add_argument("--attention", metavar="FILE", default=None,
                     help="a hardware YAML whose device.attention (a fused attention kernel's rates by sequence "
                          "length, e.g. examples/h100-flash2.yaml) the bench's hardware takes")
+    ap.add_argument("--fit-attention", action="store_true",
+                    help="with --attention: calibrate --runs --fit-attention, one factor on those rates fitted too")
 
 
 def with_attention(hardware_yaml, path):
@@ -225,6 +230,8 @@ def run_benchmark(a, name, hardware_yaml, shapes):
     os.makedirs(a.out, exist_ok=True)
     if getattr(a, "attention", None):
         hardware_yaml = with_attention(hardware_yaml, a.attention)
+    elif getattr(a, "fit_attention", False):
+        raise BenchError("--fit-attention fits the rates --attention FILE gives: give both")
     table = rows(a.rows)
     names = [r["name"] for r in table]
     fitted = a.calibrate.split(",")
@@ -239,10 +246,12 @@ def run_benchmark(a, name, hardware_yaml, shapes):
         f.write(hardware_yaml)
     fit, fitted_hw = calibrate(a, table, models, hw, fitted, name)
     f = fit["fit"]
-    print("pipetwin calibrate --runs, fitted on %s (%.1f s): max %.4f, half_flops %.3g, memory_efficiency %.4f" % (
-        ", ".join(fitted), fit["wall_s"], f["max"], f["half_flops"], f["memory_efficiency"]))
+    print("pipetwin calibrate --runs, fitted on %s (%.1f s): max %.4f, half_flops %.3g, memory_efficiency %.4f%s" % (
+        ", ".join(fitted), fit["wall_s"], f["max"], f["half_flops"], f["memory_efficiency"],
+        ", attention rates x %.4f" % f["attention_scale"] if f.get("attention_scale") else ""))
     figures = report(a, table, fit, models, fitted_hw)
     figures["fit"] = {"rows": fitted, "max": f["max"], "half_flops": f["half_flops"],
                       "memory_efficiency": f["memory_efficiency"]}
     figures["attention"] = getattr(a, "attention", None)
+    figures["fit"]["attention_scale"] = f.get("attention_scale", 0)
     return figures

@@ -35,6 +35,7 @@ struct Options {
   int jobs = 0;
   bool hardware_given = false;
   int batch = 0;  // torch.profiler runs: the samples of each run's step
+  bool fit_attention = false;  // --runs: also a factor on the hardware's attention rates
 };
 
 int run_runs(Options& o) {
@@ -46,6 +47,7 @@ int run_runs(Options& o) {
   q.fit = o.fit;
   q.engine = twin::parse_engine(o.engine);
   q.jobs = o.jobs;
+  q.fit_attention = o.fit_attention;
   const auto f = twin::calibrate_runs(q);
   if (!o.request.out.empty()) {
     std::string fitted_on;
@@ -102,6 +104,7 @@ int run(Options& o) {
     return run_runs(o);
   }
   if (!o.fit.empty()) throw Error("--fit names runs of --runs");
+  if (o.fit_attention) throw Error("--fit-attention fits with --runs: give it whole runs");
   auto& r = o.request;
   r.engine = twin::parse_engine(o.engine);
   const models::Hardware base = models::load_hardware(r.hardware);
@@ -148,6 +151,8 @@ Run add_calibrate_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--fit", o->fit, "With --runs: the runs fitted, by name (default: those whose role is fit)")->delimiter(',');
   cmd->add_option("--jobs,-j", o->jobs, "With --runs: SimGrid replays at once (0: the cores)")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--fit-attention", o->fit_attention,
+                "With --runs: also fit one factor on the hardware's fused attention kernel's rates (device.attention)");
   auto* microbench = cmd->add_flag("--microbench", o->request.microbench,
                 "Also run short configurations through pipetwin run (one and two ranks, several micro-batch sizes, "
                 "recompute) and fit their traces too");

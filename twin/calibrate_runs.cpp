@@ -58,9 +58,14 @@ ScenarioSpec spec_of(const MeasuredRun& r) {
 }
 
 // The hardware with a curve (max, half) and an elementwise share mem.
-models::Hardware with_curve(models::Hardware hw, double max, double half, double mem) {
+// With --fit-attention, the fused attention kernel's rates times `att` too.
+models::Hardware with_curve(models::Hardware hw, double max, double half, double mem, double att = 1) {
   hw.device.efficiency = models::Efficiency{max, half, {}};
   hw.device.memory_efficiency = mem;
+  auto& a = hw.device.attention;
+  for (auto* curve : {&a.forward, &a.forward_causal, &a.backward, &a.backward_causal}) {
+    for (auto& point : *curve) point.second *= att;
+  }
   return hw;
 }
 
@@ -131,11 +136,12 @@ std::vector<Outcome> predict_all(const std::vector<MeasuredRun>& runs, const std
   return out;
 }
 
-// A fitted run's step at one half_flops: c + a / max + g / mem.
+// A fitted run's step at one half_flops: c + a / max + g / mem (+ q / att:
+// the attention kernel's time, where its rates are fitted too).
 struct Line {
   std::size_t run;
-  double c, a, g;
-  double at(double max, double mem) const { return c + a / max + g / mem; }
+  double c, a, g, q = 0;
+  double at(double max, double mem, double att = 1) const { return c + a / max + g / mem + q / att; }
 };
 
 double golden(const std::function<double(double)>& f, double lo = 0.05, double hi = 1.0) {
@@ -151,20 +157,25 @@ double golden(const std::function<double(double)>& f, double lo = 0.05, double h
 }
 
 struct Point {
-  double error = 0, max = 1, half = 0, mem = 1;
+  double error = 0, max = 1, half = 0, mem = 1, att = 1;
 };
 
-// The (max, mem) of least squared log error over `lines` (measured[run] seconds).
-Point best_on(const std::vector<Line>& lines, const std::vector<double>& measured, double half) {
-  const auto err = [&](double max, double mem) {
+// The (max, mem) of least squared log error over `lines` (measured[run]
+// seconds), and with `attention` the attention rates' factor att too.
+Point best_on(const std::vector<Line>& lines, const std::vector<double>& measured, double half, bool attention) {
+  const auto err = [&](double max, double mem, double att) {
     double e = 0;
-    for (const auto& l : lines) e += std::pow(std::log(l.at(max, mem) / measured[l.run]), 2);
+    for (const auto& l : lines) e += std::pow(std::log(l.at(max, mem, att) / measured[l.run]), 2);
     return e;
   };
-  const auto best_mem = [&](double max) { return golden([&](double mem) { return err(max, mem); }); };
-  const double max = golden([&](double x) { return err(x, best_mem(x)); });
-  const double mem = best_mem(max);
-  return {err(max, mem), max, half, mem};
+  const auto at_att = [&](double att) {
+    const auto best_mem = [&](double max) { return golden([&](double mem) { return err(max, mem, att); }); };
+    const double max = golden([&](double x) { return err(x, best_mem(x), att); });
+    const double mem = best_mem(max);
+    return Point{err(max, mem, att), max, half, mem, att};
+  };
+  if (!attention) return at_att(1);
+  return at_att(golden([&](double att) { return at_att(att).error; }, 0.1, 2.0));
 }
 
 }  // namespace
@@ -273,6 +284,7 @@ Grid predict_grid(const RunsFitRequest& q, const std::vector<bool>& fitted, cons
       for (const auto& [mx, mem] : {std::pair{1.0, 1.0}, std::pair{0.5, 1.0}, std::pair{1.0, 0.5}}) {
         todo.push_back({i, with_curve(base, mx, half, mem)});
       }
+      if (q.fit_attention) todo.push_back({i, with_curve(base, 1, half, 1, 0.5)});
     }
   }
   const auto out = predict_all(q.runs, prepared, todo, q.engine, jobs);
@@ -284,13 +296,13 @@ Grid predict_grid(const RunsFitRequest& q, const std::vector<bool>& fitted, cons
     bool ok = true;
     for (std::size_t i = 0; i < q.runs.size(); ++i) {
       if (!fitted[i]) continue;
-      const Outcome &t11 = out[k], &t21 = out[k + 1], &t12 = out[k + 2];
-      k += 3;
-      for (const auto* o : {&t11, &t21, &t12}) {
+      const Outcome &t11 = out[k], &t21 = out[k + 1], &t12 = out[k + 2], &ta = out[q.fit_attention ? k + 3 : k];
+      k += q.fit_attention ? 4 : 3;
+      for (const auto* o : {&t11, &t21, &t12, &ta}) {
         if (!o->error.empty()) ok = false, last_error = o->error;
       }
-      const double a = t21.step_s - t11.step_s, g = t12.step_s - t11.step_s;
-      lines.push_back({i, t11.step_s - a - g, a, g});
+      const double a = t21.step_s - t11.step_s, g = t12.step_s - t11.step_s, att = ta.step_s - t11.step_s;
+      lines.push_back({i, t11.step_s - a - g - att, a, g, att});
     }
     if (ok) grid.lines.push_back(lines), grid.halves.push_back(kHalfGrid[h]);
   }
@@ -299,14 +311,15 @@ Grid predict_grid(const RunsFitRequest& q, const std::vector<bool>& fitted, cons
 }
 
 // The grid's best point on the lines `keep` selects.
-Point fit_on(const Grid& grid, const std::vector<double>& measured, const std::function<bool(const Line&)>& keep) {
+Point fit_on(const Grid& grid, const std::vector<double>& measured, bool attention,
+             const std::function<bool(const Line&)>& keep) {
   Point best{INFINITY};
   for (std::size_t h = 0; h < grid.lines.size(); ++h) {
     std::vector<Line> kept;
     for (const auto& l : grid.lines[h]) {
       if (keep(l)) kept.push_back(l);
     }
-    const Point p = best_on(kept, measured, grid.halves[h]);
+    const Point p = best_on(kept, measured, grid.halves[h], attention);
     if (p.error < best.error) best = p;
   }
   return best;
@@ -320,6 +333,10 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
   const int jobs = q.jobs > 0 ? q.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const std::vector<bool> fitted = fitted_runs(q);
   const models::Hardware base = base_hardware(runs);
+  if (q.fit_attention && base.device.attention.empty()) {
+    throw Error("calibrate --runs --fit-attention: " + runs.front().hardware +
+                " gives no fused attention kernel's rates (device.attention) to fit");
+  }
   std::vector<Prepared> prepared;
   std::vector<double> measured;
   for (const auto& r : runs) {
@@ -334,9 +351,10 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
   }
   const Grid grid = predict_grid(q, fitted, prepared, base, jobs);
   RunsFit out;
-  const Point best = fit_on(grid, measured, [](const Line&) { return true; });
+  const Point best = fit_on(grid, measured, q.fit_attention, [](const Line&) { return true; });
   out.max = best.max, out.half_flops = best.half, out.memory_efficiency = best.mem;
-  out.hardware = with_curve(base, best.max, best.half, best.mem);
+  out.attention_scale = q.fit_attention ? best.att : 0;
+  out.hardware = with_curve(base, best.max, best.half, best.mem, best.att);
   out.rms_log_residual = std::sqrt(best.error / static_cast<double>(grid.lines.front().size()));
   // Every run on the fitted hardware itself.
   std::vector<Job> final_jobs;
@@ -361,10 +379,10 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
     }
     o.error = error_of(o.predicted_s);
     if (o.fitted && std::count(fitted.begin(), fitted.end(), true) > 1) {
-      const Point p = fit_on(grid, measured, [&](const Line& l) { return l.run != i; });
+      const Point p = fit_on(grid, measured, q.fit_attention, [&](const Line& l) { return l.run != i; });
       const auto& lines = grid.at(p.half);
       const auto own = std::find_if(lines.begin(), lines.end(), [&](const Line& l) { return l.run == i; });
-      o.loo_error = error_of(own->at(p.max, p.mem));
+      o.loo_error = error_of(own->at(p.max, p.mem, p.att));
       loo.push_back(std::abs(o.loo_error));
     } else if (!o.fitted) {
       errors.push_back(std::abs(o.error));
@@ -381,7 +399,7 @@ RunsFit calibrate_runs(const RunsFitRequest& q) {
 
 nlohmann::json runs_fit_json(const RunsFit& f) {
   nlohmann::json j{{"fit", {{"max", f.max}, {"half_flops", f.half_flops}, {"memory_efficiency", f.memory_efficiency},
-                            {"rms_log_residual", f.rms_log_residual}}},
+                            {"attention_scale", f.attention_scale}, {"rms_log_residual", f.rms_log_residual}}},
                    {"predicted", {{"median_error", f.median_error}, {"worst_error", f.worst_error}}},
                    {"leave_one_out", {{"median_error", f.median_loo_error}, {"worst_error", f.worst_loo_error}}},
                    {"predictions", f.predictions}};
@@ -399,8 +417,14 @@ nlohmann::json runs_fit_json(const RunsFit& f) {
 std::string runs_fit_text(const RunsFit& f) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "fitted: efficiency max %.4f, half_flops %.3g, memory_efficiency %.4f (rms log residual %.4f)\n\n",
-                f.max, f.half_flops, f.memory_efficiency, f.rms_log_residual);
+  std::snprintf(line, sizeof line, "fitted: efficiency max %.4f, half_flops %.3g, memory_efficiency %.4f", f.max, f.half_flops,
+                f.memory_efficiency);
+  out += line;
+  if (f.attention_scale > 0) {
+    std::snprintf(line, sizeof line, ", attention rates x %.4f", f.attention_scale);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, " (rms log residual %.4f)\n\n", f.rms_log_residual);
   out += line;
   int width = 16;  // the longest name's
   for (const auto& r : f.runs) width = std::max(width, static_cast<int>(std::min<std::size_t>(r.name.size(), 60)));

@@ -34,6 +34,10 @@ struct RunsFitRequest {
   std::vector<std::string> fit;
   Engine engine = Engine::Auto;
   int jobs = 0;  // SimGrid replays at once; 0: the cores
+  // Also fit one factor on the hardware's fused attention kernel's rates
+  // (Device::attention, which the hardware must give): a fourth prediction
+  // per run and half_flops, at half the rates, gives its time as q / att.
+  bool fit_attention = false;
 };
 
 struct RunOutcome {
@@ -49,7 +53,8 @@ struct RunOutcome {
 
 struct RunsFit {
   double max = 0, half_flops = 0, memory_efficiency = 0;
-  models::Hardware hardware;  // the runs' hardware with the fitted curve
+  double attention_scale = 0;  // with fit_attention: the factor on the attention rates; else 0
+  models::Hardware hardware;  // the runs' hardware with the fitted curve (and rates)
   std::vector<RunOutcome> runs;
   double median_error = 0, worst_error = 0;          // |error| over the predicted runs
   double median_loo_error = 0, worst_loo_error = 0;  // |leave-one-out error| over the fitted runs

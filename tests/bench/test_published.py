@@ -19,11 +19,11 @@ import unittest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
-def quick_figures(name):
-    """`python -m bench NAME --quick`'s figures, from its results file."""
+def quick_figures(name, *extra):
+    """`python -m bench NAME --quick [EXTRA...]`'s figures, from its results file."""
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([sys.executable, "-B", "-m", "bench", name, "--quick", "--out", os.path.join(tmp, "out"),
-                            "--results", tmp], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                            "--results", tmp] + list(extra), cwd=ROOT, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise AssertionError(r.stdout + r.stderr)
         (path,) = glob.glob(os.path.join(tmp, name + "-*.json"))
@@ -57,6 +57,17 @@ class PublishedTest(unittest.TestCase):
 
     def test_dgxc_rows_fit_and_predict(self):
         self.check_fit_and_predicted(quick_figures("dgxc_h100"), ("8b-8-bf16", "8b-8-fp8"), "8b-16-bf16")
+
+    def test_torchtitan_attention_rates_fitted(self):
+        """--fit-attention on Table 1's rows and the 32K row (three sequence-length shares): the
+        fitted rows back to 0.1% and the factor on FlashAttention-2's rates as the docs give it
+        (0.747, docs/fidelity.md)."""
+        figures = quick_figures("torchtitan_h100", "--attention", os.path.join(ROOT, "examples", "h100-flash2.yaml"),
+                                "--fit-attention", "--calibrate", "8b-fsdp8-bf16,8b-fsdp8-fp8,8b-fsdp8-cp1-32k")
+        for row in figures["rows"]:
+            if row["role"] == "fit":
+                self.assertLess(abs(row["step_error"]), 1e-3, row)
+        self.assertAlmostEqual(figures["fit"]["attention_scale"], 0.747, delta=0.005)
 
     def test_mbridge_mixture_of_experts_predicted(self):
         self.check_fit_and_predicted(quick_figures("mbridge_h100"), ("llama3-8b-8-fp8",), "qwen3-30b-a3b-16-fp8")

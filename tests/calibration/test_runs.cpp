@@ -185,3 +185,62 @@ TEST(CalibrateRuns, FindsTheCurveThatMadeTheRuns) {
   q.fit = {"k1"};
   EXPECT_NE(error_of([&] { pt::calibrate_runs(q); }).find("fits one hardware's device"), std::string::npos);
 }
+
+// --fit-attention: runs at two sequence lengths, made on a device whose
+// attention kernel runs at 0.7 times the base file's rates, give back that
+// factor beside the curve; a base without rates is refused.
+TEST(CalibrateRuns, FindsTheAttentionRatesThatMadeTheRuns) {
+  const auto rates = [](double x) {
+    char text[512];
+    std::snprintf(text, sizeof text,
+                  "  attention:\n    forward: [[1024, %g], [8192, %g]]\n    forward_causal: [[1024, %g], [8192, %g]]\n"
+                  "    backward: [[1024, %g], [8192, %g]]\n",
+                  350 * x, 370 * x, 260 * x, 333 * x, 260 * x, 318 * x);
+    return std::string(text);
+  };
+  const auto base = write("flash.yaml", "preset: h100\ndevice:\n" + rates(1));
+  const auto truth = write("flash-truth.yaml", "preset: h100\ndevice:\n  efficiency: {max: 0.45, half_flops: 1e10}\n"
+                                               "  memory_efficiency: 0.6\n" + rates(0.7));
+  const std::string shape = "family: llm\nlayers: 8\nhidden: 2048\nffn_hidden: 5632\nheads: 16\nkv_heads: 8\nvocab: 32000\n"
+                            "mlp: swiglu\nnorm: rmsnorm\npositions: rotary\nprecision: bf16\n";
+  const auto short_seq = write("llm-2k.yaml", shape + "name: llm-2k\nseq_len: 2048\n");
+  const auto long_seq = write("llm-16k.yaml", shape + "name: llm-16k\nseq_len: 16384\n");
+  struct Shape {
+    const char* name;
+    const std::string* model;
+    int T, K, M;
+    bool fit;
+  };
+  const Shape shapes[] = {{"2k-k1", &short_seq, 1, 1, 4, true},  {"2k-t2k2", &short_seq, 2, 2, 8, true},
+                          {"16k-k1", &long_seq, 1, 1, 2, true},  {"16k-t2k2", &long_seq, 2, 2, 4, true},
+                          {"2k-k4", &short_seq, 1, 4, 8, false}, {"16k-t4", &long_seq, 4, 1, 2, false}};
+  pt::RunsFitRequest q;
+  for (const auto& s : shapes) {
+    pc::MeasuredRun r;
+    r.name = s.name, r.source = "test", r.model = *s.model, r.hardware = base;
+    r.tensor = s.T, r.pipeline = s.K, r.microbatches = s.M, r.microbatch_size = 1, r.global_batch = s.M;
+    r.recompute = "none", r.role = s.fit ? "fit" : "predict", r.partition = "uniform";
+    pt::ScenarioSpec spec;
+    spec.model = *s.model, spec.hardware = truth, spec.schedule = "1f1b", spec.ranks = s.K, spec.microbatches = s.M;
+    spec.batch = s.M, spec.recompute = "none", spec.tensor_parallel = s.T, spec.partition = "uniform";
+    const auto sc = pt::build_scenario(spec);
+    r.step_s = pt::summarize(*sc, pt::predict(*sc, pt::Engine::Auto)).step_time_s;
+    q.runs.push_back(r);
+  }
+  q.jobs = 2;
+  q.fit_attention = true;
+  const auto f = pt::calibrate_runs(q);
+  std::printf("%s", pt::runs_fit_text(f).c_str());
+  EXPECT_NEAR(f.attention_scale, 0.7, 0.7 * 0.005);
+  EXPECT_NEAR(f.max, 0.45, 0.45 * 0.005);
+  EXPECT_DOUBLE_EQ(f.half_flops, 1e10);
+  EXPECT_LT(f.worst_error, 0.005);
+  EXPECT_NEAR(f.hardware.device.attention.forward_causal.back().second, 0.7 * 333e12, 333e12 * 0.005);
+  EXPECT_NE(pt::runs_fit_text(f).find("attention rates x 0.7"), std::string::npos);
+  // Without fitting them, the rates' error lands on the curve.
+  q.fit_attention = false;
+  EXPECT_GT(pt::calibrate_runs(q).worst_error, 0.005);
+  q.fit_attention = true;
+  for (auto& r : q.runs) r.hardware = "h100";
+  EXPECT_NE(error_of([&] { pt::calibrate_runs(q); }).find("gives no fused attention kernel's rates"), std::string::npos);
+}
