@@ -20,6 +20,7 @@
 #include "schedule/passes.hpp"
 #include "schedule/validate.hpp"
 #include "twin/calibrate_kineto.hpp"
+#include "twin/calibrate_runs.hpp"
 #include "twin/compare.hpp"
 #include "twin/own_costs.hpp"
 #include "twin/plan.hpp"
@@ -122,6 +123,24 @@ std::string calibrate_torch(const std::vector<std::string>& fit, const std::vect
   const auto c = pt::calibrate_kineto(fit, held_out, batch);
   auto j = pt::kineto_calibration_json(c);
   j["text"] = pt::kineto_calibration_text(c);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// calibrate --runs: the device fitted to whole runs (runs CSVs or
+// Megatron-LM logs, and torchtitan's TOML and log pairs flattened); the
+// report as JSON, the fitted hardware file's text and the report's text beside.
+std::string calibrate_runs(const std::vector<std::string>& files, const std::vector<std::string>& torchtitan,
+                           const std::string& model, const std::string& hardware, const std::vector<std::string>& fit,
+                           bool fit_attention, int jobs) {
+  pt::RunsFitRequest q;
+  q.runs = pt::read_run_files(files, hardware);
+  const auto titan = pt::read_torchtitan_files(torchtitan, model, hardware);
+  q.runs.insert(q.runs.end(), titan.begin(), titan.end());
+  q.fit = fit, q.fit_attention = fit_attention, q.jobs = jobs;
+  const auto f = pt::calibrate_runs(q);
+  auto j = pt::runs_fit_json(f);
+  j["hardware_yaml"] = pipetwin::models::hardware_to_yaml(f.hardware, "Fitted by pipetwin.calibrate_runs to whole runs' speed");
+  j["text"] = pt::runs_fit_text(f);
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -262,6 +281,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("compare_traces", &compare_traces, py::arg("predicted"), py::arg("measured"), py::arg("schedule"),
         py::arg("repeats"));
   m.def("calibrate_torch", &calibrate_torch, py::arg("fit"), py::arg("held_out"), py::arg("batch"));
+  m.def("calibrate_runs", &calibrate_runs, py::arg("files"), py::arg("torchtitan"), py::arg("model"), py::arg("hardware"),
+        py::arg("fit"), py::arg("fit_attention"), py::arg("jobs"), py::call_guard<py::gil_scoped_release>());
   m.def("compare_costs", &compare_costs, py::arg("run"), py::arg("costs"), py::arg("source"), py::arg("is_file"),
         py::arg("batch"), py::arg("repeats"), py::arg("traces"));
   m.def("simulate_model", &simulate_model, py::arg("program"), py::arg("model"), py::arg("hardware"), py::arg("engine"),

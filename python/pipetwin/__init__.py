@@ -12,7 +12,8 @@ hardware::
 
 torch.profiler traces of PyTorch's own schedules fit a cost table
 (``pipetwin.calibrate``), and a run is held against its prediction
-(``pipetwin.compare``).
+(``pipetwin.compare``); whole runs' step times fit the device
+(``pipetwin.calibrate_runs``).
 
 Errors in the inputs raise ``pipetwin.Error`` (a ValueError) naming the
 file, the line or the field.
@@ -20,6 +21,7 @@ file, the line or the field.
 from ._core import Error, __version__
 from .program import Program, generators
 from .results import MemoryReport, SimulationResult, TimedAction
+from .runs import RunsFit, calibrate_runs
 from .simulate import simulate
 from .sweep import PlanResult, SweepResult, plan, sweep
 from .torch_profiler import Calibration, Comparison, RunCheck, calibrate, compare
@@ -35,9 +37,11 @@ __all__ = [
     "SimulationResult",
     "SweepResult",
     "RunCheck",
+    "RunsFit",
     "TimedAction",
     "__version__",
     "calibrate",
+    "calibrate_runs",
     "compare",
     "generators",
     "plan",

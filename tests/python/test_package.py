@@ -232,6 +232,47 @@ class SimulateTest(unittest.TestCase):
             self.assertEqual([c["index"] for c in top], [c["index"] for c in ranked[:3]])
             self.assertEqual([c["step_time_s"] for c in top], [c["step_time_s"] for c in ranked[:3]])
 
+    def test_calibrate_runs_finds_the_curve_that_made_them(self):
+        """Runs simulated on an H100 curve of max 0.45, half_flops 1e10, fitted from the
+        preset's: the curve comes back, as ``pipetwin calibrate --runs`` gives it."""
+        model = os.path.join(EXAMPLES, "transformer-small.yaml")
+        with tempfile.TemporaryDirectory() as tmp:
+            truth = os.path.join(tmp, "truth.yaml")
+            with open(truth, "w") as f:
+                f.write("preset: h100\ndevice:\n  efficiency: {max: 0.45, half_flops: 1e10}\n  memory_efficiency: 0.6\n")
+            rows = ["name,model,hardware,tensor,pipeline,data,microbatches,microbatch_size,schedule,recompute,"
+                    "partition,step_s,role"]
+            for name, k, m, b, role in (("k1", 1, 4, 4, "fit"), ("k2", 2, 8, 2, "fit"), ("k4", 4, 8, 4, "fit"),
+                                        ("k2-m16", 2, 16, 1, "predict")):
+                program = pt.Program.generate("1f1b", ranks=k, microbatches=m)
+                step = pt.simulate(program, model=model, hardware=truth, batch=m * b, partition="uniform").step_time_s
+                rows.append("%s,%s,h100,1,%d,1,%d,%d,1f1b,none,uniform,%.9g,%s" % (name, model, k, m, b, step, role))
+            runs = os.path.join(tmp, "runs.csv")
+            with open(runs, "w") as f:
+                f.write("\n".join(rows) + "\n")
+            fit = pt.calibrate_runs(runs, jobs=1)
+            self.assertAlmostEqual(fit.max, 0.45, delta=0.45 * 0.005)
+            self.assertEqual(fit.half_flops, 1e10)
+            self.assertEqual(fit.attention_scale, 0)
+            self.assertLess(fit.worst_error, 0.005)
+            self.assertEqual([r["role"] for r in fit.runs], ["fit", "fit", "fit", "predict"])
+            self.assertIn("half_flops: 1e+10", fit.hardware_yaml)
+            self.assertIn("fitted: efficiency max", str(fit))
+            with self.assertRaises(pt.Error) as e:
+                pt.calibrate_runs(runs, fit=["k9"])
+            self.assertIn("k9", str(e.exception))
+            cli = os.environ.get("PIPETWIN_CLI")
+            if cli:
+                out = subprocess.run([cli, "calibrate", "--runs", runs, "--jobs", "1", "--json"], check=True,
+                                     capture_output=True, text=True).stdout
+                self.assertEqual([r["predicted_step_s"] for r in json.loads(out)["runs"]],
+                                 [r["predicted_step_s"] for r in fit.runs])
+            try:
+                import pandas  # noqa: F401
+            except ImportError:
+                return
+            self.assertEqual(list(fit.to_pandas()["name"]), ["k1", "k2", "k4", "k2-m16"])
+
     def test_sweep_and_plan_take_zeros_stages(self):
         model = os.path.join(EXAMPLES, "transformer-small.yaml")
         r = pt.sweep(model, "a100", "1f1b", 2, 4, data=[2, 4], zero=3, shard_group=2)
