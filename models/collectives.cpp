@@ -201,6 +201,10 @@ const CollectiveEntry& collective(CollectiveAlgorithm algorithm) {
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no row in the table");
 }
 
+int bucket_chunks(int chunks, double bucket, double total) {
+  return std::max(1, static_cast<int>(std::lround(chunks * bucket / total)));
+}
+
 std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double first_cap) {
   if (bytes <= 0) return {};
   if (cap <= 0 || (cap >= bytes && (first_cap <= 0 || first_cap >= bytes))) return {{bytes, 1}};

@@ -135,6 +135,9 @@ struct GradientBucket {
   double ready = 1;  // (0, 1]: of the backward that produces it
 };
 std::vector<GradientBucket> gradient_buckets(double bytes, double cap, double first_cap = 0);
+// The chunks a bucket of `bucket` of a reduction's `total` bytes is
+// pipelined in, where the whole takes `chunks`: its share, at least one.
+int bucket_chunks(int chunks, double bucket, double total);
 // When the last of `buckets` is reduced, reduced one after the other (one
 // stream), each from when it is ready (backward_start + ready ·
 // backward_s) and taking seconds(its bytes); the first no earlier than

@@ -39,14 +39,8 @@ ps::Program generate(const std::string& name, int ranks, int microbatches, int v
   return ps::generate(name, {ranks, microbatches, virtual_stages, ps::parse_recompute(recompute)});  // F, B, I, W only
 }
 
-// Text in any of the three forms, told apart as read_program does: JSON if
-// it starts with '{', pipetwin's text if a line starts with "rank ", CSV otherwise.
-ps::Program parse(const std::string& text, const std::string& source) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') return ps::parse_json(text, source);
-  if (text.rfind("rank ", 0) == 0 || text.find("\nrank ") != std::string::npos) return ps::parse_text(text, source);
-  return ps::parse_csv(text, source);
-}
+// Text in any of the three forms (schedule::parse_program).
+ps::Program parse(const std::string& text, const std::string& source) { return ps::parse_program(text, source); }
 
 // The Program's F, B, I and W alone (what PyTorch's compute-only CSV holds):
 // its transfers, recomputes, reductions and optimizer steps left out.

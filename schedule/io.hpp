@@ -39,6 +39,10 @@ std::string format_program(const Program& program, Format format);
 // Reads a file in any of the three formats (JSON if it starts with '{', text
 // if it holds a "rank N:" line, CSV otherwise).
 Program read_program(const std::string& path, std::vector<std::string>* notes = nullptr);
+// `text` in any of the three forms, told apart as read_program does: JSON if
+// it starts with '{', pipetwin's text if a line starts with "rank ", a
+// PyTorch CSV otherwise; `source` names it in errors.
+Program parse_program(std::string_view text, const std::string& source, std::vector<std::string>* notes = nullptr);
 
 std::string read_file(const std::string& path);
 // Throws "<source>:<line>: not UTF-8 text (byte \xNN at column C)" at the first

@@ -250,13 +250,18 @@ void check_utf8(std::string_view s, const std::string& source) {
               " at column " + std::to_string(column) + ")");
 }
 
+Program parse_program(std::string_view text, const std::string& source, std::vector<std::string>* notes) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) throw Error(source + ": empty, expected a schedule");
+  if (text[first] == '{') return parse_json(text, source);
+  const bool has_rank_line = text.rfind("rank ", 0) == 0 || text.find("\nrank ") != std::string_view::npos;
+  return has_rank_line ? parse_text(text, source) : parse_csv(text, source, notes);
+}
+
 Program read_program(const std::string& path, std::vector<std::string>* notes) {
   const std::string text = read_file(path);
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) throw Error(path + ": empty file, expected a schedule");
-  if (text[first] == '{') return parse_json(text, path);
-  const bool has_rank_line = text.rfind("rank ", 0) == 0 || text.find("\nrank ") != std::string::npos;
-  return has_rank_line ? parse_text(text, path) : parse_csv(text, path, notes);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(path + ": empty file, expected a schedule");
+  return parse_program(text, path, notes);
 }
 
 namespace {

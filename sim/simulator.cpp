@@ -212,8 +212,8 @@ class SimBackend final : public ps::Backend {
                                for (const auto& b : buckets) {
                                  const double ready = state->start + b.ready * backward_s;
                                  if (ready > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(ready);
-                                 const int c = std::max(1, static_cast<int>(std::lround(chunks * b.bytes / total)));
-                                 over_data_group(entry, "R", s, replica, D, G, b.bytes * T, c, work);
+                                 over_data_group(entry, "R", s, replica, D, G, b.bytes * T,
+                                                 models::bucket_chunks(chunks, b.bytes, total), work);
                                }
                                state->done = sg4::Engine::get_clock();
                                if (state->at >= 0) out[state->at].end = state->done;

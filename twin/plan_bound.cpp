@@ -48,8 +48,7 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
     return {at, at + over_data_group(entry, p, links, bytes, costs.reduce_chunks)};
   }
   const auto seconds = [&](double b) {
-    const int chunks = std::max(1, static_cast<int>(std::lround(costs.reduce_chunks * b / costs.reduce_bytes)));
-    return over_data_group(entry, p, links, b * p.tensor_parallel, chunks);
+    return over_data_group(entry, p, links, b * p.tensor_parallel, models::bucket_chunks(costs.reduce_chunks, b, costs.reduce_bytes));
   };
   // ZeRO-2 and 3, one micro-batch's: its first bucket from when the stage's
   // earlier reductions are done (`at`) too.
