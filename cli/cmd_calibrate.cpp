@@ -41,9 +41,7 @@ struct Options {
 int run_runs(Options& o) {
   twin::RunsFitRequest q;
   const std::string hardware = o.hardware_given ? o.request.hardware : "";
-  q.runs = twin::read_run_files(o.runs, hardware);
-  const auto titan = twin::read_torchtitan_files(o.torchtitan, o.request.model, hardware);
-  q.runs.insert(q.runs.end(), titan.begin(), titan.end());
+  q.runs = twin::read_all_runs(o.runs, o.torchtitan, o.request.model, hardware);
   q.fit = o.fit;
   q.engine = twin::parse_engine(o.engine);
   q.jobs = o.jobs;

@@ -166,7 +166,7 @@ void StageCostModel::check_context(const Model& m) const {
               ") has no attention (the transformer and llm families' blocks do)");
 }
 
-std::pair<double, double> StageCostModel::context_exchange_s(int k, int l) const {
+std::pair<double, double> StageCostModel::context_exchange_s(int k, int l, std::pair<double, double> fused) const {
   const auto& c = model_.layers[l].cost;
   if (context_ <= 1 || c.cp_kv_elems <= 0) return {0, 0};
   const double C = context_;
@@ -177,7 +177,7 @@ std::pair<double, double> StageCostModel::context_exchange_s(int k, int l) const
   // Under each step, the attention of the block held: the rank's core (1/C
   // of the layer's, balanced), in C blocks; the backward's is twice the
   // forward's and passes dK and dV too.
-  const auto [fused_f, fused_b] = fused_core_s(k, l);
+  const auto [fused_f, fused_b] = fused;
   const double core_f = fused_f > 0 ? fused_f / C
                                     : devices_[k].compute_seconds(c.selective_flops * microbatch_size_ / tensor_parallel_, model_.precision) / C;
   const double core_b = fused_f > 0 ? fused_b / C : 2 * core_f;

@@ -168,7 +168,8 @@ class StageCostModel {
   // Context parallelism: the exposed time of layer l's keys and values
   // passed around rank k's group of C (a ring under the attention of the
   // block held, or all-gathered first), in its forward and its backward.
-  std::pair<double, double> context_exchange_s(int k, int l) const;
+  // `fused`: the layer's core at the kernel's rates (fused_core_s), or {0, 0}.
+  std::pair<double, double> context_exchange_s(int k, int l, std::pair<double, double> fused) const;
   void check_context(const Model& m) const;
   // Expert parallelism: one dispatch's (or combine's) all-to-all of layer l
   // over rank k's expert group, the busiest device's share (0: none).

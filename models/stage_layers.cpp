@@ -112,7 +112,7 @@ void StageCostModel::time_layers(int k, double b) {
     if (c.input_grad_flops > 0) in = std::max(in, read);
     if (c.weight_grad_flops > 0) w = std::max(w, 2 * read);
     const auto floored = [&](Pass p) { return std::max(pass_seconds(p), c.forward_flops > 0 ? read : 0.0) + core_f; };
-    const auto [fwd_cp, bwd_cp] = context_exchange_s(k, l);  // context parallelism's keys and values
+    const auto [fwd_cp, bwd_cp] = context_exchange_s(k, l, fused);  // context parallelism's keys and values
     const double a2a = 2 * expert_exchange_s(k, l);  // a mixture's dispatch and combine, each way
     const double fwd_comm = tp_forward_[l + 1] - tp_forward_[l] + fwd_cp + a2a, bwd_comm = tp_backward_[l + 1] - tp_backward_[l] + bwd_cp + a2a;
     // Elementwise traffic (with FP8's casts): the replicated part whole on

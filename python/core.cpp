@@ -127,9 +127,7 @@ std::string calibrate_runs(const std::vector<std::string>& files, const std::vec
                            const std::string& model, const std::string& hardware, const std::vector<std::string>& fit,
                            bool fit_attention, int jobs) {
   pt::RunsFitRequest q;
-  q.runs = pt::read_run_files(files, hardware);
-  const auto titan = pt::read_torchtitan_files(torchtitan, model, hardware);
-  q.runs.insert(q.runs.end(), titan.begin(), titan.end());
+  q.runs = pt::read_all_runs(files, torchtitan, model, hardware);
   q.fit = fit, q.fit_attention = fit_attention, q.jobs = jobs;
   const auto f = pt::calibrate_runs(q);
   auto j = pt::runs_fit_json(f);

@@ -202,6 +202,14 @@ std::vector<MeasuredRun> read_torchtitan_files(const std::vector<std::string>& t
   return runs;
 }
 
+std::vector<MeasuredRun> read_all_runs(const std::vector<std::string>& files, const std::vector<std::string>& torchtitan,
+                                       const std::string& model, const std::string& hardware) {
+  auto runs = read_run_files(files, hardware);
+  const auto titan = read_torchtitan_files(torchtitan, model, hardware);
+  runs.insert(runs.end(), titan.begin(), titan.end());
+  return runs;
+}
+
 double run_flops(const MeasuredRun& r) { return run_flops(r, load_run_model(r)); }
 
 double run_flops(const MeasuredRun& r, const models::Model& model) {

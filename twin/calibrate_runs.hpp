@@ -70,6 +70,12 @@ std::vector<calibration::MeasuredRun> read_run_files(const std::vector<std::stri
 std::vector<calibration::MeasuredRun> read_torchtitan_files(const std::vector<std::string>& toml_and_log,
                                                             const std::string& model, const std::string& hardware);
 
+// The runs of `files` (read_run_files), then those of the torchtitan pairs
+// (read_torchtitan_files): what calibrate --runs and --torchtitan give.
+std::vector<calibration::MeasuredRun> read_all_runs(const std::vector<std::string>& files,
+                                                    const std::vector<std::string>& torchtitan, const std::string& model,
+                                                    const std::string& hardware);
+
 // Throws pipetwin::Error naming the run (its file and line) at fault.
 RunsFit calibrate_runs(const RunsFitRequest& request);
 

@@ -281,6 +281,8 @@ std::vector<Bad> catalogue() {
       hw("hw_unknown_network", "preset: selene\ntopology:\n  network: torus\n",
          "hw.yaml:3: field 'topology.network': unknown network 'torus' (valid: fat-tree, rail)"),
       hw("hw_cluster_missing_inter", "preset: a100\ntopology:\n  kind: cluster\n", "hw.yaml:3: field 'topology.inter': missing"),
+      {"calibrate_fit_attention_without_runs", {{"t.json", "{}"}}, "calibrate {}/t.json --fit-attention --out {}/c.yaml",
+       "--fit-attention fits with --runs: give it whole runs"},
       {"hw_neither_preset_nor_file", {{"m.yaml", kMlp}}, "simulate --hardware tpu-v9 -s gpipe -k 2 -m 2 --model {}/m.yaml",
        "hardware 'tpu-v9' is neither a preset"},
       {"grad_bucket_first_without_buckets", {{"m.yaml", kMlp}},

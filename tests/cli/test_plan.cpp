@@ -269,6 +269,22 @@ std::map<std::string, std::map<std::string, std::string>> plan_rows(const std::s
   return rows;
 }
 
+using PlanRow = std::map<std::string, std::string>;
+
+// A candidate's bound (plan --top-sim 0) against its SimGrid replay: no
+// faster than the bound, and equal to it where `exact` (nothing after the
+// reductions contends); counted in `compared`, and in `alone` where exact.
+void expect_within_bound(const std::string& index, const PlanRow& bound, const PlanRow& replay, bool exact, int& compared,
+                         int& alone) {
+  const double upper = std::stod(bound.at("throughput_samples_per_s")), real = std::stod(replay.at("throughput_samples_per_s"));
+  EXPECT_LE(real, upper * (1 + 1e-9)) << "candidate " << index;
+  if (exact) {
+    EXPECT_NEAR(upper, real, 1e-9 * real) << "candidate " << index;
+    ++alone;
+  }
+  ++compared;
+}
+
 }  // namespace
 
 // zb-v, v-half and dualpipe-v put two stages on each rank (V-shaped): the
@@ -359,14 +375,8 @@ TEST_F(Plan, BoundsTimeTheDataParallelReductions) {
     const auto& s = replayed.at(index);
     if (b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
     ASSERT_EQ(s.at("engine"), "simgrid") << "candidate " << index;
-    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
-    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
     EXPECT_GT(std::stod(b.at("dp_exposed_s")), 0) << "candidate " << index;
-    if (b.at("pipeline") == "1" && b.at("schedule") == "1f1b") {
-      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
-      ++alone;
-    }
-    ++compared;
+    expect_within_bound(index, b, s, b.at("pipeline") == "1" && b.at("schedule") == "1f1b", compared, alone);
   }
   EXPECT_GT(compared, 100);
   EXPECT_GT(alone, 10);
@@ -390,13 +400,7 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
     if (!b.at("memory_headroom_gb").empty()) headroom[config][b.at("zero")] = std::stod(b.at("memory_headroom_gb"));
     const auto& s = replayed.at(index);
     if (b.at("zero") < "2" || b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
-    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
-    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
-    if (b.at("pipeline") == "1") {
-      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
-      ++alone;
-    }
-    ++compared;
+    expect_within_bound(index, b, s, b.at("pipeline") == "1", compared, alone);
   }
   EXPECT_GT(compared, 10);
   EXPECT_GT(alone, 2);
@@ -635,13 +639,7 @@ TEST_F(Plan, SearchesShardGroupsAndBoundsTheirReductions) {
     groups.insert(b.at("shard_group"));
     const auto& s = replayed.at(index);
     if (g == 0 || b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
-    const double upper = std::stod(b.at("throughput_samples_per_s")), exact = std::stod(s.at("throughput_samples_per_s"));
-    EXPECT_LE(exact, upper * (1 + 1e-9)) << "candidate " << index;
-    if (b.at("pipeline") == "1") {
-      EXPECT_NEAR(upper, exact, 1e-9 * exact) << "candidate " << index;
-      ++alone;
-    }
-    ++compared;
+    expect_within_bound(index, b, s, b.at("pipeline") == "1", compared, alone);
   }
   EXPECT_EQ(groups, (std::set<std::string>{"0", "2", "4"}));  // 16 is never fewer than the replicas of 16 GPUs
   EXPECT_GT(compared, 4);
