@@ -64,6 +64,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
     if (!rank.collectives.empty()) ranks.back()["collectives"] = rank.collectives;
     // T > 1: per step, the seconds it spent in its tensor group's collectives.
     if (!rank.tp_collective_s.empty()) ranks.back()["tp_collective_s"] = rank.tp_collective_s;
+    // ZeRO-2 and 3: per step, the seconds it waited for the weights' all-gathers.
+    if (!rank.gather_wait_s.empty()) ranks.back()["gather_wait_s"] = rank.gather_wait_s;
   }
   nlohmann::json stages = nlohmann::json::array();
   for (int s = 0; s < sc.program.num_stages(); ++s) {
@@ -182,9 +184,10 @@ void refuse_simulated_only(const twin::Scenario& sc) {
                 ": simulated only; the executor gives each replica whole samples");
   }
   if (sc.program.shard_group > 0) throw Error("--shard-group: simulated only; the executor shards over all D replicas");
-  if (sc.program.zero > 1) {
+  if (sc.program.zero > 1 && sc.program.sequence_parallel) {
     throw Error("--zero " + std::to_string(sc.program.zero) +
-                ": simulated only; the executor shards the optimizer state at most (--zero 1)");
+                " with --sequence-parallel: simulated only; the executor's ZeRO-2 and 3 reduce each micro-batch's "
+                "gradients before the tensor group has summed its replicated ones");
   }
   if (sc.request.gradient_bucket_bytes > 0 || sc.request.gradient_first_bucket_bytes > 0) {
     throw Error("--grad-bucket-mb: simulated only; the executor reduces each stage's gradients at once after its last "

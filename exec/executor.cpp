@@ -221,8 +221,14 @@ std::string peers_of(const ps::Program& p, const Placement& where) {
   return out;
 }
 
-// T > 1: every member gathers its stages' shards (a collective); member 0 writes.
-void save_weights(const std::string& dir, const TorchBackend& backend, bool write) {
+// The replicas hold the same weights (their reductions are the same sums):
+// replica 0's are saved, ZeRO-3's gathered first by every replica (a
+// collective). T > 1: every member gathers its stages' shards (a collective);
+// member 0 writes.
+void save_weights(const std::string& dir, TorchBackend& backend, const Placement& where) {
+  if (backend.data_parallel() != nullptr) backend.data_parallel()->gather_weights();
+  if (where.replica != 0) return;
+  const bool write = where.member == 0;
   if (write) std::filesystem::create_directories(dir);
   for (const auto& [_, stage] : backend.stages()) {
     const auto weights = stage->weights();
@@ -238,6 +244,17 @@ void save_weights(const std::string& dir, const TorchBackend& backend, bool writ
 
 // One mini-batch: every action of this rank's list in its order, then its
 // timeline and (on the last stage) its loss into the report.
+// What the data group runs, in words.
+std::string data_collectives(const ps::Program& p) {
+  if (p.zero == 1) return "reduce-scatter, then all-gather in STEP";
+  if (p.zero == 2) return "reduce-scatter per layer after each micro-batch's backward, all-gather per layer in STEP";
+  if (p.zero == 3 && !p.reshard_after_forward) {
+    return "all-gather per layer in the step's first F, reduce-scatter per layer in REDUCE_GRAD";
+  }
+  if (p.zero == 3) return "all-gather per layer inside F, R, B and I, reduce-scatter per layer after each micro-batch's backward";
+  return "all-reduce";
+}
+
 // What this process's groups reduce, for the report (the durations are the
 // REDUCE_GRAD actions of the trace; a tensor group's collectives run inside F, B, R).
 nlohmann::json describe_collectives(const ps::Program& p, const Placement& where, const TorchBackend& backend,
@@ -248,7 +265,7 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
     for (const auto& [stage, bytes] : dp->stage_bytes()) {
       out.push_back({{"dimension", "data"},
                      {"stage", stage},
-                     {"kind", p.shard_optimizer() ? "reduce-scatter, then all-gather in STEP" : "all-reduce"},
+                     {"kind", data_collectives(p)},
                      {"bytes", bytes},
                      {"group", where.data_group(where.pipeline_rank)},
                      {"backend", via}});
@@ -283,6 +300,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     throw Error(at_step + ", its start: " + message_of(e));
   }
   const double collectives_before = tp_collective_seconds();
+  const double gathers_before = backend.data_parallel() != nullptr ? backend.data_parallel()->gather_wait_s() : 0;
   ps::RankInterpreter interpreter(p, ps::RankId{where.pipeline_rank});
   while (!interpreter.done()) {
     const ps::Action action = interpreter.next();
@@ -305,6 +323,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     report.steps.push_back(std::move(t));
     if (const double cpu = backend.step_compute_cpu_s(); cpu >= 0) report.compute_cpu_s.push_back(cpu);
     if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
+    if (where.data > 1 && p.zero >= 2) report.gather_wait_s.push_back(backend.data_parallel()->gather_wait_s() - gathers_before);
   } catch (const std::exception& e) {
     throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));
   }
@@ -430,8 +449,7 @@ std::optional<RunResult> run_rank(const RunConfig& c, const RankEnv& env) {
   report.peak_allocated_bytes = static_cast<double>(meter != nullptr ? meter->peak_bytes() : MemoryMeter::cuda_peak_bytes(device.index()));
   report.peak_rss_bytes = static_cast<double>(MemoryMeter::peak_rss_bytes());
   report.gloo_backoffs = static_cast<double>(gloo_backoffs());
-  // The replicas hold the same weights (their reductions are the same sums): replica 0's are saved.
-  if (!c.save_weights.empty() && where.replica == 0) save_weights(c.save_weights, backend, where.member == 0);
+  if (!c.save_weights.empty()) save_weights(c.save_weights, backend, where);
   comm.publish("report/" + std::to_string(env.rank), report.to_json().dump());
   if (env.rank != 0) return std::nullopt;
   std::vector<RankReport> reports;

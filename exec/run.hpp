@@ -100,6 +100,10 @@ struct RankReport {
   nlohmann::json collectives = nlohmann::json::array();
   // Per step, the seconds it spent in its tensor group's collectives (T > 1; else empty).
   std::vector<double> tp_collective_s;
+  // Per step, the seconds its forwards, backwards and steps waited for ZeRO-2
+  // and 3's all-gathers of the weights (D > 1, --zero 2 or 3; else empty):
+  // the gathers' exposed time.
+  std::vector<double> gather_wait_s;
   // Per step, the CPU time of its compute actions (its thread's own; CPU
   // ranks only, else empty): RunNoise::step_compute_cpu_s.
   std::vector<double> compute_cpu_s;

@@ -31,13 +31,14 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
                                  where_.tensor_group());
   }
   if (p.data_parallel > 1) {
-    dp_ = std::make_unique<DataParallel>(comm, where_, p.shard_optimizer(), config.optimizer, config.lr);
+    dp_ = std::make_unique<DataParallel>(comm, where_, p.zero, p.reshard_after_forward, config.optimizer, config.lr, meter);
   }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);
     stages_[s.value] = std::make_unique<Stage>(config.model, s.value, p.partition.at(s.value), p.is_last_stage(s),
                                                versions, config.seed, device, config.optimizer, config.lr, tensor_group,
                                                p.sequence_parallel);
+    if (dp_) dp_->adopt(*stages_[s.value]);
     for (const auto* cut : {&stages_[s.value]->in_cut(), &stages_[s.value]->out_cut()}) {
       if (cut->size() > static_cast<std::size_t>(kMaxCutTensors)) {
         throw Error("stage " + std::to_string(s.value) + ": a cut carries " + std::to_string(cut->size()) +

@@ -57,6 +57,7 @@ class TorchBackend final : public schedule::Backend {
 
   const std::map<int, std::unique_ptr<Stage>>& stages() const { return stages_; }
   const DataParallel* data_parallel() const { return dp_.get(); }
+  DataParallel* data_parallel() { return dp_.get(); }
   // Per local stage, the peak bytes its stashes held (measured).
   std::vector<std::pair<int, double>> stage_peak_stash_bytes() const;
 

@@ -49,17 +49,18 @@ void TorchBackend::forward(int s, int mb) {
   sh.version = st.acquire();
   const std::int64_t before = device_.is_cuda() ? MemoryMeter::cuda_live_bytes(device_.index()) : 0;
   const Params& params = st.params(sh.version);  // a new weight version is weights, not stash
+  LayerHooks* hooks = dp_ ? dp_->hooks(s) : nullptr;
   std::vector<at::Tensor> outputs;
   {
     std::optional<MemoryMeter::Tag> tag;
     if (meter_ != nullptr) tag.emplace(*meter_, s);
     if (sh.checkpointed) {
       torch::NoGradGuard no_grad;
-      outputs = st.forward(inputs, params, targets);
+      outputs = st.forward(inputs, params, targets, hooks);
       sh.inputs = std::move(inputs);
     } else {
       sh.inputs = leaves(st, inputs);
-      outputs = st.forward(sh.inputs, params, targets);
+      outputs = st.forward(sh.inputs, params, targets, hooks);
     }
   }
   std::vector<at::Tensor> sent;
@@ -97,7 +98,7 @@ void TorchBackend::recompute(int s, int mb) {
     std::optional<MemoryMeter::Tag> tag;
     if (meter_ != nullptr) tag.emplace(*meter_, s);
     sh.inputs = leaves(st, sh.inputs);
-    sh.roots = st.forward(sh.inputs, st.params(sh.version), targets);
+    sh.roots = st.forward(sh.inputs, st.params(sh.version), targets, dp_ ? dp_->hooks(s) : nullptr);
   }
   if (st.last()) {
     sh.roots[0] = sh.roots[0] / config_.program.num_microbatches;
@@ -134,8 +135,10 @@ void TorchBackend::backward(int s, int mb, bool input_only) {
   const std::int64_t before = measure ? MemoryMeter::cuda_live_bytes(device_.index()) - st.grad_bytes() : 0;
   if (!edges.empty()) {
     DeferWeightGrads defer(input_only ? &sh.deferred : nullptr);
+    if (dp_) dp_->backward_begin(s, !input_only);
     torch::autograd::Engine::get_default_engine().execute(edges, seeds, /*keep_graph=*/false, /*create_graph=*/false,
                                                           /*accumulate_grad=*/true);
+    if (dp_) dp_->backward_end(s);
   }
   std::int64_t handed_on = 0;
   if (!st.first()) {
@@ -165,6 +168,7 @@ void TorchBackend::weight_grad(int s, int mb) {
   if (!sh.roots.empty()) throw Error("W of " + mb_name(s, mb) + " before its I");
   sh.deferred.run();
   stage(s).release(sh.version);
+  if (dp_) dp_->microbatch_done(s);
   if (device_.is_cuda()) account_cuda_stash(s, -sh.device_bytes);
   stash_.erase({s, mb});
 }

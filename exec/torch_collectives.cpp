@@ -46,4 +46,30 @@ c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no call in the executor");
 }
 
+// The stage's gradients as one flat buffer (a missing gradient is zeros),
+// padded with zeros to a multiple of `parts`.
+at::Tensor flat_gradients(const std::vector<at::Tensor>& params, std::int64_t parts) {
+  std::vector<at::Tensor> flat;
+  std::int64_t n = 0;
+  for (const auto& p : params) {
+    const at::Tensor& g = p.grad();
+    flat.push_back(g.defined() ? g.reshape(-1) : at::zeros({p.numel()}, p.options().requires_grad(false)));
+    n += p.numel();
+  }
+  const std::int64_t padded = (n + parts - 1) / parts * parts;
+  if (padded > n) flat.push_back(at::zeros({padded - n}, params.front().options().requires_grad(false)));
+  return at::cat(flat);
+}
+
+at::Tensor flat_weights(const std::vector<at::Tensor>& params, std::int64_t padded) {
+  std::vector<at::Tensor> flat;
+  std::int64_t n = 0;
+  for (const auto& p : params) {
+    flat.push_back(p.detach().reshape(-1));
+    n += p.numel();
+  }
+  if (padded > n) flat.push_back(at::zeros({padded - n}, params.front().options().requires_grad(false)));
+  return at::cat(flat);
+}
+
 }  // namespace pipetwin::exec

@@ -9,6 +9,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "schedule/collective.hpp"
 
 namespace pipetwin::exec {
@@ -23,5 +25,11 @@ namespace pipetwin::exec {
 // Throws pipetwin::Error where the sizes do not fit the operation.
 c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::CollectiveAlgorithm algorithm,
                                                 at::Tensor& in, at::Tensor& out);
+
+// Tensors' gradients (a missing one is zeros) as one flat buffer, padded with
+// zeros to a multiple of `parts`.
+at::Tensor flat_gradients(const std::vector<at::Tensor>& params, std::int64_t parts);
+// Tensors' values as one flat buffer, padded with zeros to `padded` elements.
+at::Tensor flat_weights(const std::vector<at::Tensor>& params, std::int64_t padded);
 
 }  // namespace pipetwin::exec

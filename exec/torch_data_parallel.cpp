@@ -7,32 +7,6 @@
 namespace pipetwin::exec {
 namespace {
 
-// The stage's gradients as one flat buffer (a missing gradient is zeros),
-// padded with zeros to a multiple of `parts`.
-at::Tensor flatten_grads(const std::vector<at::Tensor>& params, std::int64_t parts) {
-  std::vector<at::Tensor> flat;
-  std::int64_t n = 0;
-  for (const auto& p : params) {
-    const at::Tensor& g = p.grad();
-    flat.push_back(g.defined() ? g.reshape(-1) : at::zeros({p.numel()}, p.options().requires_grad(false)));
-    n += p.numel();
-  }
-  const std::int64_t padded = (n + parts - 1) / parts * parts;
-  if (padded > n) flat.push_back(at::zeros({padded - n}, params.front().options().requires_grad(false)));
-  return at::cat(flat);
-}
-
-at::Tensor flatten_weights(const std::vector<at::Tensor>& params, std::int64_t padded) {
-  std::vector<at::Tensor> flat;
-  std::int64_t n = 0;
-  for (const auto& p : params) {
-    flat.push_back(p.detach().reshape(-1));
-    n += p.numel();
-  }
-  if (padded > n) flat.push_back(at::zeros({padded - n}, params.front().options().requires_grad(false)));
-  return at::cat(flat);
-}
-
 void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) {
   for (const auto& p : params) {
     if (p.scalar_type() != params.front().scalar_type()) {
@@ -45,12 +19,53 @@ void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) 
 
 }  // namespace
 
-DataParallel::DataParallel(Comm& comm, const Placement& where, bool shard_optimizer, models::Optimizer optimizer,
-                           double lr)
-    : comm_(comm), where_(where), shard_optimizer_(shard_optimizer), optimizer_(optimizer), lr_(lr) {
+DataParallel::DataParallel(Comm& comm, const Placement& where, int zero, bool reshard_after_forward,
+                           models::Optimizer optimizer, double lr, MemoryMeter* meter)
+    : comm_(comm),
+      where_(where),
+      shard_optimizer_(zero == 1),
+      zero_{zero, reshard_after_forward, optimizer, lr},
+      meter_(meter),
+      optimizer_(optimizer),
+      lr_(lr) {
   if (where.data <= 1) return;
   const std::string name = "data/" + std::to_string(where.pipeline_rank) + "/" + std::to_string(where.member);
   group_ = comm.subgroup(name, where.data_group(where.pipeline_rank));
+}
+
+void DataParallel::adopt(Stage& stage) {
+  if (!group_ || zero_.level < 2) return;
+  zero_stages_[stage.index()] = std::make_unique<ShardedStage>(stage, *group_, where_.replica, where_.data, zero_, meter_);
+  stage.drop_optimizer();
+}
+
+ShardedStage* DataParallel::sharded_stage(int stage) {
+  const auto it = zero_stages_.find(stage);
+  return it == zero_stages_.end() ? nullptr : it->second.get();
+}
+
+LayerHooks* DataParallel::hooks(int stage) { return zero_.level == 3 ? sharded_stage(stage) : nullptr; }
+
+void DataParallel::backward_begin(int stage, bool weight_gradients) {
+  if (auto* z = sharded_stage(stage)) z->backward_begin(weight_gradients);
+}
+
+void DataParallel::backward_end(int stage) {
+  if (auto* z = sharded_stage(stage)) z->backward_end();
+}
+
+void DataParallel::microbatch_done(int stage) {
+  if (auto* z = sharded_stage(stage)) z->microbatch_done();
+}
+
+double DataParallel::gather_wait_s() const {
+  double s = 0;
+  for (const auto& [_, z] : zero_stages_) s += z->gather_wait_s();
+  return s;
+}
+
+void DataParallel::gather_weights() {
+  for (auto& [_, z] : zero_stages_) z->gather_all();
 }
 
 DataParallel::~DataParallel() {
@@ -73,23 +88,21 @@ int DataParallel::reduce(Stage& stage) {
   if (pending_.count(stage.index())) {
     throw Error("REDUCE_GRAD of stage " + std::to_string(stage.index()) + " twice before its STEP");
   }
-  const auto params = stage.parameters();
-  if (params.empty()) return id;
-  check_one_dtype(stage, params);
   Pending p;
   p.id = id;
-  p.flat = flatten_grads(params, shard_optimizer_ ? where_.data : 1);
-  rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
-  stage_bytes_[stage.index()] = rec.bytes;
-  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
-  p.work = start_collective(*group_, shard_optimizer_ ? schedule::CollectiveAlgorithm::RingReduceScatter
-                                                      : schedule::CollectiveAlgorithm::RingAllReduce,
-                            p.flat, p.shard);
-  // Its end, when the collective completes: a thread waits for it (its
-  // error, if any, is the STEP's to report).
-  p.watcher = std::make_shared<std::thread>([work = p.work, end = rec.end, comm = &comm_] {
+  if (ShardedStage* z = sharded_stage(stage.index())) {
+    z->reduce();
+    rec.bytes = z->step_bytes();
+    stage_bytes_[stage.index()] = rec.bytes;
+    p.works = z->in_flight();
+  } else if (!post_flat(stage, p, rec)) {
+    return id;
+  }
+  // Its end, when the collectives complete: a thread waits for them (their
+  // errors, if any, are the STEP's to report).
+  p.watcher = std::make_shared<std::thread>([works = p.works, end = rec.end, comm = &comm_] {
     try {
-      work->wait();
+      for (const auto& w : works) w->wait();
       end->store(comm->now());
     } catch (const std::exception&) {
     }
@@ -98,15 +111,36 @@ int DataParallel::reduce(Stage& stage) {
   return id;
 }
 
+// The stage's gradients as one flat buffer, all-reduced (ZeRO-1:
+// reduce-scattered) into `p`; false where the stage has no weights.
+bool DataParallel::post_flat(Stage& stage, Pending& p, Record& rec) {
+  const auto params = stage.parameters();
+  if (params.empty()) return false;
+  check_one_dtype(stage, params);
+  p.flat = flat_gradients(params, shard_optimizer_ ? where_.data : 1);
+  rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
+  stage_bytes_[stage.index()] = rec.bytes;
+  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
+  p.works.push_back(start_collective(*group_, shard_optimizer_ ? schedule::CollectiveAlgorithm::RingReduceScatter
+                                                               : schedule::CollectiveAlgorithm::RingAllReduce,
+                                     p.flat, p.shard));
+  return true;
+}
+
 void DataParallel::wait(Stage& stage) {
   const auto it = pending_.find(stage.index());
   if (it == pending_.end()) return;
   if (it->second.watcher->joinable()) it->second.watcher->join();
-  it->second.work->wait();  // rethrows a failed collective (a replica gone)
+  for (const auto& w : it->second.works) w->wait();  // rethrows a failed collective (a replica gone)
 }
 
 void DataParallel::step(Stage& stage) {
   const auto it = pending_.find(stage.index());
+  if (ShardedStage* z = sharded_stage(stage.index())) {
+    if (it != pending_.end()) pending_.erase(it);
+    z->step();
+    return;
+  }
   if (it == pending_.end()) {
     stage.step();
     return;
@@ -133,7 +167,7 @@ void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
   Sharded& sh = sharded_[stage.index()];
   if (!sh.optimizer) {
     sh.chunk = shard_grad.numel();
-    const at::Tensor flat = flatten_weights(params, sh.chunk * where_.data);
+    const at::Tensor flat = flat_weights(params, sh.chunk * where_.data);
     // The shard's master copy is fp32 whatever the weights' precision (as
     // Megatron-LM's distributed optimizer keeps it).
     sh.weights = flat.narrow(0, sh.chunk * where_.replica, sh.chunk).to(at::kFloat).clone().requires_grad_(true);

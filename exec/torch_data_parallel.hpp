@@ -10,6 +10,11 @@
 //            shard;  STEP: the shard / D, the optimizer's step on the shard
 //            of the weights alone (its state exists for that shard only),
 //            then an all-gather of the updated weights into every replica
+//   ZeRO-2/3 per layer, the gradients of every micro-batch reduce-scattered
+//            as its backward completes, and under ZeRO-3 the weights
+//            themselves sharded, gathered layer by layer where a forward or
+//            a backward needs them (ShardedStage, exec/torch_zero.hpp);
+//            REDUCE_GRAD times those reductions, STEP waits for them
 //
 // Every replica's loss is the mean over its own micro-batches, so the sum
 // over D replicas / D is the gradient of the global mini-batch's mean loss:
@@ -30,16 +35,34 @@
 #include "exec/run.hpp"
 #include "exec/torch_comm.hpp"
 #include "exec/torch_stage.hpp"
+#include "exec/torch_zero.hpp"
 
 namespace pipetwin::exec {
 
 class DataParallel {
  public:
   // The data group of this process's pipeline rank; nothing is built for D = 1.
-  DataParallel(Comm& comm, const Placement& where, bool shard_optimizer, models::Optimizer optimizer, double lr);
+  // `zero`: ZeRO's stage, 0 to 3 (3: `reshard_after_forward` as FSDP's);
+  // `meter`: the CPU's memory meter, or null.
+  DataParallel(Comm& comm, const Placement& where, int zero, bool reshard_after_forward, models::Optimizer optimizer,
+               double lr, MemoryMeter* meter);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
+
+  // A stage of this rank, once built: ZeRO-2 and 3 take over its weights'
+  // sharding (ZeRO-3 frees them here).
+  void adopt(Stage& stage);
+  // ZeRO-3: what a forward of `stage` calls around each layer (else null).
+  LayerHooks* hooks(int stage);
+  // Around a backward's (B or I) autograd pass of `stage`, and when a
+  // micro-batch's gradients are complete (after its B or its W).
+  void backward_begin(int stage, bool weight_gradients);
+  void backward_end(int stage);
+  void microbatch_done(int stage);
+  // ZeRO-3: every stage's weights gathered whole (a collective of the data
+  // group), before they are saved.
+  void gather_weights();
 
   // REDUCE_GRAD of `stage`: posts the reduction and returns. Returns an id
   // whose (start, end) times() gives once it completed, until the next
@@ -58,12 +81,14 @@ class DataParallel {
   std::int64_t bytes(int id) const;
 
   int size() const { return where_.data; }
+  // ZeRO-2 and 3: the seconds waited for the weights' all-gathers so far.
+  double gather_wait_s() const;
   // Per stage, the bytes its last reduction put into the collective.
   const std::map<int, std::int64_t>& stage_bytes() const { return stage_bytes_; }
 
  private:
   struct Pending {
-    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
     std::shared_ptr<std::thread> watcher;  // notes when the work completes (Gloo's works have no future)
     at::Tensor flat;   // the gradients (plain: reduced in place)
     at::Tensor shard;  // ZeRO-1: this replica's reduced shard
@@ -81,15 +106,20 @@ class DataParallel {
   };
 
   void update_shard(Stage& stage, const at::Tensor& shard_grad);
+  bool post_flat(Stage& stage, Pending& p, Record& rec);
+  ShardedStage* sharded_stage(int stage);
 
   Comm& comm_;
   Placement where_;
-  bool shard_optimizer_;
+  bool shard_optimizer_;  // ZeRO-1
+  ZeroOptions zero_;      // level 2 or 3: ShardedStage
+  MemoryMeter* meter_;
   models::Optimizer optimizer_;
   double lr_;
   c10::intrusive_ptr<c10d::Backend> group_;
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
+  std::map<int, std::unique_ptr<ShardedStage>> zero_stages_;  // by stage: ZeRO-2 and 3
   std::vector<Record> records_;
   std::map<int, std::int64_t> stage_bytes_;
 };

@@ -107,7 +107,7 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
 }
 
 std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
-                                       const at::Tensor& targets) const {
+                                       const at::Tensor& targets, LayerHooks* hooks) const {
   std::unordered_map<int, at::Tensor> values;
   for (std::size_t i = 0; i < in_cut_.size(); ++i) values[in_cut_[i].producer] = inputs.at(i);
   std::vector<at::Tensor> args;
@@ -119,8 +119,10 @@ std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, co
     const bool loss = is_loss_layer(model_, l);
     const auto& shard = params.at(l - layers_.begin);
     const at::Tensor t = loss ? targets : at::Tensor();
+    if (hooks != nullptr) hooks->before(l - layers_.begin);
     values[l] = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
                                  : forward_layer(model_, l, args, shard, t);
+    if (hooks != nullptr) hooks->after(l - layers_.begin, values[l]);
   }
   if (last_) return {values.at(layers_.end - 1)};
   std::vector<at::Tensor> out;

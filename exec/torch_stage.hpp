@@ -36,6 +36,16 @@ std::vector<CutTensor> cut_tensors(const models::Model& model, int position, int
 
 using Params = std::vector<std::vector<at::Tensor>>;  // per layer of the stage
 
+// Called around each layer of a stage's forward (ZeRO-3 gathers a layer's
+// weights before it and frees them after, exec/torch_zero.hpp). `position`:
+// the layer's place in the stage.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before(int position) = 0;
+  virtual void after(int position, const at::Tensor& output) = 0;
+};
+
 // The optimizer `kind` over `params` (the same hyper-parameters everywhere).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(models::Optimizer kind, std::vector<at::Tensor> params, double lr);
 
@@ -67,6 +77,10 @@ class Stage {
         bool sequence_parallel = false);
 
   int index() const { return index_; }
+  const models::Model& model() const { return model_; }
+  schedule::LayerRange layers() const { return layers_; }
+  // The live weights, by position in the stage (the tensors autograd sees).
+  const Params& live() const { return live_; }
   bool first() const { return layers_.begin == 0; }
   bool last() const { return last_; }
   const std::vector<CutTensor>& in_cut() const { return in_cut_; }
@@ -77,7 +91,7 @@ class Stage {
 
   // The stage's forward: its cut's outputs, or {loss} on the last stage.
   std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs, const Params& params,
-                                  const at::Tensor& targets) const;
+                                  const at::Tensor& targets, LayerHooks* hooks = nullptr) const;
 
   // A new micro-batch's forward takes the current weight version; its
   // recompute and backward use params() of that same version: the live
@@ -102,6 +116,9 @@ class Stage {
   // cleared, version + 1, as step().
   void advance();
   bool versioned() const { return versioned_; }
+  // ZeRO-2 and 3: the data group's shards hold the optimizer's state; the
+  // stage's own (an fp32 copy of 16-bit weights) is let go.
+  void drop_optimizer() { optimizer_.reset(); }
   // Every layer's full parameters as CPU tensors, by layer index (T > 1: a
   // collective of the tensor group, gathering the shards).
   std::map<int, std::vector<at::Tensor>> weights() const;

@@ -66,38 +66,52 @@ struct Case {
   int k;
   std::string schedule;
   std::string recompute;
-  bool zero1;
+  int zero;  // ZeRO's stage
   int t = 1, d = 2;
   bool sequence_parallel = false;
+  bool reshard = true;  // ZeRO-3: --reshard-after-forward
+  std::string words() const {
+    return std::string(zero > 0 ? " ZeRO-" + std::to_string(zero) : "") + (zero == 3 && !reshard ? " reshard off" : "") +
+           (sequence_parallel ? " SP" : "");
+  }
 };
 
 class DataParallelEquivalence : public ::testing::TestWithParam<Case> {};
 
-// 3 Adam steps on the MLP, K in {1, 2} x recompute x ZeRO-1, and interleaved
-// 1F1B; the Transformer with SGD (see the test for why not Adam there).
+// 3 Adam steps on the MLP, K in {1, 2} x recompute x ZeRO 0 to 3, and
+// interleaved 1F1B; the Transformer with SGD (see the test for why not Adam
+// there), ZeRO-3 resharding after the forward or not, and under zero-bubble
+// schedules (a W needs no weights; the gradients are reduced after it).
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const int k : {1, 2}) {
     for (const char* recompute : {"none", "full"}) {
-      for (const bool zero1 : {false, true}) out.push_back({kMlp, "adam", k, k == 1 ? "gpipe" : "1f1b", recompute, zero1});
+      for (const int zero : {0, 1, 2, 3}) out.push_back({kMlp, "adam", k, k == 1 ? "gpipe" : "1f1b", recompute, zero});
     }
   }
-  out.push_back({kMlp, "adam", 2, "interleaved-1f1b", "none", true});
-  for (const bool zero1 : {false, true}) out.push_back({kTransformer, "sgd", 2, "1f1b", "full", zero1});
+  out.push_back({kMlp, "adam", 2, "interleaved-1f1b", "none", 1});
+  out.push_back({kMlp, "adam", 2, "interleaved-1f1b", "full", 3});
+  out.push_back({kMlp, "adam", 2, "1f1b", "none", 3, 1, 2, false, false});
+  for (const int zero : {0, 1, 2, 3}) out.push_back({kTransformer, "sgd", 2, "1f1b", "full", zero});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 3});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 3, 1, 2, false, false});
+  out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 3});
+  out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 2});
   // Tensor parallelism (the Transformer: Megatron splits its layers, not the
   // MLP's), T = 2 x K in {1, 2} x D in {1, 2}, recompute off and on, ZeRO-1
   // off and on where D = 2, and sequence parallelism.
   for (const int k : {1, 2}) {
     for (const int d : {1, 2}) {
       for (const char* recompute : {"none", "full"}) {
-        for (const bool zero1 : d == 2 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-          out.push_back({kTransformer, "sgd", k, k == 1 ? "gpipe" : "1f1b", recompute, zero1, 2, d});
+        for (const int zero : d == 2 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+          out.push_back({kTransformer, "sgd", k, k == 1 ? "gpipe" : "1f1b", recompute, zero, 2, d});
         }
       }
     }
   }
-  out.push_back({kTransformer, "sgd", 2, "1f1b", "full", true, 2, 2, true});
-  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", false, 2, 1, true});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "full", 3, 2, 2});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "full", 1, 2, 2, true});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 0, 2, 1, true});
   return out;
 }
 
@@ -129,27 +143,28 @@ TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
   const int v = c.schedule == "interleaved-1f1b" ? 2 : 1;
   const auto r = run(common(c.model, c.optimizer, 4 / c.d, c.d) + " -s " + c.schedule + " -k " + std::to_string(c.k) +
                      " -v " + std::to_string(v) + " -t " + std::to_string(c.t) + " --recompute " + c.recompute +
-                     (c.zero1 ? " --zero1" : "") + (c.sequence_parallel ? " --sequence-parallel" : "") +
+                     (c.zero == 1 ? " --zero1" : c.zero > 1 ? " --zero " + std::to_string(c.zero) : "") +
+                     (c.reshard ? "" : " --reshard-after-forward off") + (c.sequence_parallel ? " --sequence-parallel" : "") +
                      " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
   const double diff = max_difference(load_weights(dir), ref.weights);
   EXPECT_GE(diff, 0) << "the layers saved differ from the reference's";
   EXPECT_LT(diff, 1e-6) << c.schedule << " T=" << c.t << " K=" << c.k << " D=" << c.d << " recompute " << c.recompute
-                        << (c.zero1 ? " ZeRO-1" : "") << (c.sequence_parallel ? " SP" : "");
+                        << c.words();
   const auto losses = json_of(r).at("measured").at("losses").get<std::vector<double>>();
   ASSERT_EQ(losses.size(), ref.losses.size());
   for (std::size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(losses[i], ref.losses[i], 1e-6) << "step " << i;
-  std::printf("%s %s %s T=%d K=%d D=%d recompute %s%s%s: max |w - w(one process)| = %.3g\n",
+  std::printf("%s %s %s T=%d K=%d D=%d recompute %s%s: max |w - w(one process)| = %.3g\n",
               fs::path(c.model).stem().c_str(), c.optimizer.c_str(), c.schedule.c_str(), c.t, c.k, c.d, c.recompute.c_str(),
-              c.zero1 ? " ZeRO-1" : "", c.sequence_parallel ? " SP" : "", diff);
+              c.words().c_str(), diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(cases()), [](const auto& info) {
   std::string name = fs::path(info.param.model).stem().string() + "_" + info.param.optimizer + "_" + info.param.schedule +
                      "_t" + std::to_string(info.param.t) + "_d" + std::to_string(info.param.d) +
                      (info.param.sequence_parallel ? "_sp" : "") + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
-                     (info.param.zero1 ? "_zero1" : "");
+                     (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
@@ -220,4 +235,92 @@ TEST(DataParallel, WeightStashingAcrossReplicasIsRefused) {
   const auto r = run(common(kTransformer, "adam", 2, 2) + " -s pipedream -k 2");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("-d 2 with weight stashing"), std::string::npos) << r.out;
+}
+
+// ZeRO-2 and 3 measured on a wide MLP (its weights far above its
+// activations), D = 4 replicas, Adam. Before the first step a ZeRO-3 rank
+// holds, of each layer's n weights, ⌈n/4⌉ twice (its part of the weights and
+// the part's fp32 master), where a rank without ZeRO holds all n: the
+// difference is exact to the byte. Over the steps, the rank's peak falls
+// from ZeRO-0 to 2 and from 2 to 3, each time by at least half of what the
+// memory model (the run's `summary.memory_per_stage`) says it saves, and
+// never below the model's own total (the executor's flat buffers, the
+// backend's copies and Adam's temporaries come on top of it).
+TEST(DataParallel, ZeroTwoAndThreeLowerTheMeasuredPeakAsTheModelSays) {
+  const auto dir = scratch("zero_memory");
+  {
+    std::ofstream out(dir / "wide.yaml");
+    out << "family: mlp\nname: wide-mlp\ninput: 16\nhidden: [512, 512, 512, 512, 512, 512, 512, 512, 512, 512]\n"
+           "output: 4\nprecision: fp32\n";
+  }
+  std::int64_t whole = 0, parts = 0;  // elements: all weights; per replica, each layer's ⌈n/4⌉
+  int width = 16;
+  for (const int h : {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 4}) {
+    const std::int64_t n = static_cast<std::int64_t>(width) * h + h;
+    whole += n;
+    parts += (n + 3) / 4;
+    width = h;
+  }
+  struct Measured {
+    double baseline, peak, model;
+  };
+  const auto measure = [&](int zero) {
+    const auto r = run(common((dir / "wide.yaml").string(), "adam", 2, 4) + " -s 1f1b -k 1" +
+                       (zero > 0 ? " --zero " + std::to_string(zero) : ""));
+    Measured m{0, 0, 0};
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (r.code != 0) return m;
+    const auto j = json_of(r);
+    for (const auto& rank : j.at("measured").at("ranks")) {
+      m.baseline = std::max(m.baseline, rank.at("baseline_bytes").get<double>());
+      m.peak = std::max(m.peak, rank.at("peak_allocated_bytes").get<double>());
+    }
+    for (const auto& [what, bytes] : j.at("summary").at("memory_per_stage").at(0).at("bytes").items()) {
+      if (what != "reserve") m.model += bytes.get<double>();
+    }
+    std::printf("ZeRO-%d: before the first step %.3f MB, peak %.3f MB, the model's %.3f MB\n", zero, m.baseline / 1e6,
+                m.peak / 1e6, m.model / 1e6);
+    return m;
+  };
+  const Measured z0 = measure(0), z2 = measure(2), z3 = measure(3);
+  EXPECT_DOUBLE_EQ(z3.baseline - 2.0 * 4 * static_cast<double>(parts), z0.baseline - 4.0 * static_cast<double>(whole));
+  EXPECT_GE(z0.peak - z2.peak, 0.5 * (z0.model - z2.model));
+  EXPECT_GE(z2.peak - z3.peak, 0.5 * (z2.model - z3.model));
+  EXPECT_GT(z2.model - z3.model, 0) << "the model saves by sharding the weights too";
+  for (const auto* m : {&z0, &z2, &z3}) EXPECT_GE(m->peak, m->model);
+}
+
+// ZeRO-3 (resharding after the forward): the trace times each stage's
+// REDUCE_GRAD (from its post to the end of the stage's last reduce-scatter),
+// each process reports per step the seconds its actions waited for the
+// weights' all-gathers (some, less than the step), and says what its data
+// group runs.
+TEST(DataParallel, ZeroThreeTimesItsReductionsAndItsGathers) {
+  const auto dir = scratch("zero3_trace");
+  const auto trace = dir / "t.json";
+  const auto r = run(common(kTransformer, "sgd", 2, 2) + " -s 1f1b -k 2 --zero 3 --trace " + trace.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(trace);
+  const auto j = nlohmann::json::parse(in);
+  int reductions = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.value("ph", "") != "X" || e.value("name", "").find("REDUCE_GRAD") == std::string::npos) continue;
+    ++reductions;
+    EXPECT_GE(e.at("dur").get<double>(), 0);
+  }
+  EXPECT_EQ(reductions, 2) << "one per stage";
+  const auto measured = json_of(r).at("measured");
+  const auto steps = measured.at("step_times_s").get<std::vector<double>>();
+  ASSERT_EQ(measured.at("ranks").size(), 4u);
+  for (const auto& rank : measured.at("ranks")) {
+    const auto waits = rank.at("gather_wait_s").get<std::vector<double>>();
+    ASSERT_EQ(waits.size(), steps.size()) << rank.dump();
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_GT(waits[i], 0) << "rank " << rank.at("rank") << ", step " << i;
+      EXPECT_LT(waits[i], steps[i]) << "rank " << rank.at("rank") << ", step " << i;
+    }
+    const auto& c = rank.at("collectives").at(0);
+    EXPECT_NE(c.at("kind").get<std::string>().find("all-gather per layer inside F"), std::string::npos) << c.dump();
+    EXPECT_GT(c.at("bytes").get<double>(), 0);
+  }
 }
