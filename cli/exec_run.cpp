@@ -169,9 +169,14 @@ void check_outputs(const Options& o) {
 // stage's gradients at once: the layer methods, selective recompute and
 // gradient buckets are simulated, not run.
 void refuse_simulated_only(const twin::Scenario& sc) {
-  if (sc.program.recompute == schedule::RecomputePolicy::Selective || sc.request.checkpoint.by_layer()) {
+  if (sc.request.checkpoint.by_op()) {
+    throw Error("--recompute op: simulated only; the executor recomputes whole stages (none, full, except-last), layer "
+                "groups (uniform[:N], block:N) or attention cores (selective)");
+  }
+  if (sc.request.checkpoint.by_layer() && sc.program.zero == 3 && sc.program.data_parallel > 1) {
     throw Error("--recompute " + sc.recompute_name() +
-                ": simulated only; the executor recomputes whole stages (none, full, except-last)");
+                " with --zero 3: simulated only; the executor gathers a layer's weights around the layer, not inside "
+                "a checkpoint's re-run");
   }
   if (sc.model.precision == models::Precision::FP8) {
     throw Error("precision fp8: simulated only; the executor runs fp32, bf16 or fp16 (this CPU has no FP8 products)");
@@ -203,6 +208,7 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   c.model = sc->model;
   c.program = sc->program;
   c.microbatch_size = sc->request.microbatch_size;
+  c.checkpoint = sc->request.checkpoint;
   c.steps = o.steps;
   c.device = exec::parse_device(o.device);
   c.optimizer = sc->request.optimizer;  // parsed once, with the scenario

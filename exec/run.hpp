@@ -19,6 +19,7 @@
 #include "exec/host_load.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
+#include "models/recompute.hpp"
 #include "schedule/program.hpp"
 #include "schedule/timeline.hpp"
 
@@ -63,6 +64,10 @@ struct RunConfig {
   models::Model model;        // in topological order
   schedule::Program program;  // complete (lowered), validated, partitioned
   int microbatch_size = 1;
+  // How a checkpointed micro-batch is re-materialized: the whole stage by its
+  // R (Stage), or layer groups inside its B (uniform, block); with the
+  // program's recompute selective, every attention core in its B.
+  models::LayerCheckpoint checkpoint;
   int steps = 1;
   Device device = Device::Cpu;
   models::Optimizer optimizer = models::Optimizer::SGD;

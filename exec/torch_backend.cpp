@@ -38,6 +38,7 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
     stages_[s.value] = std::make_unique<Stage>(config.model, s.value, p.partition.at(s.value), p.is_last_stage(s),
                                                versions, config.seed, device, config.optimizer, config.lr, tensor_group,
                                                p.sequence_parallel);
+    stages_[s.value]->set_recompute(p.recompute == ps::RecomputePolicy::Selective, config.checkpoint);
     if (dp_) dp_->adopt(*stages_[s.value]);
     for (const auto* cut : {&stages_[s.value]->in_cut(), &stages_[s.value]->out_cut()}) {
       if (cut->size() > static_cast<std::size_t>(kMaxCutTensors)) {

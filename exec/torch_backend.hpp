@@ -66,6 +66,7 @@ class TorchBackend final : public schedule::Backend {
     std::vector<at::Tensor> inputs;  // as received; leaves when autograd runs through them
     std::vector<at::Tensor> roots;   // outputs with their graph, or the loss
     bool checkpointed = false;
+    bool layered = false;            // checkpointed by layer groups, re-run inside B (R does nothing)
     int version = 0;
     WeightGradQueue deferred;        // linear weight gradients between I and W
     std::int64_t device_bytes = 0;   // CUDA: allocator growth across the forward

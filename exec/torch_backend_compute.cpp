@@ -46,6 +46,9 @@ void TorchBackend::forward(int s, int mb) {
   const at::Tensor targets = st.last() ? slice(batch_.targets, mb) : at::Tensor();
   Stash sh;
   sh.checkpointed = p.recomputes(ps::StageId{s}, ps::MicrobatchId{mb});
+  // Recompute by layer: the forward keeps each group's input (and what the
+  // groups do not cover) with autograd; B re-runs the groups.
+  sh.layered = sh.checkpointed && config_.checkpoint.by_layer();
   sh.version = st.acquire();
   const std::int64_t before = device_.is_cuda() ? MemoryMeter::cuda_live_bytes(device_.index()) : 0;
   const Params& params = st.params(sh.version);  // a new weight version is weights, not stash
@@ -54,13 +57,13 @@ void TorchBackend::forward(int s, int mb) {
   {
     std::optional<MemoryMeter::Tag> tag;
     if (meter_ != nullptr) tag.emplace(*meter_, s);
-    if (sh.checkpointed) {
+    if (sh.checkpointed && !sh.layered) {
       torch::NoGradGuard no_grad;
       outputs = st.forward(inputs, params, targets, hooks);
       sh.inputs = std::move(inputs);
     } else {
       sh.inputs = leaves(st, inputs);
-      outputs = st.forward(sh.inputs, params, targets, hooks);
+      outputs = st.forward(sh.inputs, params, targets, hooks, sh.layered);
     }
   }
   std::vector<at::Tensor> sent;
@@ -69,9 +72,9 @@ void TorchBackend::forward(int s, int mb) {
     loss_sum_ += outputs[0].detach().to(at::kDouble);
   } else {
     for (const auto& o : outputs) sent.push_back(o.detach());
-    if (!sh.checkpointed) release_outputs(st, outputs);
+    if (!sh.checkpointed || sh.layered) release_outputs(st, outputs);
   }
-  if (!sh.checkpointed) sh.roots = std::move(outputs);
+  if (!sh.checkpointed || sh.layered) sh.roots = std::move(outputs);
   else outputs.clear();
   // Outputs held only by their message are in flight, not stashed.
   std::int64_t in_flight = 0;
@@ -91,6 +94,7 @@ void TorchBackend::forward(int s, int mb) {
 void TorchBackend::recompute(int s, int mb) {
   Stage& st = stage(s);
   Stash& sh = stash(s, mb, "R");
+  if (sh.layered) return;  // its layer groups re-run inside its backward
   if (!sh.checkpointed || !sh.roots.empty()) throw Error("R of " + mb_name(s, mb) + ", which holds its activations already");
   const at::Tensor targets = st.last() ? slice(batch_.targets, mb) : at::Tensor();
   const std::int64_t before = device_.is_cuda() ? MemoryMeter::cuda_live_bytes(device_.index()) : 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <optional>
 
+#include "exec/torch_checkpoint.hpp"
 #include "exec/torch_llm_layers.hpp"
 #include "schedule/error.hpp"
 
@@ -98,8 +99,7 @@ at::Tensor transformer_block(const models::LayerShape& s, const at::Tensor& x, c
   const std::int64_t b = x.size(0), n = x.size(1), d = s.d_model, a = s.heads, dh = d / a;
   auto h = at::layer_norm(x, {d}, p[0], p[1]);
   auto qkv = linear(h, p[2], p[3]).view({b, n, 3, a, dh}).permute({2, 0, 3, 1, 4});
-  auto scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
-  auto ctx = at::matmul(at::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({b, n, d});
+  auto ctx = attention_core(qkv[0], qkv[1], qkv[2], scaled_softmax_core(dh)).transpose(1, 2).reshape({b, n, d});
   auto x1 = x + linear(ctx, p[4], p[5]);
   auto f = at::gelu(linear(at::layer_norm(x1, {d}, p[6], p[7]), p[8], p[9]));
   return x1 + linear(f, p[10], p[11]);

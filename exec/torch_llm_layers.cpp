@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "exec/torch_checkpoint.hpp"
 #include "exec/torch_layers.hpp"
 #include "schedule/error.hpp"
 
@@ -70,14 +71,15 @@ at::Tensor attention(const LayerShape& s, const at::Tensor& h, Cursor& c) {
     k = k.repeat_interleave(a / g, 1);
     v = v.repeat_interleave(a / g, 1);
   }
-  at::Tensor ctx;
-  if (s.flash_attention) {
-    ctx = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-  } else {  // the scores materialized, as the model's costs then count them
+  const bool flash = s.flash_attention;
+  const at::Tensor ctx = attention_core(q, k, v, [flash, dh](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    if (flash) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+    // The scores materialized, as the model's costs then count them.
+    const std::int64_t n = q.size(2);
     auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
-    const auto future = at::ones({n, n}, at::TensorOptions(at::kBool).device(h.device())).triu(1);
-    ctx = at::matmul(at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1), v);
-  }
+    const auto future = at::ones({n, n}, at::TensorOptions(at::kBool).device(q.device())).triu(1);
+    return at::matmul(at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1), v);
+  });
   return project(ctx.transpose(1, 2).reshape({b, n, s.d_model}), c, s.out_bias);
 }
 

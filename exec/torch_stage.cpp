@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "exec/torch_checkpoint.hpp"
 #include "exec/torch_layers.hpp"
 #include "schedule/error.hpp"
 
@@ -106,22 +107,69 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
   optimizer_ = std::make_unique<MasterOptimizer>(optimizer, std::move(all), lr);
 }
 
-std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
-                                       const at::Tensor& targets, LayerHooks* hooks) const {
-  std::unordered_map<int, at::Tensor> values;
-  for (std::size_t i = 0; i < in_cut_.size(); ++i) values[in_cut_[i].producer] = inputs.at(i);
+void Stage::set_recompute(bool selective, const models::LayerCheckpoint& checkpoint) {
+  selective_ = selective;
+  groups_.clear();
+  if (!checkpoint.by_layer()) return;
+  const auto [first, end] = models::recomputed_layers(model_, checkpoint, layers_.begin, layers_.end);
+  const int step = checkpoint.method == models::Checkpoint::Uniform ? checkpoint.layers : 1;
+  for (int g = first; g < end; g += step) groups_[g] = std::min(end, g + step);
+}
+
+at::Tensor Stage::run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets) const {
+  const auto& producers = model_.layers[l].inputs;
   std::vector<at::Tensor> args;
-  for (int l = layers_.begin; l < layers_.end; ++l) {
+  if (producers.empty()) args.push_back(values.at(-1));
+  for (const int p : producers) args.push_back(values.at(p));
+  const auto& shard = params.at(l - layers_.begin);
+  const at::Tensor t = is_loss_layer(model_, l) ? targets : at::Tensor();
+  return tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
+                          : forward_layer(model_, l, args, shard, t);
+}
+
+void Stage::run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets) const {
+  // What the group reads from before it, and which of its outputs are read after it.
+  std::vector<int> reads, keeps;
+  for (int l = a; l < e; ++l) {
     const auto& producers = model_.layers[l].inputs;
-    args.clear();
-    if (producers.empty()) args.push_back(values.at(-1));
-    for (const int p : producers) args.push_back(values.at(p));
-    const bool loss = is_loss_layer(model_, l);
-    const auto& shard = params.at(l - layers_.begin);
-    const at::Tensor t = loss ? targets : at::Tensor();
+    for (const int p : producers.empty() ? std::vector<int>{-1} : producers) {
+      if (p < a && std::find(reads.begin(), reads.end(), p) == reads.end()) reads.push_back(p);
+    }
+  }
+  for (int l = a; l < e; ++l) {
+    bool kept = l + 1 == layers_.end;
+    for (int r = e; r < static_cast<int>(model_.layers.size()); ++r) {
+      for (const int p : model_.layers[r].inputs) kept = kept || p == l;
+    }
+    if (kept) keeps.push_back(l);
+  }
+  std::vector<at::Tensor> inputs;
+  for (const int p : reads) inputs.push_back(values.at(p));
+  const auto body = [this, a, e, reads, keeps, &params, targets](const std::vector<at::Tensor>& in) {
+    Values inside;
+    for (std::size_t i = 0; i < reads.size(); ++i) inside[reads[i]] = in[i];
+    for (int l = a; l < e; ++l) inside[l] = run_layer(l, inside, params, targets);
+    std::vector<at::Tensor> out;
+    for (const int l : keeps) out.push_back(inside.at(l));
+    return out;
+  };
+  const auto out = checkpointed(body, inputs);
+  for (std::size_t i = 0; i < keeps.size(); ++i) values[keeps[i]] = out[i];
+}
+
+std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, const Params& params,
+                                       const at::Tensor& targets, LayerHooks* hooks, bool layer_checkpoints) const {
+  Values values;
+  for (std::size_t i = 0; i < in_cut_.size(); ++i) values[in_cut_[i].producer] = inputs.at(i);
+  SelectiveRecompute selective(selective_);
+  for (int l = layers_.begin; l < layers_.end; ++l) {
+    if (const auto g = groups_.find(l); layer_checkpoints && g != groups_.end()) {
+      run_group(l, g->second, values, params, targets);
+      l = g->second - 1;
+      continue;
+    }
     if (hooks != nullptr) hooks->before(l - layers_.begin);
-    values[l] = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
-                                 : forward_layer(model_, l, args, shard, t);
+    values[l] = run_layer(l, values, params, targets);
     if (hooks != nullptr) hooks->after(l - layers_.begin, values[l]);
   }
   if (last_) return {values.at(layers_.end - 1)};

@@ -14,11 +14,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "exec/torch_tensor_parallel.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
+#include "models/recompute.hpp"
 #include "schedule/program.hpp"
 
 namespace pipetwin::exec {
@@ -89,9 +91,18 @@ class Stage {
   // then hold the very tensor: its data must stay).
   bool output_read_inside(std::size_t i) const { return read_inside_.at(i); }
 
+  // Recompute inside the stage (exec/torch_checkpoint.hpp): `selective`
+  // checkpoints every attention core of its forwards; a `checkpoint` by
+  // layer (uniform:N, block:N) the groups of layers it names, in the
+  // forwards that ask for them.
+  void set_recompute(bool selective, const models::LayerCheckpoint& checkpoint);
+  bool checkpoints_layers() const { return !groups_.empty(); }
+
   // The stage's forward: its cut's outputs, or {loss} on the last stage.
+  // `layer_checkpoints`: the groups set_recompute named run checkpointed.
   std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs, const Params& params,
-                                  const at::Tensor& targets, LayerHooks* hooks = nullptr) const;
+                                  const at::Tensor& targets, LayerHooks* hooks = nullptr,
+                                  bool layer_checkpoints = false) const;
 
   // A new micro-batch's forward takes the current weight version; its
   // recompute and backward use params() of that same version: the live
@@ -124,6 +135,11 @@ class Stage {
   std::map<int, std::vector<at::Tensor>> weights() const;
 
  private:
+  using Values = std::unordered_map<int, at::Tensor>;  // by layer (-1: the model input)
+  at::Tensor run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets) const;
+  // Layers [a, e) as one checkpoint: their outputs read after e into `values`.
+  void run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets) const;
+
   const models::Model& model_;
   int index_;
   schedule::LayerRange layers_;
@@ -133,6 +149,8 @@ class Stage {
   TpGroup tp_;
   bool sequence_parallel_ = false;
   std::vector<bool> read_inside_;
+  bool selective_ = false;
+  std::map<int, int> groups_;  // layer checkpoints: first layer -> one past the last
   Params live_;
   std::unique_ptr<MasterOptimizer> optimizer_;
   bool gradients_finished_ = false;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <string>
 
+#include "exec/torch_checkpoint.hpp"
 #include "exec/torch_layers.hpp"
 #include "schedule/error.hpp"
 
@@ -265,8 +266,7 @@ at::Tensor block(const models::LayerShape& s, const at::Tensor& x, const std::ve
   const std::int64_t d = s.d_model, dh = d / s.heads, a = s.heads / tp_size(g);  // a: the member's heads
   auto h = at::layer_norm(x, {d}, p[0], p[1]);
   auto qkv = linear(enter(h, g, sp), p[2], p[3]).view({b, n, 3, a, dh}).permute({2, 0, 3, 1, 4});
-  auto scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(dh)));
-  auto ctx = at::matmul(at::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({b, n, a * dh});
+  auto ctx = attention_core(qkv[0], qkv[1], qkv[2], scaled_softmax_core(dh)).transpose(1, 2).reshape({b, n, a * dh});
   auto x1 = x + row_parallel(ctx, p[4], p[5], g, sp);
   auto f = at::gelu(linear(enter(at::layer_norm(x1, {d}, p[6], p[7]), g, sp), p[8], p[9]));
   return x1 + row_parallel(f, p[10], p[11], g, sp);

@@ -29,6 +29,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "schedule/program.hpp"
 
@@ -58,5 +59,12 @@ RecomputeChoice parse_recompute_choice(std::string_view text);
 std::string recompute_choice_name(const RecomputeChoice& choice);
 // The valid spellings, for help texts: "none, full, except-last, selective, uniform[:N], block:N, op".
 std::string recompute_choices();
+
+struct Model;
+// Under uniform or block, the layers [first, end) of the stage [i, j) that
+// are checkpointed (the embedding, the output head and the loss never are);
+// {i, i} where none is, and [i, j) for the other methods. Uniform groups them
+// by `layers` from `first`; block checkpoints each of them alone.
+std::pair<int, int> recomputed_layers(const Model& model, const LayerCheckpoint& checkpoint, int i, int j);
 
 }  // namespace pipetwin::models

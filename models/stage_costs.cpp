@@ -31,6 +31,14 @@ std::pair<std::vector<int>, std::vector<int>> recomputable_bounds(const Model& m
   return {first, end};
 }
 
+std::pair<int, int> recomputed_range(const std::vector<int>& first, const std::vector<int>& end,
+                                     const LayerCheckpoint& checkpoint, int i, int j) {
+  if (!checkpoint.by_layer()) return {i, j};
+  const int a = first[i], e = end[j];
+  if (a >= e) return {i, i};
+  return {a, checkpoint.method == Checkpoint::Block ? std::min(e, a + checkpoint.layers) : e};
+}
+
 // A layer method needs every micro-batch checkpointed; op, the selective
 // policy and a model that describes its operators.
 void check_checkpoint(const Model& m, schedule::RecomputePolicy policy, LayerCheckpoint checkpoint) {
@@ -55,6 +63,11 @@ void check_checkpoint(const Model& m, schedule::RecomputePolicy policy, LayerChe
 }
 
 }  // namespace
+
+std::pair<int, int> recomputed_layers(const Model& model, const LayerCheckpoint& checkpoint, int i, int j) {
+  const auto [first, end] = recomputable_bounds(model);
+  return recomputed_range(first, end, checkpoint, i, j);
+}
 
 StageCostModel::StageCostModel(const Model& m, const Hardware& hw, const PartitionRequest& r)
     : model_(m),
@@ -183,10 +196,7 @@ double StageCostModel::cold_forward_s(int i, int j, int s) const {
 }
 
 std::pair<int, int> StageCostModel::recomputed_layers(int i, int j) const {
-  if (!checkpoint_.by_layer()) return {i, j};
-  const int a = first_recomputable_[i], e = end_recomputable_[j];
-  if (a >= e) return {i, i};
-  return {a, checkpoint_.method == Checkpoint::Block ? std::min(e, a + checkpoint_.layers) : e};
+  return recomputed_range(first_recomputable_, end_recomputable_, checkpoint_, i, j);
 }
 
 double StageCostModel::scheduled_forward_s(int i, int j, int s) const {

@@ -1,7 +1,10 @@
 // `pipetwin run` of the llm family across real processes: a Llama-shaped
 // model (GQA, SwiGLU, RMSNorm, rotary) and a GPT-2-shaped one (LayerNorm,
 // GELU, learned positions, biases) give the weights of one rank whatever K
-// and schedule (zero-bubble's deferred weight gradients included), and learn.
+// and schedule (zero-bubble's deferred weight gradients included) and
+// whatever recompute (Megatron-LM's selective and by-layer checkpoints
+// included: a checkpoint re-runs what it skipped, the same products), and
+// learn.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -36,6 +39,7 @@ struct Case {
   std::string model;
   std::string schedule;
   int k;
+  std::string recompute = "none";  // of the K-rank run; the one-rank run recomputes nothing
 };
 
 class LlmEquivalence : public ::testing::TestWithParam<Case> {};
@@ -47,19 +51,27 @@ TEST_P(LlmEquivalence, WeightsEqualThoseOfOneRank) {
   const auto one = scratch("one_" + c.model + "_" + c.schedule), many = scratch("many_" + c.model + "_" + c.schedule);
   auto r = run(common(c.model) + " -s " + c.schedule + " -k 1 --save-weights " + one.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  r = run(common(c.model) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " --save-weights " + many.string());
+  r = run(common(c.model) + " -s " + c.schedule + " -k " + std::to_string(c.k) + " --recompute " + c.recompute +
+          " --save-weights " + many.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const double diff = max_difference(load_weights(many), load_weights(one));
   EXPECT_GE(diff, 0) << "the layers saved differ";
-  EXPECT_LT(diff, 1e-6) << c.model << " " << c.schedule << " K=" << c.k;
-  std::printf("%s %s K=%d: max |w - w(K=1)| = %.3g\n", c.model.c_str(), c.schedule.c_str(), c.k, diff);
+  EXPECT_LT(diff, 1e-6) << c.model << " " << c.schedule << " K=" << c.k << " recompute " << c.recompute;
+  std::printf("%s %s K=%d recompute %s: max |w - w(K=1)| = %.3g\n", c.model.c_str(), c.schedule.c_str(), c.k,
+              c.recompute.c_str(), diff);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, LlmEquivalence,
                          ::testing::Values(Case{"tiny-llama", "1f1b", 2}, Case{"tiny-llama", "zb-h1", 2},
-                                           Case{"tiny-gpt2", "1f1b", 2}),
+                                           Case{"tiny-gpt2", "1f1b", 2}, Case{"tiny-llama", "1f1b", 2, "selective"},
+                                           Case{"tiny-llama", "zb-h1", 2, "selective"},
+                                           Case{"tiny-llama", "1f1b", 2, "uniform:1"},
+                                           Case{"tiny-llama", "1f1b", 2, "uniform:2"},
+                                           Case{"tiny-llama", "zb-h1", 2, "block:1"},
+                                           Case{"tiny-gpt2", "gpipe", 2, "uniform:1"},
+                                           Case{"tiny-gpt2", "1f1b", 2, "selective"}),
                          [](const auto& info) {
-                           std::string name = info.param.model + "_" + info.param.schedule;
+                           std::string name = info.param.model + "_" + info.param.schedule + "_" + info.param.recompute;
                            for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
                          });
