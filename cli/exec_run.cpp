@@ -188,7 +188,6 @@ void refuse_simulated_only(const twin::Scenario& sc) {
     throw Error("--context " + std::to_string(sc.program.context_parallel) +
                 ": simulated only; the executor gives each replica whole samples");
   }
-  if (sc.program.shard_group > 0) throw Error("--shard-group: simulated only; the executor shards over all D replicas");
   if (sc.program.zero > 1 && sc.program.sequence_parallel) {
     throw Error("--zero " + std::to_string(sc.program.zero) +
                 " with --sequence-parallel: simulated only; the executor's ZeRO-2 and 3 reduce each micro-batch's "

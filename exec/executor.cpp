@@ -246,6 +246,12 @@ void save_weights(const std::string& dir, TorchBackend& backend, const Placement
 // timeline and (on the last stage) its loss into the report.
 // What the data group runs, in words.
 std::string data_collectives(const ps::Program& p) {
+  if (p.shard_group > 0 && p.shard_group < p.data_parallel) {
+    ps::Program whole = p;
+    whole.shard_group = 0;
+    return data_collectives(whole) + "; HSDP: inside groups of " + std::to_string(p.shard_group) +
+           " replicas, the reduced shard all-reduced across the groups in STEP";
+  }
   if (p.zero == 1) return "reduce-scatter, then all-gather in STEP";
   if (p.zero == 2) return "reduce-scatter per layer after each micro-batch's backward, all-gather per layer in STEP";
   if (p.zero == 3 && !p.reshard_after_forward) {

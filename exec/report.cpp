@@ -80,12 +80,26 @@ Placement Placement::of(const schedule::Program& p, int device) {
   w.member = device % w.tensor;
   w.replica = (device / w.tensor) % w.data;
   w.pipeline_rank = device / (w.tensor * w.data);
+  w.shard = p.shard_group > 0 && p.shard_group < p.data_parallel ? p.shard_group : 0;
   return w;
 }
 
 std::vector<int> Placement::data_group(int k) const {
   std::vector<int> out;
   for (int d = 0; d < data; ++d) out.push_back(member + tensor * (d + data * k));
+  return out;
+}
+
+std::vector<int> Placement::shard_group(int k) const {
+  std::vector<int> out;
+  const int first = replica - shard_index();
+  for (int d = first; d < first + shard_size(); ++d) out.push_back(member + tensor * (d + data * k));
+  return out;
+}
+
+std::vector<int> Placement::replicate_group(int k) const {
+  std::vector<int> out;
+  for (int d = shard_index(); d < data; d += shard_size()) out.push_back(member + tensor * (d + data * k));
   return out;
 }
 

@@ -43,12 +43,21 @@ std::optional<RankEnv> rank_env_from_environment();
 // replica d, its pipeline rank k (whose action list it runs).
 struct Placement {
   int tensor = 1, data = 1;   // T, D
+  int shard = 0;              // HSDP: ZeRO's shard groups of G consecutive replicas (Program::shard_group); 0: all D
   int member = 0, replica = 0, pipeline_rank = 0;
   static Placement of(const schedule::Program& p, int device);
   // The device of this process's counterpart (same t, same d) at pipeline rank k.
   int device_at(int k) const { return member + tensor * (replica + data * k); }
   // The devices of pipeline rank k's data group (same t, every d), by replica.
   std::vector<int> data_group(int k) const;
+  // ZeRO's shards: G, or D without HSDP; this replica's index among them.
+  int shard_size() const { return shard > 0 ? shard : data; }
+  int shard_index() const { return replica % shard_size(); }
+  // HSDP: the devices of this replica's shard group at pipeline rank k (its
+  // G consecutive replicas), and those holding the same shard in every
+  // group (the all-reduce across groups), each by replica.
+  std::vector<int> shard_group(int k) const;
+  std::vector<int> replicate_group(int k) const;
   // The devices of this process's tensor-parallel group (same d, same k), by member.
   std::vector<int> tensor_group() const;
 };

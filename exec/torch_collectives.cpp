@@ -46,6 +46,11 @@ c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::
   throw Error("collective algorithm " + std::to_string(static_cast<int>(algorithm)) + " has no call in the executor");
 }
 
+void all_reduce_across(c10d::Backend& group, at::Tensor& t) {
+  at::Tensor unused;
+  start_collective(group, schedule::CollectiveAlgorithm::RingAllReduce, t, unused)->wait();
+}
+
 // The stage's gradients as one flat buffer (a missing gradient is zeros),
 // padded with zeros to a multiple of `parts`.
 at::Tensor flat_gradients(const std::vector<at::Tensor>& params, std::int64_t parts) {

@@ -26,6 +26,9 @@ namespace pipetwin::exec {
 c10::intrusive_ptr<c10d::Work> start_collective(c10d::Backend& group, schedule::CollectiveAlgorithm algorithm,
                                                 at::Tensor& in, at::Tensor& out);
 
+// `t` summed over `group`, in place; returns when done.
+void all_reduce_across(c10d::Backend& group, at::Tensor& t);
+
 // Tensors' gradients (a missing one is zeros) as one flat buffer, padded with
 // zeros to a multiple of `parts`.
 at::Tensor flat_gradients(const std::vector<at::Tensor>& params, std::int64_t parts);

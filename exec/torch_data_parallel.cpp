@@ -30,12 +30,21 @@ DataParallel::DataParallel(Comm& comm, const Placement& where, int zero, bool re
       lr_(lr) {
   if (where.data <= 1) return;
   const std::string name = "data/" + std::to_string(where.pipeline_rank) + "/" + std::to_string(where.member);
-  group_ = comm.subgroup(name, where.data_group(where.pipeline_rank));
+  if (where.shard_size() == where.data) {
+    group_ = comm.subgroup(name, where.data_group(where.pipeline_rank));
+    return;
+  }
+  // HSDP: every process builds its shard group, then its group across the
+  // shard groups, in that order.
+  const int first = where.replica - where.shard_index();
+  group_ = comm.subgroup(name + "/shard/" + std::to_string(first), where.shard_group(where.pipeline_rank));
+  across_ = comm.subgroup(name + "/across/" + std::to_string(where.shard_index()), where.replicate_group(where.pipeline_rank));
 }
 
 void DataParallel::adopt(Stage& stage) {
   if (!group_ || zero_.level < 2) return;
-  zero_stages_[stage.index()] = std::make_unique<ShardedStage>(stage, *group_, where_.replica, where_.data, zero_, meter_);
+  zero_stages_[stage.index()] = std::make_unique<ShardedStage>(stage, *group_, across_.get(), where_.shard_index(), where_.data,
+                                                               zero_, meter_);
   stage.drop_optimizer();
 }
 
@@ -117,10 +126,10 @@ bool DataParallel::post_flat(Stage& stage, Pending& p, Record& rec) {
   const auto params = stage.parameters();
   if (params.empty()) return false;
   check_one_dtype(stage, params);
-  p.flat = flat_gradients(params, shard_optimizer_ ? where_.data : 1);
+  p.flat = flat_gradients(params, shard_optimizer_ ? where_.shard_size() : 1);
   rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
   stage_bytes_[stage.index()] = rec.bytes;
-  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.data}, p.flat.options());
+  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.shard_size()}, p.flat.options());
   p.works.push_back(start_collective(*group_, shard_optimizer_ ? schedule::CollectiveAlgorithm::RingReduceScatter
                                                                : schedule::CollectiveAlgorithm::RingAllReduce,
                                      p.flat, p.shard));
@@ -150,6 +159,9 @@ void DataParallel::step(Stage& stage) {
   torch::NoGradGuard no_grad;
   const double d = where_.data;
   if (shard_optimizer_) {
+    // HSDP: the group's shard summed over the shard groups (every replica's
+    // gradients in), here at the STEP, where every replica comes in order.
+    if (across_) all_reduce_across(*across_, p.shard);
     update_shard(stage, p.shard.div_(d));
     return;
   }
@@ -165,18 +177,19 @@ void DataParallel::step(Stage& stage) {
 void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
   auto params = stage.parameters();
   Sharded& sh = sharded_[stage.index()];
+  const int parts = where_.shard_size();
   if (!sh.optimizer) {
     sh.chunk = shard_grad.numel();
-    const at::Tensor flat = flat_weights(params, sh.chunk * where_.data);
+    const at::Tensor flat = flat_weights(params, sh.chunk * parts);
     // The shard's master copy is fp32 whatever the weights' precision (as
     // Megatron-LM's distributed optimizer keeps it).
-    sh.weights = flat.narrow(0, sh.chunk * where_.replica, sh.chunk).to(at::kFloat).clone().requires_grad_(true);
+    sh.weights = flat.narrow(0, sh.chunk * where_.shard_index(), sh.chunk).to(at::kFloat).clone().requires_grad_(true);
     sh.optimizer = make_optimizer(optimizer_, {sh.weights}, lr_);
   }
   sh.weights.mutable_grad() = shard_grad.to(at::kFloat);
   sh.optimizer->step();
   sh.weights.mutable_grad() = at::Tensor();
-  at::Tensor gathered = at::empty({sh.chunk * where_.data}, shard_grad.options().requires_grad(false));
+  at::Tensor gathered = at::empty({sh.chunk * parts}, shard_grad.options().requires_grad(false));
   at::Tensor mine = sh.weights.detach().to(shard_grad.scalar_type());
   start_collective(*group_, schedule::CollectiveAlgorithm::RingAllGather, mine, gathered)->wait();
   std::int64_t offset = 0;

@@ -116,7 +116,8 @@ class DataParallel {
   MemoryMeter* meter_;
   models::Optimizer optimizer_;
   double lr_;
-  c10::intrusive_ptr<c10d::Backend> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;   // the data group, or (HSDP) this replica's shard group
+  c10::intrusive_ptr<c10d::Backend> across_;  // HSDP: the same shard in every shard group
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
   std::map<int, std::unique_ptr<ShardedStage>> zero_stages_;  // by stage: ZeRO-2 and 3

@@ -52,9 +52,16 @@ struct ShardedStage::Unit {
   at::Tensor gathered;
 };
 
-ShardedStage::ShardedStage(Stage& stage, c10d::Backend& group, int replica, int size, ZeroOptions options,
-                           MemoryMeter* meter)
-    : stage_(stage), group_(group), size_(size), options_(options), meter_(meter) {
+ShardedStage::ShardedStage(Stage& stage, c10d::Backend& group, c10d::Backend* across, int index, int replicas,
+                           ZeroOptions options, MemoryMeter* meter)
+    : stage_(stage),
+      group_(group),
+      across_(across),
+      size_(static_cast<int>(group.getSize())),
+      replicas_(replicas),
+      options_(options),
+      meter_(meter) {
+  const int size = size_;
   const Params& live = stage.live();
   const int n = static_cast<int>(live.size()), begin = stage.layers().begin;
   unit_of_.assign(static_cast<std::size_t>(n), -1);
@@ -75,7 +82,7 @@ ShardedStage::ShardedStage(Stage& stage, c10d::Backend& group, int replica, int 
       u.nbytes.push_back(p.storage().nbytes());
     }
     u.chunk = (numel + size - 1) / size;
-    const at::Tensor mine = flat_weights(u.params, u.chunk * size).narrow(0, u.chunk * replica, u.chunk);
+    const at::Tensor mine = flat_weights(u.params, u.chunk * size).narrow(0, u.chunk * index, u.chunk);
     u.master = mine.to(at::kFloat).clone().requires_grad_(true);
     if (shards_weights()) u.part = mine.clone();
     masters.push_back(u.master);
@@ -258,7 +265,11 @@ void ShardedStage::step() {
   wait();
   torch::NoGradGuard no_grad;
   for (auto& x : units_) {
-    x.master.mutable_grad() = x.grad.defined() ? x.grad.to(at::kFloat).div_(size_) : at::zeros_like(x.master);
+    if (!x.grad.defined()) x.grad = at::zeros({x.chunk}, x.params.front().options().requires_grad(false));
+    // HSDP: the part summed over the shard groups too (at the STEP, which
+    // every replica reaches in the same order).
+    if (across_ != nullptr) all_reduce_across(*across_, x.grad);
+    x.master.mutable_grad() = x.grad.to(at::kFloat).div_(replicas_);
     x.grad = at::Tensor();
   }
   if (optimizer_) optimizer_->step();

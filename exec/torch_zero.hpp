@@ -54,7 +54,12 @@ class ShardedStage final : public LayerHooks {
  public:
   // ZeRO-3: the stage's weights are sharded and freed here. `meter` (the
   // CPU's, or null): gathered weights are not any stage's stash.
-  ShardedStage(Stage& stage, c10d::Backend& group, int replica, int size, ZeroOptions options, MemoryMeter* meter);
+  // `group`: the replicas sharing the weights' parts (ZeRO's data group, or
+  // HSDP's shard group), this one at `index` of them; `across` (HSDP, else
+  // null): the same part in every shard group, over which STEP all-reduces
+  // the reduced gradients; `replicas`: D, by which the sum is divided.
+  ShardedStage(Stage& stage, c10d::Backend& group, c10d::Backend* across, int index, int replicas, ZeroOptions options,
+               MemoryMeter* meter);
   ~ShardedStage() override;
   ShardedStage(const ShardedStage&) = delete;
   ShardedStage& operator=(const ShardedStage&) = delete;
@@ -109,7 +114,8 @@ class ShardedStage final : public LayerHooks {
 
   Stage& stage_;
   c10d::Backend& group_;
-  int size_;
+  c10d::Backend* across_;
+  int size_, replicas_;
   ZeroOptions options_;
   MemoryMeter* meter_;
   std::vector<Unit> units_;

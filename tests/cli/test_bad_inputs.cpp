@@ -521,8 +521,6 @@ std::vector<Bad> catalogue() {
        "validate {}/s.txt", "expert_parallel 3 must be at least 1 and divide data_parallel 4"},
       {"cli_schedule_file_context_not_dividing", {{"s.txt", "data_parallel 3\ncontext_parallel 2\nrank 0: 0F0 0B0\n"}},
        "validate {}/s.txt", "context_parallel 2 must be at least 1 and divide data_parallel 3"},
-      {"cli_run_shard_group", {{"m.yaml", kT}}, "run -s 1f1b -k 2 -m 2 -d 4 --zero 1 --shard-group 2 --model {}/m.yaml",
-       "--shard-group: simulated only"},
       {"cli_schedule_file_zero_past_three", {{"s.txt", "zero 5\nrank 0: 0F0 0B0\n"}}, "validate {}/s.txt",
        "'zero' (ZeRO's stage) must be 0, 1, 2 or 3, got 5"},
       {"cli_simulate_devices_past_int", {{"m.yaml", kT}},

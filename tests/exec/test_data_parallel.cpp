@@ -70,9 +70,10 @@ struct Case {
   int t = 1, d = 2;
   bool sequence_parallel = false;
   bool reshard = true;  // ZeRO-3: --reshard-after-forward
+  int shard_group = 0;  // HSDP
   std::string words() const {
     return std::string(zero > 0 ? " ZeRO-" + std::to_string(zero) : "") + (zero == 3 && !reshard ? " reshard off" : "") +
-           (sequence_parallel ? " SP" : "");
+           (shard_group > 0 ? " HSDP/" + std::to_string(shard_group) : "") + (sequence_parallel ? " SP" : "");
   }
 };
 
@@ -97,6 +98,9 @@ std::vector<Case> cases() {
   out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 3, 1, 2, false, false});
   out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 3});
   out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 2});
+  // HSDP: D = 4 replicas in shard groups of 2 (a reduce-scatter inside each,
+  // an all-reduce across them), ZeRO 1 to 3.
+  for (const int zero : {1, 2, 3}) out.push_back({kMlp, "adam", 2, "1f1b", "none", zero, 1, 4, false, true, 2});
   // Tensor parallelism (the Transformer: Megatron splits its layers, not the
   // MLP's), T = 2 x K in {1, 2} x D in {1, 2}, recompute off and on, ZeRO-1
   // off and on where D = 2, and sequence parallelism.
@@ -145,6 +149,7 @@ TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
                      " -v " + std::to_string(v) + " -t " + std::to_string(c.t) + " --recompute " + c.recompute +
                      (c.zero == 1 ? " --zero1" : c.zero > 1 ? " --zero " + std::to_string(c.zero) : "") +
                      (c.reshard ? "" : " --reshard-after-forward off") + (c.sequence_parallel ? " --sequence-parallel" : "") +
+                     (c.shard_group > 0 ? " --shard-group " + std::to_string(c.shard_group) : "") +
                      " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
@@ -164,7 +169,8 @@ INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(case
   std::string name = fs::path(info.param.model).stem().string() + "_" + info.param.optimizer + "_" + info.param.schedule +
                      "_t" + std::to_string(info.param.t) + "_d" + std::to_string(info.param.d) +
                      (info.param.sequence_parallel ? "_sp" : "") + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
-                     (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep");
+                     (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep") +
+                     (info.param.shard_group > 0 ? "_hsdp" + std::to_string(info.param.shard_group) : "");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
