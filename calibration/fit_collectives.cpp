@@ -41,15 +41,16 @@ double computing_beside(const ps::Timeline& t, std::size_t rank, double start, d
 }
 
 // ZeRO-2 and 3 reduce-scatter each layer's gradients as a backward makes
-// them; their REDUCE_GRAD times what is left in flight when it is posted (or,
-// without resharding, every layer's reduce-scatter in turn): not one ring of
+// them, and buckets all-reduce pieces of them during the last backward: their
+// REDUCE_GRAD times what is left in flight when it is posted (or, ZeRO-3
+// without resharding, every layer's reduce-scatter in turn), not one ring of
 // the stage's gradients.
-bool reduces_by_layer(const TraceRun& run) { return run.program.zero >= 2; }
+bool reduces_in_pieces(const TraceRun& run) { return run.program.zero >= 2 || run.bucketed; }
 
 std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs) {
   std::vector<Reduction> out;
   for (const TraceRun* run : runs) {
-    if (reduces_by_layer(*run)) continue;
+    if (reduces_in_pieces(*run)) continue;
     const int D = run->program.data_parallel;
     const ps::Timeline& t = run->trace.timeline;
     std::map<int, std::vector<double>> all, alone;
@@ -129,10 +130,11 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
     return;
   }
   const std::vector<Reduction> groups = reductions(data);
-  const auto by_layer = std::count_if(data.begin(), data.end(), [](const TraceRun* r) { return reduces_by_layer(*r); });
-  if (by_layer > 0) {
-    fit.notes.push_back(std::to_string(by_layer) + " ZeRO-2 or 3 run(s) reduce each layer's gradients during the backwards: " +
-                        "their REDUCE_GRAD is not one ring of the stage's gradients, and the collectives are not fitted on it");
+  const auto pieces = std::count_if(data.begin(), data.end(), [](const TraceRun* r) { return reduces_in_pieces(*r); });
+  if (pieces > 0) {
+    fit.notes.push_back(std::to_string(pieces) + " run(s) reduce their gradients in pieces during the backwards (ZeRO-2 " +
+                        "or 3 by layer, or buckets): their REDUCE_GRAD is not one ring of the stage's gradients, and the " +
+                        "collectives are not fitted on it");
   }
   if (!groups.empty()) {
     fit_rounds(groups, data.size(), fit);

@@ -47,6 +47,10 @@ struct TraceRun {
   // group had posted it (measured.reduction_posts_s), on the timeline's time;
   // empty when not recorded (the reduction then runs from its own post).
   std::map<std::string, double> reduction_posts_s;
+  // measured.ranks[].collectives[].buckets above 1: the data group all-reduced
+  // the gradients in buckets during the last backward (pipetwin run
+  // --grad-bucket-mb), not in one ring at REDUCE_GRAD.
+  bool bucketed = false;
   // T > 1: per pipeline rank, the seconds its tensor group's members spent in
   // their collectives in the trace's step (measured.ranks[].tp_collective_s
   // at measured.representative_step, the members' mean); empty when not

@@ -125,6 +125,7 @@ void read_measured_ranks(const json& meta, const std::string& path, int K, Trace
     if (!e.is_object() || !e.contains("collectives") || !e["collectives"].is_array()) continue;
     for (const json& c : e["collectives"]) {
       if (c.is_object() && c.contains("backend") && c["backend"].is_string() && (c["backend"] == "gloo" || c["backend"] == "Gloo")) run.collective = models::Collective::Ring;
+      if (c.is_object() && c.contains("buckets") && c["buckets"].is_number_integer() && c["buckets"].get<int>() > 1) run.bucketed = true;
     }
   }
 }

@@ -193,9 +193,10 @@ void refuse_simulated_only(const twin::Scenario& sc) {
                 " with --sequence-parallel: simulated only; the executor's ZeRO-2 and 3 reduce each micro-batch's "
                 "gradients before the tensor group has summed its replicated ones");
   }
-  if (sc.request.gradient_bucket_bytes > 0 || sc.request.gradient_first_bucket_bytes > 0) {
-    throw Error("--grad-bucket-mb: simulated only; the executor reduces each stage's gradients at once after its last "
-                "backward (--grad-bucket-mb 0)");
+  const bool buckets = sc.request.gradient_bucket_bytes > 0 || sc.request.gradient_first_bucket_bytes > 0;
+  if (buckets && (sc.program.zero > 0 || sc.program.sequence_parallel)) {
+    throw Error(std::string("--grad-bucket-mb with ") + (sc.program.zero > 0 ? "--zero" : "--sequence-parallel") +
+                ": simulated only; the executor's buckets are DDP's all-reduces (--zero 0, no sequence parallelism)");
   }
 }
 
@@ -208,6 +209,8 @@ int run_rank(const Options& o, const exec::RankEnv& env) {
   c.program = sc->program;
   c.microbatch_size = sc->request.microbatch_size;
   c.checkpoint = sc->request.checkpoint;
+  c.bucket_bytes = sc->request.gradient_bucket_bytes;
+  c.first_bucket_bytes = sc->request.gradient_first_bucket_bytes;
   c.steps = o.steps;
   c.device = exec::parse_device(o.device);
   c.optimizer = sc->request.optimizer;  // parsed once, with the scenario

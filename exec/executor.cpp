@@ -268,6 +268,7 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
   nlohmann::json out = nlohmann::json::array();
   const std::string via(backend_name(device));
   if (const DataParallel* dp = backend.data_parallel()) {
+    const auto buckets = dp->bucket_counts();
     for (const auto& [stage, bytes] : dp->stage_bytes()) {
       out.push_back({{"dimension", "data"},
                      {"stage", stage},
@@ -275,6 +276,11 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
                      {"bytes", bytes},
                      {"group", where.data_group(where.pipeline_rank)},
                      {"backend", via}});
+      // Bucketed: how many, and how many went out before the last backward ended (in the last step).
+      if (const auto b = buckets.find(stage); b != buckets.end()) {
+        out.back()["buckets"] = b->second.first;
+        out.back()["buckets_in_backward"] = b->second.second;
+      }
     }
   }
   if (where.tensor > 1) {

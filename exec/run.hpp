@@ -77,6 +77,10 @@ struct RunConfig {
   // R (Stage), or layer groups inside its B (uniform, block); with the
   // program's recompute selective, every attention core in its B.
   models::LayerCheckpoint checkpoint;
+  // D > 1 without ZeRO: the gradients all-reduced in buckets of about this
+  // many bytes (the first of `first_bucket_bytes` where set), each posted as
+  // the stage's last backward makes it (DDP's overlap); 0: at once at REDUCE_GRAD.
+  double bucket_bytes = 0, first_bucket_bytes = 0;
   int steps = 1;
   Device device = Device::Cpu;
   models::Optimizer optimizer = models::Optimizer::SGD;

@@ -32,6 +32,20 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
   }
   if (p.data_parallel > 1) {
     dp_ = std::make_unique<DataParallel>(comm, where_, p.zero, p.reshard_after_forward, config.optimizer, config.lr, meter);
+    dp_->set_buckets(config.bucket_bytes, config.first_bucket_bytes);
+    // Each stage's last backward action (B or W) before its REDUCE_GRAD on
+    // this rank: its buckets go out while it runs.
+    const auto& actions = p.ranks.at(where_.pipeline_rank);
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (actions[i].op != ps::Op::REDUCE_GRAD) continue;
+      for (std::size_t k = i; k-- > 0;) {
+        const auto& b = actions[k];
+        if ((b.op == ps::Op::B || b.op == ps::Op::W) && b.stage == actions[i].stage) {
+          bucket_leads_.insert({static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : 0});
+          break;
+        }
+      }
+    }
   }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);
@@ -109,6 +123,8 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
   // The wait for the stage's reduction is idle time, not the step's.
   if (a.op == ps::Op::STEP && dp_) dp_->wait(stage(s));
   const double cpu_before = thread_cpu_seconds();
+  const bool lead = dp_ && bucket_leads_.count({static_cast<int>(a.op), s, mb}) > 0;
+  if (lead) dp_->arm_buckets(s);
   const std::size_t token = clock_->start();
   switch (a.op) {
     case ps::Op::F: forward(s, mb); break;
@@ -125,6 +141,7 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     default: throw Error(std::string(ps::op_name(a.op)) + " is not supported by pipetwin run");
   }
   clock_->stop(token);
+  if (lead) dp_->disarm_buckets(s);
   compute_cpu_s_ += thread_cpu_seconds() - cpu_before;
   timed_.emplace_back(a, token);
   sample_stash();

@@ -21,8 +21,10 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "exec/run.hpp"
@@ -107,6 +109,7 @@ class TorchBackend final : public schedule::Backend {
   Comm& comm_;
   Placement where_;                   // this process's (t, d, k): it runs pipeline rank k's list
   std::unique_ptr<DataParallel> dp_;  // D > 1
+  std::set<std::array<int, 3>> bucket_leads_;  // (op, stage, micro-batch): a stage's last backward before its REDUCE_GRAD
   std::map<std::size_t, int> reductions_;  // index in timed_ -> its reduction's id (timed when it completes)
   at::Device device_;
   MemoryMeter* meter_;  // null on CUDA

@@ -1,11 +1,23 @@
 // DataParallel: a stage's gradient reduction over its data group, and ZeRO-1.
 #include "exec/torch_data_parallel.hpp"
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <limits>
+
 #include "exec/torch_collectives.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::exec {
 namespace {
+
+// Called by autograd once a weight's gradient has been accumulated.
+struct GradientMade final : torch::autograd::PostAccumulateGradHook {
+  explicit GradientMade(std::function<void()> f) : made(std::move(f)) {}
+  void operator()(const torch::autograd::Variable&) override { made(); }
+  std::function<void()> made;
+};
 
 void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) {
   for (const auto& p : params) {
@@ -41,11 +53,105 @@ DataParallel::DataParallel(Comm& comm, const Placement& where, int zero, bool re
   across_ = comm.subgroup(name + "/across/" + std::to_string(where.shard_index()), where.replicate_group(where.pipeline_rank));
 }
 
+void DataParallel::set_buckets(double bytes, double first_bytes) {
+  bucket_bytes_ = bytes;
+  first_bucket_bytes_ = first_bytes;
+}
+
 void DataParallel::adopt(Stage& stage) {
-  if (!group_ || zero_.level < 2) return;
+  if (!group_) return;
+  if (zero_.level == 0 && (bucket_bytes_ > 0 || first_bucket_bytes_ > 0)) build_buckets(stage);
+  if (zero_.level < 2) return;
   zero_stages_[stage.index()] = std::make_unique<ShardedStage>(stage, *group_, across_.get(), where_.shard_index(), where_.data,
                                                                zero_, meter_);
   stage.drop_optimizer();
+}
+
+// The stage's weights, its last first, in buckets: a bucket closes once it
+// holds its cap's bytes (whole weights, as DDP's do).
+void DataParallel::build_buckets(Stage& stage) {
+  const auto params = stage.parameters();
+  if (params.empty()) return;
+  const int s = stage.index();
+  Buckets& b = buckets_[s];
+  const auto cap = [&](std::size_t index) {
+    if (index == 0 && first_bucket_bytes_ > 0) return first_bucket_bytes_;
+    return bucket_bytes_ > 0 ? bucket_bytes_ : std::numeric_limits<double>::infinity();
+  };
+  double filled = 0;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    if (b.params.empty() || filled >= cap(b.params.size() - 1)) {
+      b.params.emplace_back();
+      filled = 0;
+    }
+    b.params.back().push_back(*it);
+    const c10::TensorImpl* impl = it->unsafeGetTensorImpl();
+    b.bucket_of[impl] = b.params.size() - 1;
+    filled += static_cast<double>(it->nbytes());
+    torch::autograd::impl::set_post_acc_grad_hooks(*it, std::make_unique<GradientMade>([this, s, impl] { on_gradient(s, impl); }));
+  }
+}
+
+void DataParallel::arm_buckets(int stage) {
+  const auto it = buckets_.find(stage);
+  if (it == buckets_.end()) return;
+  Buckets& b = it->second;
+  b.missing.clear();
+  for (const auto& bucket : b.params) b.missing.push_back(static_cast<int>(bucket.size()));
+  b.next = 0;
+  b.flats.clear();
+  b.works.clear();
+  b.in_backward = 0;
+  b.armed_at = comm_.now();
+  b.armed = true;
+}
+
+void DataParallel::on_gradient(int stage, const c10::TensorImpl* param) {
+  Buckets& b = buckets_.at(stage);
+  if (!b.armed) return;
+  int& missing = b.missing.at(b.bucket_of.at(param));
+  if (missing > 0 && --missing == 0) post_buckets(b, false);
+}
+
+void DataParallel::disarm_buckets(int stage) {
+  const auto it = buckets_.find(stage);
+  if (it == buckets_.end() || !it->second.armed) return;
+  post_buckets(it->second, true);
+  it->second.armed = false;
+}
+
+// Posts, in bucket order (the order every replica posts them in), the
+// buckets whose gradients are all made (all: every one left).
+void DataParallel::post_buckets(Buckets& b, bool all) {
+  while (b.next < b.params.size() && (all || b.missing.at(b.next) == 0)) {
+    b.flats.push_back(flat_gradients(b.params[b.next], 1));
+    at::Tensor unused;
+    b.works.push_back(start_collective(*group_, schedule::CollectiveAlgorithm::RingAllReduce, b.flats.back(), unused));
+    if (!all) ++b.in_backward;
+    ++b.next;
+  }
+}
+
+void DataParallel::step_buckets(Stage& stage, Buckets& b) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < b.flats.size(); ++k) {
+    b.works.at(k)->wait();
+    b.flats[k].div_(where_.data);
+    std::int64_t offset = 0;
+    for (auto& w : b.params.at(k)) {
+      w.mutable_grad() = b.flats[k].narrow(0, offset, w.numel()).view_as(w).clone();
+      offset += w.numel();
+    }
+  }
+  b.flats.clear();
+  b.works.clear();
+  stage.step();
+}
+
+std::map<int, std::pair<int, int>> DataParallel::bucket_counts() const {
+  std::map<int, std::pair<int, int>> out;
+  for (const auto& [s, b] : buckets_) out[s] = {static_cast<int>(b.params.size()), b.in_backward};
+  return out;
 }
 
 ShardedStage* DataParallel::sharded_stage(int stage) {
@@ -104,9 +210,25 @@ int DataParallel::reduce(Stage& stage) {
     rec.bytes = z->step_bytes();
     stage_bytes_[stage.index()] = rec.bytes;
     p.works = z->in_flight();
+  } else if (const auto b = buckets_.find(stage.index()); b != buckets_.end()) {
+    // Without an armed backward this step (none before it on this rank),
+    // every bucket now.
+    if (b->second.next < b->second.params.size() || b->second.flats.empty()) {
+      if (b->second.flats.empty()) b->second.next = 0;
+      post_buckets(b->second, true);
+    }
+    // As simulated, the reduction runs from the start of the backward that
+    // began posting it.
+    if (b->second.armed_at >= 0) rec.start = b->second.armed_at;
+    b->second.armed_at = -1;
+    rec.bytes = 0;
+    for (const auto& f : b->second.flats) rec.bytes += static_cast<std::int64_t>(f.nbytes());
+    stage_bytes_[stage.index()] = rec.bytes;
+    p.works = b->second.works;
   } else if (!post_flat(stage, p, rec)) {
     return id;
   }
+  rec.end->store(rec.start);
   // Its end, when the collectives complete: a thread waits for them (their
   // errors, if any, are the STEP's to report).
   p.watcher = std::make_shared<std::thread>([works = p.works, end = rec.end, comm = &comm_] {
@@ -148,6 +270,11 @@ void DataParallel::step(Stage& stage) {
   if (ShardedStage* z = sharded_stage(stage.index())) {
     if (it != pending_.end()) pending_.erase(it);
     z->step();
+    return;
+  }
+  if (const auto b = buckets_.find(stage.index()); b != buckets_.end() && it != pending_.end()) {
+    pending_.erase(it);
+    step_buckets(stage, b->second);
     return;
   }
   if (it == pending_.end()) {

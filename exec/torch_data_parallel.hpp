@@ -46,6 +46,11 @@ class DataParallel {
   // `meter`: the CPU's memory meter, or null.
   DataParallel(Comm& comm, const Placement& where, int zero, bool reshard_after_forward, models::Optimizer optimizer,
                double lr, MemoryMeter* meter);
+  // Without ZeRO: all-reduce each stage's gradients in buckets of about
+  // `bytes` (the first of `first_bytes` where positive), in the reverse of
+  // the stage's order, each posted as soon as the stage's last backward has
+  // made all of its gradients (DDP's overlap). Before adopt().
+  void set_buckets(double bytes, double first_bytes);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -60,6 +65,10 @@ class DataParallel {
   void backward_begin(int stage, bool weight_gradients);
   void backward_end(int stage);
   void microbatch_done(int stage);
+  // Around the stage's last backward action before its REDUCE_GRAD (B or W):
+  // its buckets are posted as their gradients come, the rest at its end.
+  void arm_buckets(int stage);
+  void disarm_buckets(int stage);
   // ZeRO-3: every stage's weights gathered whole (a collective of the data
   // group), before they are saved.
   void gather_weights();
@@ -85,6 +94,8 @@ class DataParallel {
   double gather_wait_s() const;
   // Per stage, the bytes its last reduction put into the collective.
   const std::map<int, std::int64_t>& stage_bytes() const { return stage_bytes_; }
+  // Per bucketed stage, (buckets, of them posted before its last backward ended) in the last step.
+  std::map<int, std::pair<int, int>> bucket_counts() const;
 
  private:
   struct Pending {
@@ -105,6 +116,22 @@ class DataParallel {
     std::int64_t bytes = 0;
   };
 
+  struct Buckets {  // one stage's, without ZeRO
+    std::vector<std::vector<at::Tensor>> params;  // by bucket, the stage's last weights first
+    std::map<const c10::TensorImpl*, std::size_t> bucket_of;
+    std::vector<int> missing;  // by bucket, in the armed backward: gradients not made yet
+    std::size_t next = 0;      // the first bucket not posted
+    bool armed = false;
+    std::vector<at::Tensor> flats;  // by bucket posted: its gradients, all-reduced in place
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    int in_backward = 0;  // buckets posted before the backward's end, this step
+    double armed_at = -1;  // when the last backward that posted them began (rank 0's clock); -1: none this step
+  };
+  void build_buckets(Stage& stage);
+  void on_gradient(int stage, const c10::TensorImpl* param);
+  void post_buckets(Buckets& b, bool all);
+  void step_buckets(Stage& stage, Buckets& b);
+
   void update_shard(Stage& stage, const at::Tensor& shard_grad);
   bool post_flat(Stage& stage, Pending& p, Record& rec);
   ShardedStage* sharded_stage(int stage);
@@ -121,6 +148,8 @@ class DataParallel {
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
   std::map<int, std::unique_ptr<ShardedStage>> zero_stages_;  // by stage: ZeRO-2 and 3
+  double bucket_bytes_ = 0, first_bucket_bytes_ = 0;
+  std::map<int, Buckets> buckets_;  // by stage
   std::vector<Record> records_;
   std::map<int, std::int64_t> stage_bytes_;
 };

@@ -71,9 +71,11 @@ struct Case {
   bool sequence_parallel = false;
   bool reshard = true;  // ZeRO-3: --reshard-after-forward
   int shard_group = 0;  // HSDP
+  std::string buckets;  // --grad-bucket-mb (and --grad-bucket-first-mb) MB
   std::string words() const {
     return std::string(zero > 0 ? " ZeRO-" + std::to_string(zero) : "") + (zero == 3 && !reshard ? " reshard off" : "") +
-           (shard_group > 0 ? " HSDP/" + std::to_string(shard_group) : "") + (sequence_parallel ? " SP" : "");
+           (shard_group > 0 ? " HSDP/" + std::to_string(shard_group) : "") + (sequence_parallel ? " SP" : "") +
+           (buckets.empty() ? "" : " buckets " + buckets);
   }
 };
 
@@ -101,6 +103,11 @@ std::vector<Case> cases() {
   // HSDP: D = 4 replicas in shard groups of 2 (a reduce-scatter inside each,
   // an all-reduce across them), ZeRO 1 to 3.
   for (const int zero : {1, 2, 3}) out.push_back({kMlp, "adam", 2, "1f1b", "none", zero, 1, 4, false, true, 2});
+  // DDP's buckets, all-reduced as the last backward makes them (a W's
+  // under zb-h1), the first one apart, and inside a tensor group.
+  out.push_back({kMlp, "adam", 2, "1f1b", "full", 0, 1, 2, false, true, 0, "0.001"});
+  out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 0, 1, 2, false, true, 0, "0.004 --grad-bucket-first-mb 0.001"});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 0, 2, 2, false, true, 0, "0.002"});
   // Tensor parallelism (the Transformer: Megatron splits its layers, not the
   // MLP's), T = 2 x K in {1, 2} x D in {1, 2}, recompute off and on, ZeRO-1
   // off and on where D = 2, and sequence parallelism.
@@ -150,6 +157,7 @@ TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
                      (c.zero == 1 ? " --zero1" : c.zero > 1 ? " --zero " + std::to_string(c.zero) : "") +
                      (c.reshard ? "" : " --reshard-after-forward off") + (c.sequence_parallel ? " --sequence-parallel" : "") +
                      (c.shard_group > 0 ? " --shard-group " + std::to_string(c.shard_group) : "") +
+                     (c.buckets.empty() ? "" : " --grad-bucket-mb " + c.buckets) +
                      " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
@@ -170,7 +178,8 @@ INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(case
                      "_t" + std::to_string(info.param.t) + "_d" + std::to_string(info.param.d) +
                      (info.param.sequence_parallel ? "_sp" : "") + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
                      (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep") +
-                     (info.param.shard_group > 0 ? "_hsdp" + std::to_string(info.param.shard_group) : "");
+                     (info.param.shard_group > 0 ? "_hsdp" + std::to_string(info.param.shard_group) : "") +
+                     (info.param.buckets.empty() ? "" : "_buckets");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
@@ -328,5 +337,37 @@ TEST(DataParallel, ZeroThreeTimesItsReductionsAndItsGathers) {
     const auto& c = rank.at("collectives").at(0);
     EXPECT_NE(c.at("kind").get<std::string>().find("all-gather per layer inside F"), std::string::npos) << c.dump();
     EXPECT_GT(c.at("bytes").get<double>(), 0);
+  }
+}
+
+// DDP's buckets (--grad-bucket-mb): each stage's gradients in several, every
+// one all-reduced while the stage's last backward (a B under 1F1B) still
+// runs; under zb-h1 the last backward is a W, whose deferred weight
+// gradients come at its end, so its buckets all go out after it. As
+// simulated, the trace's REDUCE_GRAD runs from the start of that backward.
+TEST(DataParallel, BucketsGoOutWhileTheLastBackwardRuns) {
+  for (const std::string schedule : {"1f1b", "zb-h1"}) {
+    const auto trace = scratch("buckets") / (schedule + ".json");
+    const auto r = run(common(kTransformer, "sgd", 2, 2) + " -s " + schedule + " -k 2 --grad-bucket-mb 0.002 --trace " +
+                       trace.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream in(trace);
+    std::map<int, double> last_backward, reduction;  // by stage: start (us)
+    const auto events = nlohmann::json::parse(in).at("traceEvents");
+    for (const auto& e : events) {
+      if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+      const std::string op = e["args"].value("op", "");
+      const int s = e["args"].value("stage", -1);
+      if (op == (schedule == "1f1b" ? "B" : "W")) last_backward[s] = std::max(last_backward[s], e.at("ts").get<double>());
+      if (op == "REDUCE_GRAD") reduction[s] = e.at("ts").get<double>();
+    }
+    ASSERT_EQ(reduction.size(), 2u);
+    for (const auto& [s, start] : reduction) EXPECT_NEAR(start, last_backward.at(s), 1.0) << schedule << ", stage " << s;
+    for (const auto& rank : json_of(r).at("measured").at("ranks")) {
+      const auto& c = rank.at("collectives").at(0);
+      const int buckets = c.at("buckets").get<int>(), early = c.at("buckets_in_backward").get<int>();
+      EXPECT_GE(buckets, 2) << c.dump();
+      EXPECT_EQ(early, schedule == "1f1b" ? buckets : 0) << schedule << ": " << c.dump();
+    }
   }
 }
