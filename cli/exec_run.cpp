@@ -173,11 +173,7 @@ void refuse_simulated_only(const twin::Scenario& sc) {
     throw Error("--recompute op: simulated only; the executor recomputes whole stages (none, full, except-last), layer "
                 "groups (uniform[:N], block:N) or attention cores (selective)");
   }
-  if (sc.request.checkpoint.by_layer() && sc.program.zero == 3 && sc.program.data_parallel > 1) {
-    throw Error("--recompute " + sc.recompute_name() +
-                " with --zero 3: simulated only; the executor gathers a layer's weights around the layer, not inside "
-                "a checkpoint's re-run");
-  }
+
   if (sc.model.precision == models::Precision::FP8) {
     throw Error("precision fp8: simulated only; the executor runs fp32, bf16 or fp16 (this CPU has no FP8 products)");
   }

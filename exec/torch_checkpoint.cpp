@@ -3,6 +3,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace pipetwin::exec {
@@ -62,7 +63,19 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 
 std::vector<at::Tensor> checkpointed(const CheckpointBody& body, const std::vector<at::Tensor>& inputs) {
   if (!at::GradMode::is_enabled()) return body(inputs);
-  return Checkpoint::apply(c10::make_intrusive<BodyHolder>(body), at::TensorList(inputs));
+  if (std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); })) {
+    return Checkpoint::apply(c10::make_intrusive<BodyHolder>(body), at::TensorList(inputs));
+  }
+  // No input asks for a gradient (a first stage's first layers read the raw
+  // input): autograd would leave the checkpoint out of the graph, and the
+  // weights its body reads without gradients. A leaf that asks for one,
+  // which the body does not read, keeps it in.
+  std::vector<at::Tensor> anchored = inputs;
+  anchored.push_back(at::zeros({}, at::kFloat).requires_grad_(true));
+  const auto without_anchor = [body, n = inputs.size()](const std::vector<at::Tensor>& in) {
+    return body(std::vector<at::Tensor>(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n)));
+  };
+  return Checkpoint::apply(c10::make_intrusive<BodyHolder>(without_anchor), at::TensorList(anchored));
 }
 
 SelectiveRecompute::SelectiveRecompute(bool on) : previous_(t_selective) { t_selective = on; }

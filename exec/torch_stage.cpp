@@ -127,7 +127,8 @@ at::Tensor Stage::run_layer(int l, const Values& values, const Params& params, c
                           : forward_layer(model_, l, args, shard, t);
 }
 
-void Stage::run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets) const {
+void Stage::run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets,
+                      LayerHooks* hooks) const {
   // What the group reads from before it, and which of its outputs are read after it.
   std::vector<int> reads, keeps;
   for (int l = a; l < e; ++l) {
@@ -145,10 +146,14 @@ void Stage::run_group(int a, int e, Values& values, const Params& params, const 
   }
   std::vector<at::Tensor> inputs;
   for (const int p : reads) inputs.push_back(values.at(p));
-  const auto body = [this, a, e, reads, keeps, &params, targets](const std::vector<at::Tensor>& in) {
+  const auto body = [this, a, e, reads, keeps, &params, targets, hooks](const std::vector<at::Tensor>& in) {
     Values inside;
     for (std::size_t i = 0; i < reads.size(); ++i) inside[reads[i]] = in[i];
-    for (int l = a; l < e; ++l) inside[l] = run_layer(l, inside, params, targets);
+    for (int l = a; l < e; ++l) {
+      if (hooks != nullptr) hooks->before(l - layers_.begin);
+      inside[l] = run_layer(l, inside, params, targets);
+      if (hooks != nullptr) hooks->after(l - layers_.begin, inside[l]);
+    }
     std::vector<at::Tensor> out;
     for (const int l : keeps) out.push_back(inside.at(l));
     return out;
@@ -164,7 +169,7 @@ std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, co
   SelectiveRecompute selective(selective_);
   for (int l = layers_.begin; l < layers_.end; ++l) {
     if (const auto g = groups_.find(l); layer_checkpoints && g != groups_.end()) {
-      run_group(l, g->second, values, params, targets);
+      run_group(l, g->second, values, params, targets, hooks);
       l = g->second - 1;
       continue;
     }

@@ -137,8 +137,10 @@ class Stage {
  private:
   using Values = std::unordered_map<int, at::Tensor>;  // by layer (-1: the model input)
   at::Tensor run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets) const;
-  // Layers [a, e) as one checkpoint: their outputs read after e into `values`.
-  void run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets) const;
+  // Layers [a, e) as one checkpoint: their outputs read after e into
+  // `values`. `hooks` run around each layer of both its runs (ZeRO-3 gathers
+  // the weights for the re-run inside the backward too).
+  void run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets, LayerHooks* hooks) const;
 
   const models::Model& model_;
   int index_;

@@ -100,6 +100,13 @@ std::vector<Case> cases() {
   out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 3, 1, 2, false, false});
   out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 3});
   out.push_back({kTransformer, "sgd", 2, "zb-h1", "none", 2});
+  // ZeRO-3 under checkpoints inside the stages: a group's re-run in the
+  // backward gathers its layers' weights again.
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "uniform:1", 3});
+  out.push_back({kTransformer, "sgd", 2, "1f1b", "uniform:2", 3, 1, 2, false, false});
+  out.push_back({kMlp, "adam", 2, "1f1b", "block:1", 3});
+  out.push_back({kMlp, "adam", 2, "1f1b", "uniform:1", 0});
+  out.push_back({kTransformer, "sgd", 2, "zb-h1", "selective", 3});
   // HSDP: D = 4 replicas in shard groups of 2 (a reduce-scatter inside each,
   // an all-reduce across them), ZeRO 1 to 3.
   for (const int zero : {1, 2, 3}) out.push_back({kMlp, "adam", 2, "1f1b", "none", zero, 1, 4, false, true, 2});

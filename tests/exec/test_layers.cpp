@@ -320,7 +320,9 @@ INSTANTIATE_TEST_SUITE_P(Exec, Chains, ::testing::Values("transformer", "mlp"));
 
 // A checkpoint keeps its inputs only and re-runs its body in the backward:
 // the gradients of its inputs and of the weights its body reads equal those
-// of the body run plainly, to the bit (the same products, in the same order).
+// of the body run plainly, to the bit (the same products, in the same order),
+// also where no input asks for a gradient (a first stage's first layer on the
+// raw input: only the weights have one).
 TEST(Checkpoint, GradientsEqualThoseOfThePlainBody) {
   torch::manual_seed(3);
   const at::Tensor w = torch::randn({6, 5}).requires_grad_(true), b = torch::randn({6}).requires_grad_(true);
@@ -329,17 +331,19 @@ TEST(Checkpoint, GradientsEqualThoseOfThePlainBody) {
     return std::vector<at::Tensor>{at::gelu(h) * in[1], h.sum(-1)};
   };
   const at::Tensor x0 = torch::randn({3, 5}), y0 = torch::randn({3, 6});
-  std::vector<at::Tensor> grads[2];
-  for (const bool checkpoint : {false, true}) {
-    w.mutable_grad() = at::Tensor();
-    b.mutable_grad() = at::Tensor();
-    const at::Tensor x = x0.clone().requires_grad_(true), y = y0.clone().requires_grad_(true);
-    const auto out = checkpoint ? pipetwin::exec::checkpointed(body, {x, y}) : body({x, y});
-    (out[0].square().sum() + out[1].sum()).backward();
-    grads[checkpoint] = {x.grad(), y.grad(), w.grad(), b.grad()};
-  }
-  for (std::size_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(grads[1][i].defined()) << i;
-    EXPECT_TRUE(at::equal(grads[0][i], grads[1][i])) << i << ": " << (grads[0][i] - grads[1][i]).abs().max().item<double>();
+  for (const bool inputs_need_grads : {true, false}) {
+    std::vector<at::Tensor> grads[2];
+    for (const bool checkpoint : {false, true}) {
+      w.mutable_grad() = at::Tensor();
+      b.mutable_grad() = at::Tensor();
+      const at::Tensor x = x0.clone().requires_grad_(inputs_need_grads), y = y0.clone().requires_grad_(inputs_need_grads);
+      const auto out = checkpoint ? pipetwin::exec::checkpointed(body, {x, y}) : body({x, y});
+      (out[0].square().sum() + out[1].sum()).backward();
+      grads[checkpoint] = {w.grad(), b.grad(), x.grad(), y.grad()};
+    }
+    for (std::size_t i = 0; i < (inputs_need_grads ? 4u : 2u); ++i) {
+      ASSERT_TRUE(grads[1][i].defined()) << i << (inputs_need_grads ? "" : ", no input needing a gradient");
+      EXPECT_TRUE(at::equal(grads[0][i], grads[1][i])) << i << ": " << (grads[0][i] - grads[1][i]).abs().max().item<double>();
+    }
   }
 }
