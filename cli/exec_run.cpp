@@ -165,15 +165,14 @@ void check_outputs(const Options& o) {
   }
 }
 
-// The executor checkpoints whole stages (torchgpipe's modes) and reduces a
-// stage's gradients at once: the layer methods, selective recompute and
-// gradient buckets are simulated, not run.
+// What `simulate` prices and the executor does not run: torchtitan's
+// per-operator recompute, FP8, mixtures of experts, context parallelism,
+// ZeRO-2 and 3 under sequence parallelism, and buckets beside ZeRO.
 void refuse_simulated_only(const twin::Scenario& sc) {
   if (sc.request.checkpoint.by_op()) {
     throw Error("--recompute op: simulated only; the executor recomputes whole stages (none, full, except-last), layer "
                 "groups (uniform[:N], block:N) or attention cores (selective)");
   }
-
   if (sc.model.precision == models::Precision::FP8) {
     throw Error("precision fp8: simulated only; the executor runs fp32, bf16 or fp16 (this CPU has no FP8 products)");
   }

@@ -242,23 +242,21 @@ void save_weights(const std::string& dir, TorchBackend& backend, const Placement
   }
 }
 
-// One mini-batch: every action of this rank's list in its order, then its
-// timeline and (on the last stage) its loss into the report.
 // What the data group runs, in words.
 std::string data_collectives(const ps::Program& p) {
+  std::string kind = "all-reduce";
+  if (p.zero == 1) kind = "reduce-scatter, then all-gather in STEP";
+  if (p.zero == 2) kind = "reduce-scatter per layer after each micro-batch's backward, all-gather per layer in STEP";
+  if (p.zero == 3) {
+    kind = p.reshard_after_forward
+               ? "all-gather per layer inside F, R, B and I, reduce-scatter per layer after each micro-batch's backward"
+               : "all-gather per layer in the step's first F, reduce-scatter per layer in REDUCE_GRAD";
+  }
   if (p.shard_group > 0 && p.shard_group < p.data_parallel) {
-    ps::Program whole = p;
-    whole.shard_group = 0;
-    return data_collectives(whole) + "; HSDP: inside groups of " + std::to_string(p.shard_group) +
-           " replicas, the reduced shard all-reduced across the groups in STEP";
+    kind += "; HSDP: inside groups of " + std::to_string(p.shard_group) +
+            " replicas, the reduced shard all-reduced across the groups in STEP";
   }
-  if (p.zero == 1) return "reduce-scatter, then all-gather in STEP";
-  if (p.zero == 2) return "reduce-scatter per layer after each micro-batch's backward, all-gather per layer in STEP";
-  if (p.zero == 3 && !p.reshard_after_forward) {
-    return "all-gather per layer in the step's first F, reduce-scatter per layer in REDUCE_GRAD";
-  }
-  if (p.zero == 3) return "all-gather per layer inside F, R, B and I, reduce-scatter per layer after each micro-batch's backward";
-  return "all-reduce";
+  return kind;
 }
 
 // What this process's groups reduce, for the report (the durations are the
@@ -301,6 +299,8 @@ Batch share(Batch batch, const Placement& where, std::int64_t per_replica) {
   return batch;
 }
 
+// One mini-batch: every action of this rank's list in its order, then its
+// timeline and (on the last stage) its loss into the report.
 void run_step(int step, const ps::Program& p, const RankEnv& env, const Placement& where, TorchBackend& backend,
               const SyntheticTask& task, std::optional<ProgressWatch>& watch, RankReport& report) {
   const std::string me = "rank " + std::to_string(env.rank);

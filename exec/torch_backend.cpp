@@ -37,14 +37,10 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
     // this rank: its buckets go out while it runs.
     const auto& actions = p.ranks.at(where_.pipeline_rank);
     for (std::size_t i = 0; i < actions.size(); ++i) {
-      if (actions[i].op != ps::Op::REDUCE_GRAD) continue;
-      for (std::size_t k = i; k-- > 0;) {
-        const auto& b = actions[k];
-        if ((b.op == ps::Op::B || b.op == ps::Op::W) && b.stage == actions[i].stage) {
-          bucket_leads_.insert({static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : 0});
-          break;
-        }
-      }
+      const auto k = actions[i].op == ps::Op::REDUCE_GRAD ? ps::backward_before(actions, i) : std::nullopt;
+      if (!k) continue;
+      const auto& b = actions[*k];
+      bucket_leads_.insert({static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : 0});
     }
   }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {

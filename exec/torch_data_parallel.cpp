@@ -19,6 +19,15 @@ struct GradientMade final : torch::autograd::PostAccumulateGradHook {
   std::function<void()> made;
 };
 
+// Each weight's gradient, a copy of its slice of the reduced `flat`.
+void gradients_from(const std::vector<at::Tensor>& params, const at::Tensor& flat) {
+  std::int64_t offset = 0;
+  for (auto w : params) {
+    w.mutable_grad() = flat.narrow(0, offset, w.numel()).view_as(w).clone();
+    offset += w.numel();
+  }
+}
+
 void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) {
   for (const auto& p : params) {
     if (p.scalar_type() != params.front().scalar_type()) {
@@ -33,13 +42,7 @@ void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) 
 
 DataParallel::DataParallel(Comm& comm, const Placement& where, int zero, bool reshard_after_forward,
                            models::Optimizer optimizer, double lr, MemoryMeter* meter)
-    : comm_(comm),
-      where_(where),
-      shard_optimizer_(zero == 1),
-      zero_{zero, reshard_after_forward, optimizer, lr},
-      meter_(meter),
-      optimizer_(optimizer),
-      lr_(lr) {
+    : comm_(comm), where_(where), zero_{zero, reshard_after_forward, optimizer, lr}, meter_(meter) {
   if (where.data <= 1) return;
   const std::string name = "data/" + std::to_string(where.pipeline_rank) + "/" + std::to_string(where.member);
   if (where.shard_size() == where.data) {
@@ -92,18 +95,22 @@ void DataParallel::build_buckets(Stage& stage) {
   }
 }
 
-void DataParallel::arm_buckets(int stage) {
-  const auto it = buckets_.find(stage);
-  if (it == buckets_.end()) return;
-  Buckets& b = it->second;
+// This step's reductions of the stage's buckets: none posted yet.
+void DataParallel::restart_buckets(Buckets& b) {
   b.missing.clear();
   for (const auto& bucket : b.params) b.missing.push_back(static_cast<int>(bucket.size()));
   b.next = 0;
   b.flats.clear();
   b.works.clear();
   b.in_backward = 0;
-  b.armed_at = comm_.now();
-  b.armed = true;
+}
+
+void DataParallel::arm_buckets(int stage) {
+  const auto it = buckets_.find(stage);
+  if (it == buckets_.end()) return;
+  restart_buckets(it->second);
+  it->second.armed_at = comm_.now();
+  it->second.armed = true;
 }
 
 void DataParallel::on_gradient(int stage, const c10::TensorImpl* param) {
@@ -136,12 +143,7 @@ void DataParallel::step_buckets(Stage& stage, Buckets& b) {
   torch::NoGradGuard no_grad;
   for (std::size_t k = 0; k < b.flats.size(); ++k) {
     b.works.at(k)->wait();
-    b.flats[k].div_(where_.data);
-    std::int64_t offset = 0;
-    for (auto& w : b.params.at(k)) {
-      w.mutable_grad() = b.flats[k].narrow(0, offset, w.numel()).view_as(w).clone();
-      offset += w.numel();
-    }
+    gradients_from(b.params.at(k), b.flats[k].div_(where_.data));
   }
   b.flats.clear();
   b.works.clear();
@@ -211,15 +213,14 @@ int DataParallel::reduce(Stage& stage) {
     stage_bytes_[stage.index()] = rec.bytes;
     p.works = z->in_flight();
   } else if (const auto b = buckets_.find(stage.index()); b != buckets_.end()) {
-    // Without an armed backward this step (none before it on this rank),
-    // every bucket now.
-    if (b->second.next < b->second.params.size() || b->second.flats.empty()) {
-      if (b->second.flats.empty()) b->second.next = 0;
+    if (b->second.armed_at < 0) {
+      // No backward before it on this rank posted them this step: every bucket now.
+      restart_buckets(b->second);
       post_buckets(b->second, true);
+    } else {
+      // As simulated, the reduction runs from the start of the backward that posted them.
+      rec.start = b->second.armed_at;
     }
-    // As simulated, the reduction runs from the start of the backward that
-    // began posting it.
-    if (b->second.armed_at >= 0) rec.start = b->second.armed_at;
     b->second.armed_at = -1;
     rec.bytes = 0;
     for (const auto& f : b->second.flats) rec.bytes += static_cast<std::int64_t>(f.nbytes());
@@ -248,11 +249,11 @@ bool DataParallel::post_flat(Stage& stage, Pending& p, Record& rec) {
   const auto params = stage.parameters();
   if (params.empty()) return false;
   check_one_dtype(stage, params);
-  p.flat = flat_gradients(params, shard_optimizer_ ? where_.shard_size() : 1);
+  p.flat = flat_gradients(params, zero1() ? where_.shard_size() : 1);
   rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
   stage_bytes_[stage.index()] = rec.bytes;
-  if (shard_optimizer_) p.shard = at::empty({p.flat.numel() / where_.shard_size()}, p.flat.options());
-  p.works.push_back(start_collective(*group_, shard_optimizer_ ? schedule::CollectiveAlgorithm::RingReduceScatter
+  if (zero1()) p.shard = at::empty({p.flat.numel() / where_.shard_size()}, p.flat.options());
+  p.works.push_back(start_collective(*group_, zero1() ? schedule::CollectiveAlgorithm::RingReduceScatter
                                                                : schedule::CollectiveAlgorithm::RingAllReduce,
                                      p.flat, p.shard));
   return true;
@@ -285,19 +286,14 @@ void DataParallel::step(Stage& stage) {
   pending_.erase(it);
   torch::NoGradGuard no_grad;
   const double d = where_.data;
-  if (shard_optimizer_) {
+  if (zero1()) {
     // HSDP: the group's shard summed over the shard groups (every replica's
     // gradients in), here at the STEP, where every replica comes in order.
     if (across_) all_reduce_across(*across_, p.shard);
     update_shard(stage, p.shard.div_(d));
     return;
   }
-  p.flat.div_(d);
-  std::int64_t offset = 0;
-  for (auto& w : stage.parameters()) {
-    w.mutable_grad() = p.flat.narrow(0, offset, w.numel()).view_as(w).clone();
-    offset += w.numel();
-  }
+  gradients_from(stage.parameters(), p.flat.div_(d));
   stage.step();
 }
 
@@ -311,7 +307,7 @@ void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
     // The shard's master copy is fp32 whatever the weights' precision (as
     // Megatron-LM's distributed optimizer keeps it).
     sh.weights = flat.narrow(0, sh.chunk * where_.shard_index(), sh.chunk).to(at::kFloat).clone().requires_grad_(true);
-    sh.optimizer = make_optimizer(optimizer_, {sh.weights}, lr_);
+    sh.optimizer = make_optimizer(zero_.optimizer, {sh.weights}, zero_.lr);
   }
   sh.weights.mutable_grad() = shard_grad.to(at::kFloat);
   sh.optimizer->step();

@@ -129,20 +129,19 @@ class DataParallel {
   };
   void build_buckets(Stage& stage);
   void on_gradient(int stage, const c10::TensorImpl* param);
+  void restart_buckets(Buckets& b);
   void post_buckets(Buckets& b, bool all);
   void step_buckets(Stage& stage, Buckets& b);
 
   void update_shard(Stage& stage, const at::Tensor& shard_grad);
   bool post_flat(Stage& stage, Pending& p, Record& rec);
+  bool zero1() const { return zero_.level == 1; }
   ShardedStage* sharded_stage(int stage);
 
   Comm& comm_;
   Placement where_;
-  bool shard_optimizer_;  // ZeRO-1
-  ZeroOptions zero_;      // level 2 or 3: ShardedStage
+  ZeroOptions zero_;  // ZeRO's stage (2 and 3: ShardedStage), the optimizer
   MemoryMeter* meter_;
-  models::Optimizer optimizer_;
-  double lr_;
   c10::intrusive_ptr<c10d::Backend> group_;   // the data group, or (HSDP) this replica's shard group
   c10::intrusive_ptr<c10d::Backend> across_;  // HSDP: the same shard in every shard group
   std::map<int, Pending> pending_;  // by stage

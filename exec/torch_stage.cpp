@@ -112,19 +112,23 @@ void Stage::set_recompute(bool selective, const models::LayerCheckpoint& checkpo
   groups_.clear();
   if (!checkpoint.by_layer()) return;
   const auto [first, end] = models::recomputed_layers(model_, checkpoint, layers_.begin, layers_.end);
-  const int step = checkpoint.method == models::Checkpoint::Uniform ? checkpoint.layers : 1;
+  const int step = checkpoint.group_size();
   for (int g = first; g < end; g += step) groups_[g] = std::min(end, g + step);
 }
 
-at::Tensor Stage::run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets) const {
+at::Tensor Stage::run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets,
+                            LayerHooks* hooks) const {
   const auto& producers = model_.layers[l].inputs;
   std::vector<at::Tensor> args;
   if (producers.empty()) args.push_back(values.at(-1));
   for (const int p : producers) args.push_back(values.at(p));
   const auto& shard = params.at(l - layers_.begin);
   const at::Tensor t = is_loss_layer(model_, l) ? targets : at::Tensor();
-  return tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
-                          : forward_layer(model_, l, args, shard, t);
+  if (hooks != nullptr) hooks->before(l - layers_.begin);
+  at::Tensor out = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
+                                    : forward_layer(model_, l, args, shard, t);
+  if (hooks != nullptr) hooks->after(l - layers_.begin, out);
+  return out;
 }
 
 void Stage::run_group(int a, int e, Values& values, const Params& params, const at::Tensor& targets,
@@ -149,11 +153,7 @@ void Stage::run_group(int a, int e, Values& values, const Params& params, const 
   const auto body = [this, a, e, reads, keeps, &params, targets, hooks](const std::vector<at::Tensor>& in) {
     Values inside;
     for (std::size_t i = 0; i < reads.size(); ++i) inside[reads[i]] = in[i];
-    for (int l = a; l < e; ++l) {
-      if (hooks != nullptr) hooks->before(l - layers_.begin);
-      inside[l] = run_layer(l, inside, params, targets);
-      if (hooks != nullptr) hooks->after(l - layers_.begin, inside[l]);
-    }
+    for (int l = a; l < e; ++l) inside[l] = run_layer(l, inside, params, targets, hooks);
     std::vector<at::Tensor> out;
     for (const int l : keeps) out.push_back(inside.at(l));
     return out;
@@ -173,9 +173,7 @@ std::vector<at::Tensor> Stage::forward(const std::vector<at::Tensor>& inputs, co
       l = g->second - 1;
       continue;
     }
-    if (hooks != nullptr) hooks->before(l - layers_.begin);
-    values[l] = run_layer(l, values, params, targets);
-    if (hooks != nullptr) hooks->after(l - layers_.begin, values[l]);
+    values[l] = run_layer(l, values, params, targets, hooks);
   }
   if (last_) return {values.at(layers_.end - 1)};
   std::vector<at::Tensor> out;

@@ -96,7 +96,6 @@ class Stage {
   // layer (uniform:N, block:N) the groups of layers it names, in the
   // forwards that ask for them.
   void set_recompute(bool selective, const models::LayerCheckpoint& checkpoint);
-  bool checkpoints_layers() const { return !groups_.empty(); }
 
   // The stage's forward: its cut's outputs, or {loss} on the last stage.
   // `layer_checkpoints`: the groups set_recompute named run checkpointed.
@@ -136,7 +135,9 @@ class Stage {
 
  private:
   using Values = std::unordered_map<int, at::Tensor>;  // by layer (-1: the model input)
-  at::Tensor run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets) const;
+  // Layer l on `values`, `hooks` (or null) around it.
+  at::Tensor run_layer(int l, const Values& values, const Params& params, const at::Tensor& targets,
+                       LayerHooks* hooks) const;
   // Layers [a, e) as one checkpoint: their outputs read after e into
   // `values`. `hooks` run around each layer of both its runs (ZeRO-3 gathers
   // the weights for the re-run inside the backward too).

@@ -215,7 +215,6 @@ void ShardedStage::reduce() {
 // reduce-scattered, posted; the whole gradients dropped. Units without
 // gradients (posted already) are passed over.
 void ShardedStage::post_reductions() {
-  reap(false);
   for (std::size_t u = units_.size(); u-- > 0;) post_reduction(u);
 }
 
@@ -273,20 +272,17 @@ void ShardedStage::step() {
     x.grad = at::Tensor();
   }
   if (optimizer_) optimizer_->step();
-  for (auto& x : units_) x.master.mutable_grad() = at::Tensor();
+  for (auto& x : units_) {
+    x.master.mutable_grad() = at::Tensor();
+    x.part = x.master.detach().to(x.params.front().scalar_type()).contiguous();
+  }
   if (shards_weights()) {
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      units_[u].part = units_[u].master.detach().to(units_[u].params.front().scalar_type()).contiguous();
-      release(u);  // without resharding, kept since the step's first forward
-    }
+    for (std::size_t u = 0; u < units_.size(); ++u) release(u);  // without resharding, kept since the step's first forward
   } else {
     // ZeRO-2: every unit's updated weights gathered into every replica.
     // (Marked absent, a unit's gather refills its tensors in place; one is
     // prefetched while the one before it is copied.)
-    for (auto& x : units_) {
-      x.part = x.master.detach().to(x.params.front().scalar_type()).contiguous();
-      x.present = false;
-    }
+    for (auto& x : units_) x.present = false;
     for (std::size_t u = 0; u < units_.size(); ++u) {
       post_gather(u);
       if (u + 1 < units_.size()) post_gather(u + 1);

@@ -44,7 +44,7 @@ namespace pipetwin::exec {
 class MemoryMeter;
 
 struct ZeroOptions {
-  int level = 2;                      // 2 or 3
+  int level = 2;                      // ZeRO's stage (ShardedStage takes 2 and 3)
   bool reshard_after_forward = true;  // ZeRO-3
   models::Optimizer optimizer = models::Optimizer::SGD;
   double lr = 0.01;

@@ -45,6 +45,8 @@ struct LayerCheckpoint {
   Checkpoint method = Checkpoint::Stage;
   int layers = 0;  // N: uniform's group size, block's layers per stage
   bool by_layer() const { return method == Checkpoint::Uniform || method == Checkpoint::Block; }
+  // Layers per checkpoint by layer: uniform's N, block's 1 (each of its N alone).
+  int group_size() const { return method == Checkpoint::Uniform ? layers : 1; }
   bool by_op() const { return method == Checkpoint::Op; }
   friend bool operator==(const LayerCheckpoint&, const LayerCheckpoint&) = default;
 };

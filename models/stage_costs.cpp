@@ -275,7 +275,7 @@ double StageCostModel::checkpoint_stash_bytes(int i, int j) const {
   double bytes = stash_range_bytes(i, a) + stash_range_bytes(e, j);
   if (a > i && i > 0 && !model_.layers[i].cost.keeps_input) bytes += input_bytes(i);
   // Each checkpoint keeps its input: every group's (uniform), every layer's (block).
-  const int step = checkpoint_.method == Checkpoint::Uniform ? checkpoint_.layers : 1;
+  const int step = checkpoint_.group_size();
   for (int g = a; g < e; g += step) bytes += input_bytes(g);
   return bytes;
 }
@@ -286,7 +286,7 @@ double StageCostModel::whole_stash_bytes(int i, int j) const {
   if (a == e) return activation_bytes(i, j);
   // Re-materialized one checkpoint at a time: the largest one's stash on
   // top of the checkpoints (less its input, kept already).
-  const int step = checkpoint_.method == Checkpoint::Uniform ? checkpoint_.layers : 1;
+  const int step = checkpoint_.group_size();
   double largest = 0;
   for (int g = a; g < e; g += step) {
     const double kept_input = model_.layers[g].cost.keeps_input ? input_bytes(g) : 0;

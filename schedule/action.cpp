@@ -114,6 +114,13 @@ std::size_t group_end(const std::vector<Action>& actions, std::size_t i) {
   return i;
 }
 
+std::optional<std::size_t> backward_before(const std::vector<Action>& actions, std::size_t i) {
+  for (std::size_t k = i; k-- > 0;) {
+    if ((actions[k].op == Op::B || actions[k].op == Op::W) && actions[k].stage == actions.at(i).stage) return k;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> to_cells(const std::vector<Action>& actions) {
   std::vector<std::string> cells;
   cells.reserve(actions.size());

@@ -62,6 +62,11 @@ Action parse_action(std::string_view text);
 std::size_t group_begin(const std::vector<Action>& actions, std::size_t i);
 std::size_t group_end(const std::vector<Action>& actions, std::size_t i);
 
+// The position of the last backward (B or W) of action i's stage before it in
+// a rank's list (for a REDUCE_GRAD: the backward its gradient buckets come
+// out of), or none.
+std::optional<std::size_t> backward_before(const std::vector<Action>& actions, std::size_t i);
+
 // A rank's list as cells: each action alone ("0F3"), each OVERLAP_F_B as
 // "(0F3;3B1)OVERLAP_F_B"; and one cell back to its action(s), the second and
 // later of an OVERLAP_F_B marked overlapped. Throws pipetwin::Error naming

@@ -180,12 +180,9 @@ class SimBackend final : public ps::Backend {
         if (g.op != ps::Op::REDUCE_GRAD || models::gradient_buckets(costs.reduce_bytes, costs.reduce_bucket_bytes, costs.reduce_first_bucket_bytes).size() < 2) {
           continue;
         }
-        for (std::size_t k = i; k-- > 0;) {
-          const auto& b = actions[k];
-          if ((b.op == ps::Op::B || b.op == ps::Op::W) && b.stage == g.stage) {
-            leads_.insert(std::array<int, 3>{static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : -1});
-            break;
-          }
+        if (const auto k = ps::backward_before(actions, i)) {
+          const auto& b = actions[*k];
+          leads_.insert(std::array<int, 3>{static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : -1});
         }
       }
     }

@@ -35,6 +35,17 @@ fs::path scratch(const std::string& name) { return pipetwin::test::scratch_dir("
 
 nlohmann::json json_of(const Result& r) { return nlohmann::json::parse(r.out.substr(r.out.find('{'))); }
 
+// The complete ("X") events of a measured trace file: its actions.
+std::vector<nlohmann::json> complete_events(const fs::path& trace) {
+  std::ifstream in(trace);
+  const auto j = nlohmann::json::parse(in);
+  std::vector<nlohmann::json> out;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.value("ph", "") == "X") out.push_back(e);
+  }
+  return out;
+}
+
 // A global mini-batch of 8 samples in micro-batches of 2, 3 steps. (The
 // hardware only prices the partition: a preset whose topology takes
 // tensor-parallel groups.)
@@ -208,11 +219,8 @@ TEST(DataParallel, TheTraceTimesEveryReduction) {
   const auto trace = dir / "t.json";
   const auto r = run(common(kTransformer, "adam", 2, 2) + " -s 1f1b -k 2 --trace " + trace.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  std::ifstream in(trace);
-  const auto j = nlohmann::json::parse(in);
   int reductions = 0;
-  for (const auto& e : j.at("traceEvents")) {
-    if (e.value("ph", "") != "X") continue;
+  for (const auto& e : complete_events(trace)) {
     const std::string name = e.value("name", "");
     if (name.find("REDUCE_GRAD") == std::string::npos) continue;
     ++reductions;
@@ -322,11 +330,9 @@ TEST(DataParallel, ZeroThreeTimesItsReductionsAndItsGathers) {
   const auto trace = dir / "t.json";
   const auto r = run(common(kTransformer, "sgd", 2, 2) + " -s 1f1b -k 2 --zero 3 --trace " + trace.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  std::ifstream in(trace);
-  const auto j = nlohmann::json::parse(in);
   int reductions = 0;
-  for (const auto& e : j.at("traceEvents")) {
-    if (e.value("ph", "") != "X" || e.value("name", "").find("REDUCE_GRAD") == std::string::npos) continue;
+  for (const auto& e : complete_events(trace)) {
+    if (e.value("name", "").find("REDUCE_GRAD") == std::string::npos) continue;
     ++reductions;
     EXPECT_GE(e.at("dur").get<double>(), 0);
   }
@@ -358,11 +364,9 @@ TEST(DataParallel, BucketsGoOutWhileTheLastBackwardRuns) {
     const auto r = run(common(kTransformer, "sgd", 2, 2) + " -s " + schedule + " -k 2 --grad-bucket-mb 0.002 --trace " +
                        trace.string());
     ASSERT_EQ(r.code, 0) << r.out;
-    std::ifstream in(trace);
     std::map<int, double> last_backward, reduction;  // by stage: start (us)
-    const auto events = nlohmann::json::parse(in).at("traceEvents");
-    for (const auto& e : events) {
-      if (e.value("ph", "") != "X" || !e.contains("args")) continue;
+    for (const auto& e : complete_events(trace)) {
+      if (!e.contains("args")) continue;
       const std::string op = e["args"].value("op", "");
       const int s = e["args"].value("stage", -1);
       if (op == (schedule == "1f1b" ? "B" : "W")) last_backward[s] = std::max(last_backward[s], e.at("ts").get<double>());
