@@ -64,6 +64,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
     if (!rank.collectives.empty()) ranks.back()["collectives"] = rank.collectives;
     // T > 1: per step, the seconds it spent in its tensor group's collectives.
     if (!rank.tp_collective_s.empty()) ranks.back()["tp_collective_s"] = rank.tp_collective_s;
+    // E > 1: per step, its expert group's all-to-alls (calls, seconds, bytes sent).
+    if (!rank.all_to_all.empty()) ranks.back()["all_to_all"] = rank.all_to_all;
     // ZeRO-2 and 3: per step, the seconds it waited for the weights' all-gathers.
     if (!rank.gather_wait_s.empty()) ranks.back()["gather_wait_s"] = rank.gather_wait_s;
   }
@@ -177,7 +179,18 @@ void refuse_simulated_only(const twin::Scenario& sc) {
     throw Error("precision fp8: simulated only; the executor runs fp32, bf16 or fp16 (this CPU has no FP8 products)");
   }
   if (sc.model.family == "moe") {
-    throw Error("model " + sc.model.name + " (family moe): simulated only; the executor runs dense models");
+    exec::check_moe_run(sc.model, sc.program.expert_parallel);  // -t > 1: refused as for family llm
+  }
+  if (sc.program.expert_parallel > 1) {
+    const char* what = sc.program.zero > 0                                 ? "--zero"
+                       : sc.program.shard_group > 0                        ? "--shard-group"
+                       : sc.request.gradient_bucket_bytes > 0 ||
+                               sc.request.gradient_first_bucket_bytes > 0 ? "--grad-bucket-mb"
+                                                                           : nullptr;
+    if (what != nullptr) {
+      throw Error(std::string("--expert ") + std::to_string(sc.program.expert_parallel) + " with " + what +
+                  ": simulated only; the executor reduces the experts' gradients apart, whole (--zero 0, no buckets)");
+    }
   }
   if (sc.program.context_parallel > 1) {
     throw Error("--context " + std::to_string(sc.program.context_parallel) +

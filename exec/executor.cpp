@@ -224,11 +224,11 @@ std::string peers_of(const ps::Program& p, const Placement& where) {
 // The replicas hold the same weights (their reductions are the same sums):
 // replica 0's are saved, ZeRO-3's gathered first by every replica (a
 // collective). T > 1: every member gathers its stages' shards (a collective);
-// member 0 writes.
+// member 0 writes. E > 1: replica 0's expert group gathers the experts.
 void save_weights(const std::string& dir, TorchBackend& backend, const Placement& where) {
   if (backend.data_parallel() != nullptr) backend.data_parallel()->gather_weights();
-  if (where.replica != 0) return;
-  const bool write = where.member == 0;
+  if (where.replica >= where.expert) return;
+  const bool write = where.member == 0 && where.replica == 0;
   if (write) std::filesystem::create_directories(dir);
   for (const auto& [_, stage] : backend.stages()) {
     const auto weights = stage->weights();
@@ -288,6 +288,18 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
                    {"group", where.tensor_group()},
                    {"backend", via}});
   }
+  if (where.expert > 1) {
+    out.push_back({{"dimension", "expert"},
+                   {"kind", "all-to-all per routed block: dispatch and combine in F and R, both again in B (or I)"},
+                   {"group", where.expert_group(where.pipeline_rank)},
+                   {"backend", via}});
+    if (where.expert < where.data) {
+      out.push_back({{"dimension", "expert data"},
+                     {"kind", "all-reduce of the routed experts' gradients, with the data group's"},
+                     {"group", where.expert_peers(where.pipeline_rank)},
+                     {"backend", via}});
+    }
+  }
   return out;
 }
 
@@ -312,6 +324,7 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     throw Error(at_step + ", its start: " + message_of(e));
   }
   const double collectives_before = tp_collective_seconds();
+  const ExchangeTotals exchanges_before = expert_exchange_totals();
   const double gathers_before = backend.data_parallel() != nullptr ? backend.data_parallel()->gather_wait_s() : 0;
   ps::RankInterpreter interpreter(p, ps::RankId{where.pipeline_rank});
   while (!interpreter.done()) {
@@ -335,6 +348,12 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     report.steps.push_back(std::move(t));
     if (const double cpu = backend.step_compute_cpu_s(); cpu >= 0) report.compute_cpu_s.push_back(cpu);
     if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
+    if (where.expert > 1) {
+      const ExchangeTotals now = expert_exchange_totals();
+      report.all_to_all.push_back({{"calls", now.calls - exchanges_before.calls},
+                                   {"seconds", now.seconds - exchanges_before.seconds},
+                                   {"bytes", now.bytes - exchanges_before.bytes}});
+    }
     if (where.data > 1 && p.zero >= 2) report.gather_wait_s.push_back(backend.data_parallel()->gather_wait_s() - gathers_before);
   } catch (const std::exception& e) {
     throw Error(me + ", end of step " + std::to_string(step) + ": " + message_of(e));

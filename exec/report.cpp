@@ -81,6 +81,7 @@ Placement Placement::of(const schedule::Program& p, int device) {
   w.replica = (device / w.tensor) % w.data;
   w.pipeline_rank = device / (w.tensor * w.data);
   w.shard = p.shard_group > 0 && p.shard_group < p.data_parallel ? p.shard_group : 0;
+  w.expert = p.expert_parallel;
   return w;
 }
 
@@ -100,6 +101,19 @@ std::vector<int> Placement::shard_group(int k) const {
 std::vector<int> Placement::replicate_group(int k) const {
   std::vector<int> out;
   for (int d = shard_index(); d < data; d += shard_size()) out.push_back(member + tensor * (d + data * k));
+  return out;
+}
+
+std::vector<int> Placement::expert_group(int k) const {
+  std::vector<int> out;
+  const int first = replica - expert_index();
+  for (int d = first; d < first + expert; ++d) out.push_back(member + tensor * (d + data * k));
+  return out;
+}
+
+std::vector<int> Placement::expert_peers(int k) const {
+  std::vector<int> out;
+  for (int d = expert_index(); d < data; d += expert) out.push_back(member + tensor * (d + data * k));
   return out;
 }
 
@@ -132,6 +146,7 @@ nlohmann::json RankReport::to_json() const {
           {"stage_peak_versions", stage_peak_versions},
           {"collectives", collectives},
           {"tp_collective_s", tp_collective_s},
+          {"all_to_all", all_to_all},
           {"gather_wait_s", gather_wait_s},
           {"compute_cpu_s", compute_cpu_s},
           {"peak_allocated_bytes", peak_allocated_bytes},
@@ -160,6 +175,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.stage_peak_versions = j.at("stage_peak_versions").get<std::vector<std::pair<int, int>>>();
   r.collectives = j.value("collectives", nlohmann::json::array());
   r.tp_collective_s = j.value("tp_collective_s", std::vector<double>{});
+  r.all_to_all = j.value("all_to_all", nlohmann::json::array());
   r.gather_wait_s = j.value("gather_wait_s", std::vector<double>{});
   r.compute_cpu_s = j.value("compute_cpu_s", std::vector<double>{});
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();

@@ -44,6 +44,7 @@ std::optional<RankEnv> rank_env_from_environment();
 struct Placement {
   int tensor = 1, data = 1;   // T, D
   int shard = 0;              // HSDP: ZeRO's shard groups of G consecutive replicas (Program::shard_group); 0: all D
+  int expert = 1;             // E: a mixture's experts split over groups of E consecutive replicas (Program::expert_parallel)
   int member = 0, replica = 0, pipeline_rank = 0;
   static Placement of(const schedule::Program& p, int device);
   // The device of this process's counterpart (same t, same d) at pipeline rank k.
@@ -58,9 +59,22 @@ struct Placement {
   // group (the all-reduce across groups), each by replica.
   std::vector<int> shard_group(int k) const;
   std::vector<int> replicate_group(int k) const;
+  // Expert parallelism: the devices of this replica's expert group at
+  // pipeline rank k (its E consecutive replicas), and those holding the
+  // same experts in every expert group (their gradients' reduction), each
+  // by replica.
+  std::vector<int> expert_group(int k) const;
+  std::vector<int> expert_peers(int k) const;
+  int expert_index() const { return replica % expert; }
   // The devices of this process's tensor-parallel group (same d, same k), by member.
   std::vector<int> tensor_group() const;
 };
+
+// Refuses (pipetwin::Error naming the model, the layer and the field) a
+// mixture of experts the executor does not build (DeepSeek's latent
+// attention and routing bias, a capacity that drops tokens), or whose
+// experts `expert_parallel` members cannot split.
+void check_moe_run(const models::Model& model, int expert_parallel);
 
 // Where the stages run: the CPU (c10d Gloo) or CUDA GPUs (c10d NCCL).
 enum class Device { Cpu, Cuda };
@@ -118,6 +132,9 @@ struct RankReport {
   nlohmann::json collectives = nlohmann::json::array();
   // Per step, the seconds it spent in its tensor group's collectives (T > 1; else empty).
   std::vector<double> tp_collective_s;
+  // Per step (E > 1; else empty), its expert group's all-to-alls: {calls,
+  // seconds (from each call to its wait's return), bytes it sent}.
+  nlohmann::json all_to_all = nlohmann::json::array();
   // Per step, the seconds its forwards, backwards and steps waited for ZeRO-2
   // and 3's all-gathers of the weights (D > 1, --zero 2 or 3; else empty):
   // the gathers' exposed time.

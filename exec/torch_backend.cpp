@@ -43,11 +43,18 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
       bucket_leads_.insert({static_cast<int>(b.op), b.stage.value, b.microbatch ? b.microbatch->value : 0});
     }
   }
+  ExpertGroup expert_group;  // after the data group's
+  if (where_.expert > 1) {
+    check_moe_run(config.model, where_.expert);
+    expert_group = comm.subgroup("expert/" + std::to_string(where_.pipeline_rank) + "/" + std::to_string(where_.member) +
+                                     "/" + std::to_string(where_.replica - where_.expert_index()),
+                                 where_.expert_group(where_.pipeline_rank));
+  }
   for (const auto s : p.stages_of(ps::RankId{where_.pipeline_rank})) {
     const int versions = p.weight_versions.empty() ? 1 : p.weight_versions.at(s.value);
     stages_[s.value] = std::make_unique<Stage>(config.model, s.value, p.partition.at(s.value), p.is_last_stage(s),
                                                versions, config.seed, device, config.optimizer, config.lr, tensor_group,
-                                               p.sequence_parallel);
+                                               p.sequence_parallel, expert_group);
     stages_[s.value]->set_recompute(p.recompute == ps::RecomputePolicy::Selective, config.checkpoint);
     if (dp_) dp_->adopt(*stages_[s.value]);
     for (const auto* cut : {&stages_[s.value]->in_cut(), &stages_[s.value]->out_cut()}) {

@@ -47,6 +47,11 @@ DataParallel::DataParallel(Comm& comm, const Placement& where, int zero, bool re
   const std::string name = "data/" + std::to_string(where.pipeline_rank) + "/" + std::to_string(where.member);
   if (where.shard_size() == where.data) {
     group_ = comm.subgroup(name, where.data_group(where.pipeline_rank));
+    // Expert parallelism: the replicas that hold the same experts, after the data group.
+    if (where.expert > 1 && where.expert < where.data) {
+      expert_peers_ = comm.subgroup(name + "/experts/" + std::to_string(where.expert_index()),
+                                    where.expert_peers(where.pipeline_rank));
+    }
     return;
   }
   // HSDP: every process builds its shard group, then its group across the
@@ -246,11 +251,23 @@ int DataParallel::reduce(Stage& stage) {
 // The stage's gradients as one flat buffer, all-reduced (ZeRO-1:
 // reduce-scattered) into `p`; false where the stage has no weights.
 bool DataParallel::post_flat(Stage& stage, Pending& p, Record& rec) {
-  const auto params = stage.parameters();
+  const auto params = where_.expert > 1 ? stage.replicated() : stage.parameters();
   if (params.empty()) return false;
   check_one_dtype(stage, params);
   p.flat = flat_gradients(params, zero1() ? where_.shard_size() : 1);
   rec.bytes = static_cast<std::int64_t>(p.flat.nbytes());
+  if (where_.expert > 1) {
+    // The experts this replica holds: summed over the replicas that hold
+    // them too (none where E = D: every token's gradient came back to them
+    // through the all-to-alls already).
+    const auto experts = stage.routed_experts();
+    if (!experts.empty()) p.experts = flat_gradients(experts, 1);
+    if (!experts.empty() && expert_peers_) {
+      at::Tensor unused;
+      p.works.push_back(start_collective(*expert_peers_, schedule::CollectiveAlgorithm::RingAllReduce, p.experts, unused));
+      rec.bytes += static_cast<std::int64_t>(p.experts.nbytes());
+    }
+  }
   stage_bytes_[stage.index()] = rec.bytes;
   if (zero1()) p.shard = at::empty({p.flat.numel() / where_.shard_size()}, p.flat.options());
   p.works.push_back(start_collective(*group_, zero1() ? schedule::CollectiveAlgorithm::RingReduceScatter
@@ -293,7 +310,12 @@ void DataParallel::step(Stage& stage) {
     update_shard(stage, p.shard.div_(d));
     return;
   }
-  gradients_from(stage.parameters(), p.flat.div_(d));
+  if (where_.expert > 1) {
+    gradients_from(stage.replicated(), p.flat.div_(d));
+    if (p.experts.defined()) gradients_from(stage.routed_experts(), p.experts.div_(d));
+  } else {
+    gradients_from(stage.parameters(), p.flat.div_(d));
+  }
   stage.step();
 }
 

@@ -16,6 +16,9 @@
 //            a backward needs them (ShardedStage, exec/torch_zero.hpp);
 //            REDUCE_GRAD times those reductions, STEP waits for them
 //
+// With expert parallelism (E > 1, ZeRO-0), the routed experts' gradients
+// are summed apart, over the replicas that hold the same experts.
+//
 // Every replica's loss is the mean over its own micro-batches, so the sum
 // over D replicas / D is the gradient of the global mini-batch's mean loss:
 // the weights equal one replica's run of the whole batch, up to the order
@@ -103,6 +106,7 @@ class DataParallel {
     std::shared_ptr<std::thread> watcher;  // notes when the work completes (Gloo's works have no future)
     at::Tensor flat;   // the gradients (plain: reduced in place)
     at::Tensor shard;  // ZeRO-1: this replica's reduced shard
+    at::Tensor experts;  // expert parallelism: the routed experts' gradients (summed over expert_peers_)
     int id = 0;
   };
   struct Sharded {  // ZeRO-1: what this replica updates
@@ -144,6 +148,7 @@ class DataParallel {
   MemoryMeter* meter_;
   c10::intrusive_ptr<c10d::Backend> group_;   // the data group, or (HSDP) this replica's shard group
   c10::intrusive_ptr<c10d::Backend> across_;  // HSDP: the same shard in every shard group
+  c10::intrusive_ptr<c10d::Backend> expert_peers_;  // E < D: the replicas holding this replica's experts
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
   std::map<int, std::unique_ptr<ShardedStage>> zero_stages_;  // by stage: ZeRO-2 and 3

@@ -153,7 +153,8 @@ std::vector<std::int64_t> output_shape(const models::Model& m, int index) {
     case LayerKind::Embedding:
     case LayerKind::TransformerBlock:
     case LayerKind::LlmEmbedding:
-    case LayerKind::DecoderBlock: return {s.seq_len, s.d_model};
+    case LayerKind::DecoderBlock:
+    case LayerKind::MoeBlock: return {s.seq_len, s.d_model};
     case LayerKind::Linear: return {s.out_features};
     case LayerKind::Add:
     case LayerKind::Concat: return {s.out_channels, s.in_height, s.in_width};
@@ -210,9 +211,8 @@ std::vector<at::Tensor> init_layer(const models::Model& m, int index, std::uint6
     case LayerKind::Concat: break;
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
-    case LayerKind::LlmHead: p = init_llm_layer(m.layers.at(index), gen); break;
-    case LayerKind::MoeBlock:
-      throw Error("exec: layer " + m.layers.at(index).name + " (moe_block): mixtures of experts are simulated only");
+    case LayerKind::LlmHead:
+    case LayerKind::MoeBlock: p = init_llm_layer(m.layers.at(index), gen); break;
   }
   return p;
 }
@@ -253,8 +253,8 @@ at::Tensor forward_layer(const models::Model& m, int index, const std::vector<at
     case LayerKind::ClassifierHead: return cross_entropy(linear(in[0].mean({2, 3}), p[0], p[1]));
     case LayerKind::LlmEmbedding:
     case LayerKind::DecoderBlock:
-    case LayerKind::LlmHead: return forward_llm_layer(layer, in.at(0), p, targets);
-    case LayerKind::MoeBlock: break;
+    case LayerKind::LlmHead:
+    case LayerKind::MoeBlock: return forward_llm_layer(layer, in.at(0), p, targets);
   }
   throw Error("exec: layer " + layer.name + " has a kind this executor cannot run");
 }

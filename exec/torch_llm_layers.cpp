@@ -7,6 +7,7 @@
 
 #include "exec/torch_checkpoint.hpp"
 #include "exec/torch_layers.hpp"
+#include "exec/torch_moe.hpp"
 #include "schedule/error.hpp"
 
 namespace pipetwin::exec {
@@ -57,12 +58,26 @@ at::Tensor rotary(const at::Tensor& x) {
   return x * angles.cos() + rotate_half(x) * angles.sin();
 }
 
+std::int64_t head_width(const LayerShape& s) { return s.head_dim > 0 ? s.head_dim : s.d_model / s.heads; }
+
+// Qwen3's RMSNorm over each head's width.
+at::Tensor head_norm(const at::Tensor& x, Cursor& c) {
+  const auto& w = c.next();
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + kNormEps) * w;
+}
+
 at::Tensor attention(const LayerShape& s, const at::Tensor& h, Cursor& c) {
   const std::int64_t b = h.size(0), n = h.size(1), a = s.heads, g = s.kv_heads > 0 ? s.kv_heads : s.heads;
-  const std::int64_t dh = s.d_model / a;
-  auto q = project(h, c, s.qkv_bias).view({b, n, a, dh}).transpose(1, 2);
-  auto k = project(h, c, s.qkv_bias).view({b, n, g, dh}).transpose(1, 2);
+  const std::int64_t dh = head_width(s);
+  auto q = project(h, c, s.qkv_bias).view({b, n, a, dh});
+  auto k = project(h, c, s.qkv_bias).view({b, n, g, dh});
   auto v = project(h, c, s.qkv_bias).view({b, n, g, dh}).transpose(1, 2);
+  if (s.qk_norm) {
+    q = head_norm(q, c);
+    k = head_norm(k, c);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   if (s.positions == 0) {
     q = rotary(q);
     k = rotary(k);
@@ -80,7 +95,7 @@ at::Tensor attention(const LayerShape& s, const at::Tensor& h, Cursor& c) {
     const auto future = at::ones({n, n}, at::TensorOptions(at::kBool).device(q.device())).triu(1);
     return at::matmul(at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1), v);
   });
-  return project(ctx.transpose(1, 2).reshape({b, n, s.d_model}), c, s.out_bias);
+  return project(ctx.transpose(1, 2).reshape({b, n, a * dh}), c, s.out_bias);
 }
 
 at::Tensor mlp(const LayerShape& s, const at::Tensor& h, Cursor& c) {
@@ -106,13 +121,32 @@ at::Tensor decoder_block(const LayerShape& s, const at::Tensor& x, const std::ve
 
 }  // namespace
 
+at::Tensor attention_half(const LayerShape& s, const at::Tensor& x, const std::vector<at::Tensor>& p, std::size_t* next) {
+  Cursor c{p, *next};
+  auto y = x + attention(s, norm(s, x, c), c);
+  *next = c.i;
+  return y;
+}
+
+at::Tensor llm_norm(const LayerShape& s, const at::Tensor& x, const std::vector<at::Tensor>& p, std::size_t* next) {
+  Cursor c{p, *next};
+  auto y = norm(s, x, c);
+  *next = c.i;
+  return y;
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return linear(at::silu(linear(x, gate, at::Tensor())) * linear(x, up, at::Tensor()), down, at::Tensor());
+}
+
 bool is_llm_kind(LayerKind kind) {
-  return kind == LayerKind::LlmEmbedding || kind == LayerKind::DecoderBlock || kind == LayerKind::LlmHead;
+  return kind == LayerKind::LlmEmbedding || kind == LayerKind::DecoderBlock || kind == LayerKind::LlmHead ||
+         kind == LayerKind::MoeBlock;
 }
 
 std::vector<at::Tensor> init_llm_layer(const models::Layer& layer, at::Generator& gen) {
   const auto& s = layer.shape;
-  const std::int64_t h = s.d_model, dh = s.d_model / s.heads, kv = dh * (s.kv_heads > 0 ? s.kv_heads : s.heads);
+  const std::int64_t h = s.d_model, dh = head_width(s), kv = dh * (s.kv_heads > 0 ? s.kv_heads : s.heads);
   std::vector<at::Tensor> p;
   const auto norm_params = [&] {
     p.push_back(torch::ones({h}));
@@ -129,18 +163,23 @@ std::vector<at::Tensor> init_llm_layer(const models::Layer& layer, at::Generator
       if (s.positions > 0) p.push_back(torch::empty({s.positions, h}).normal_(0, 0.02, gen));
       break;
     case LayerKind::DecoderBlock:
+    case LayerKind::MoeBlock:
       norm_params();
-      lin(h, h, s.qkv_bias);
+      lin(dh * s.heads, h, s.qkv_bias);
       lin(kv, h, s.qkv_bias);
       lin(kv, h, s.qkv_bias);
-      lin(h, h, s.out_bias);
-      norm_params();
-      if (s.swiglu) {
-        lin(s.d_ff, h, s.mlp_bias);
-        lin(s.d_ff, h, s.mlp_bias);
-      } else {
-        lin(s.d_ff, h, s.mlp_bias);
+      if (s.qk_norm) {
+        p.push_back(torch::ones({dh}));
+        p.push_back(torch::ones({dh}));
       }
+      lin(h, dh * s.heads, s.out_bias);
+      norm_params();
+      if (layer.kind == LayerKind::MoeBlock) {
+        init_moe_mlp(s, gen, p);
+        break;
+      }
+      lin(s.d_ff, h, s.mlp_bias);
+      if (s.swiglu) lin(s.d_ff, h, s.mlp_bias);
       lin(h, s.d_ff, s.mlp_bias);
       break;
     case LayerKind::LlmHead:
@@ -162,6 +201,7 @@ at::Tensor forward_llm_layer(const models::Layer& layer, const at::Tensor& x, co
       return s.positions > 0 ? y + p.at(1).narrow(0, 0, x.size(-1)) : y;
     }
     case LayerKind::DecoderBlock: return decoder_block(s, x, p);
+    case LayerKind::MoeBlock: return moe_block(s, x, p, {});
     case LayerKind::LlmHead: {
       if (s.tied) refuse_tied(layer);
       Cursor c{p};

@@ -21,6 +21,11 @@
 //              fc w [b], proj w [b]               (GELU)
 //   head       norm w [b], output matrix (vocab x h)
 //
+// Family moe's blocks are these with an attention head of `head_dim` (the
+// Q and output matrices a·head_dim wide) and, with `qk_norm`, an RMSNorm
+// over each head's Q and K after their projections (weights after V's); a
+// routed block (moe_block) has exec/torch_moe.hpp's MLP after norm2.
+//
 // Every matrix goes through exec's `linear`, so the I/W split defers their
 // weight gradients. A tied head (tied_embeddings) is refused: the head and
 // the embedding are separate layers, possibly on different stages, and the
@@ -45,5 +50,13 @@ std::vector<at::Tensor> init_llm_layer(const models::Layer& layer, at::Generator
 // Forward of an llm layer; `targets` for the head only (mean cross-entropy).
 at::Tensor forward_llm_layer(const models::Layer& layer, const at::Tensor& input, const std::vector<at::Tensor>& params,
                              const at::Tensor& targets);
+
+// For exec/torch_moe.cpp, reading `p` from `*next` on and advancing it: a
+// decoder block's first half, x + attention(norm1(x)); a norm (norm2).
+at::Tensor attention_half(const models::LayerShape& s, const at::Tensor& x, const std::vector<at::Tensor>& p,
+                          std::size_t* next);
+at::Tensor llm_norm(const models::LayerShape& s, const at::Tensor& x, const std::vector<at::Tensor>& p, std::size_t* next);
+// down(silu(gate(x)) * up(x)), every product through `linear`.
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
 
 }  // namespace pipetwin::exec

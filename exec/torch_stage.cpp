@@ -78,7 +78,7 @@ void MasterOptimizer::step() {
 
 Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
              std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr, TpGroup tensor_group,
-             bool sequence_parallel)
+             bool sequence_parallel, ExpertGroup expert_group)
     : model_(model),
       index_(index),
       layers_(layers),
@@ -87,7 +87,8 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
       in_cut_(cut_tensors(model, layers.begin, sequence_parallel ? tp_size(tensor_group) : 1)),
       out_cut_(last ? std::vector<CutTensor>{} : cut_tensors(model, layers.end, sequence_parallel ? tp_size(tensor_group) : 1)),
       tp_(std::move(tensor_group)),
-      sequence_parallel_(sequence_parallel && tp_size(tp_) > 1) {
+      sequence_parallel_(sequence_parallel && tp_size(tp_) > 1),
+      experts_(std::move(expert_group)) {
   for (const auto& cut : out_cut_) {
     bool inside = cut.producer < layers.begin;
     for (int l = layers.begin; l < layers.end; ++l) {
@@ -98,7 +99,9 @@ Stage::Stage(const models::Model& model, int index, schedule::LayerRange layers,
   std::vector<at::Tensor> all;
   for (int l = layers.begin; l < layers.end; ++l) {
     auto& p = live_.emplace_back();
-    for (auto& t : tp_size(tp_) > 1 ? init_layer_shard(model, l, seed, tp_) : init_layer(model, l, seed)) {
+    auto full = tp_size(tp_) > 1 ? init_layer_shard(model, l, seed, tp_) : init_layer(model, l, seed);
+    if (experts_) full = expert_shard(model.layers[l], full, experts_->getSize(), experts_->getRank());
+    for (auto& t : full) {
       p.push_back(t.to(device, dtype_of(model.precision)).detach().requires_grad_(true));
       all.push_back(p.back());
     }
@@ -125,8 +128,13 @@ at::Tensor Stage::run_layer(int l, const Values& values, const Params& params, c
   const auto& shard = params.at(l - layers_.begin);
   const at::Tensor t = is_loss_layer(model_, l) ? targets : at::Tensor();
   if (hooks != nullptr) hooks->before(l - layers_.begin);
-  at::Tensor out = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
-                                    : forward_layer(model_, l, args, shard, t);
+  at::Tensor out;
+  if (experts_ && model_.layers[l].kind == models::LayerKind::MoeBlock) {
+    out = moe_block(model_.layers[l].shape, args.at(0), shard, experts_);
+  } else {
+    out = tp_size(tp_) > 1 ? forward_layer_tp(model_, l, args, shard, t, tp_, sequence_parallel_)
+                           : forward_layer(model_, l, args, shard, t);
+  }
   if (hooks != nullptr) hooks->after(l - layers_.begin, out);
   return out;
 }
@@ -254,6 +262,36 @@ std::vector<at::Tensor> Stage::parameters() const {
   return out;
 }
 
+// The routed experts' parameters of layer position l, as [begin, end) of its list here.
+namespace {
+std::pair<std::size_t, std::size_t> held_experts(const models::Layer& layer, const ExpertGroup& g) {
+  const auto [first, end] = routed_expert_params(layer);
+  const std::size_t E = g ? static_cast<std::size_t>(g->getSize()) : 1;
+  return {first, first + (end - first) / E};
+}
+}  // namespace
+
+std::vector<at::Tensor> Stage::routed_experts() const {
+  std::vector<at::Tensor> out;
+  for (std::size_t l = 0; l < live_.size(); ++l) {
+    const auto [first, end] = held_experts(model_.layers[layers_.begin + static_cast<int>(l)], experts_);
+    out.insert(out.end(), live_[l].begin() + static_cast<std::ptrdiff_t>(first),
+               live_[l].begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return out;
+}
+
+std::vector<at::Tensor> Stage::replicated() const {
+  std::vector<at::Tensor> out;
+  for (std::size_t l = 0; l < live_.size(); ++l) {
+    const auto [first, end] = held_experts(model_.layers[layers_.begin + static_cast<int>(l)], experts_);
+    for (std::size_t i = 0; i < live_[l].size(); ++i) {
+      if (i < first || i >= end) out.push_back(live_[l][i]);
+    }
+  }
+  return out;
+}
+
 std::int64_t Stage::grad_bytes() const {
   std::int64_t bytes = 0;
   for (const auto& layer : live_) {
@@ -279,6 +317,7 @@ std::map<int, std::vector<at::Tensor>> Stage::weights() const {
     std::vector<at::Tensor> detached;
     for (const auto& t : live_[l]) detached.push_back(t.detach());
     if (tp_size(tp_) > 1) detached = gather_layer(model_, index, detached, tp_);
+    if (experts_) detached = gather_experts(model_.layers[index], detached, experts_);
     for (const auto& t : detached) w.push_back(t.to(at::kCPU).clone());
   }
   return out;

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "exec/torch_moe.hpp"
 #include "exec/torch_tensor_parallel.hpp"
 #include "models/model.hpp"
 #include "models/partition.hpp"
@@ -73,10 +74,12 @@ class MasterOptimizer {
 class Stage {
  public:
   // With a tensor-parallel group (T > 1), the stage holds this member's
-  // shards of its layers (Megatron-LM's split, exec/torch_tensor_parallel.hpp).
+  // shards of its layers (Megatron-LM's split, exec/torch_tensor_parallel.hpp);
+  // with an expert-parallel group (E > 1), its routed blocks hold this
+  // member's experts only (exec/torch_moe.hpp).
   Stage(const models::Model& model, int index, schedule::LayerRange layers, bool last, int weight_versions,
         std::uint64_t seed, at::Device device, models::Optimizer optimizer, double lr, TpGroup tensor_group = {},
-        bool sequence_parallel = false);
+        bool sequence_parallel = false, ExpertGroup expert_group = {});
 
   int index() const { return index_; }
   const models::Model& model() const { return model_; }
@@ -120,6 +123,10 @@ class Stage {
   void step();  // optimizer step, gradients cleared, version + 1
   // The live weights (every layer's, in order), for a data group's reduction.
   std::vector<at::Tensor> parameters() const;
+  // Split over an expert group (E > 1): the routed experts this member holds,
+  // and every other weight, each in order (parameters() has both).
+  std::vector<at::Tensor> routed_experts() const;
+  std::vector<at::Tensor> replicated() const;
   // Bytes of the live weights' gradients now.
   std::int64_t grad_bytes() const;
   // After the caller updated the live weights itself (ZeRO-1): gradients
@@ -151,6 +158,7 @@ class Stage {
   std::vector<CutTensor> in_cut_, out_cut_;
   TpGroup tp_;
   bool sequence_parallel_ = false;
+  ExpertGroup experts_;
   std::vector<bool> read_inside_;
   bool selective_ = false;
   std::map<int, int> groups_;  // layer checkpoints: first layer -> one past the last

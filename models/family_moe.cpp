@@ -207,11 +207,18 @@ Model moe_model(const MoeSpec& t, Precision precision, std::string name) {
   m.precision = precision;
   m.input_elems = t.llm.seq_len;
   LayerShape shape = llm_layer_shape(t.llm);
+  shape.head_dim = t.head_dim;
+  shape.qk_norm = t.qk_norm;
+  shape.latent_attention = t.latent();
   m.layers.push_back({"embedding", LayerKind::LlmEmbedding, shape, llm_embedding_cost(t.llm, precision), {}});
   const LayerCost dense = block_cost(t, precision, false), routed = block_cost(t, precision, true);
   LayerShape moe_shape = shape;
   moe_shape.experts = t.experts;
   moe_shape.top_k = t.top_k;
+  moe_shape.expert_ffn = t.expert_ffn_hidden;
+  moe_shape.shared_ffn = t.shared_experts * t.expert_ffn_hidden;
+  moe_shape.router_bias = t.router_bias;
+  moe_shape.capacity_factor = t.capacity_factor;
   for (std::int64_t i = 0; i < t.llm.layers; ++i) {
     const bool is_dense = i < t.dense_layers;
     m.layers.push_back({"block" + std::to_string(i), is_dense ? LayerKind::DecoderBlock : LayerKind::MoeBlock,

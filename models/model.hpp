@@ -67,6 +67,14 @@ struct LayerShape {
   bool qkv_bias = false, out_bias = false, mlp_bias = false;
   bool flash_attention = true;  // false: the attention's scores are materialized (LlmSpec::flash_attention)
   std::int64_t experts = 0, top_k = 0;  // a moe_block's routed experts, and how many a token takes
+  // Family moe, for exec/ to build the block models/family_moe.cpp counts:
+  // each routed expert's and the shared experts' SwiGLU widths, an attention
+  // head's width (0: d_model / heads) and Qwen3's per-head Q and K norms. What
+  // the executor does not build is named so that it can refuse it: DeepSeek's
+  // latent attention, its routing bias, and a capacity that drops tokens.
+  std::int64_t expert_ffn = 0, shared_ffn = 0, head_dim = 0;
+  bool qk_norm = false, latent_attention = false, router_bias = false;
+  double capacity_factor = 0;
 };
 
 struct LayerCost {

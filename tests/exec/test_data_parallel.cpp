@@ -28,6 +28,8 @@ using pipetwin::test::run_shell;
 const std::string kModels = PIPETWIN_TEST_MODELS;
 const std::string kMlp = kModels + "/tiny-mlp.yaml";
 const std::string kTransformer = kModels + "/tiny-transformer.yaml";
+const std::string kMoe = kModels + "/tiny-moe.yaml";
+const std::string kSparseMoe = kModels + "/tiny-moe-sparse.yaml";
 
 Result run(const std::string& args) { return run_shell(std::string(PIPETWIN_BINARY) + " " + args + " 2>&1"); }
 
@@ -82,11 +84,12 @@ struct Case {
   bool sequence_parallel = false;
   bool reshard = true;  // ZeRO-3: --reshard-after-forward
   int shard_group = 0;  // HSDP
-  std::string buckets;  // --grad-bucket-mb (and --grad-bucket-first-mb) MB
+  std::string buckets = "";  // --grad-bucket-mb (and --grad-bucket-first-mb) MB
+  int expert = 1;       // --expert: a mixture's experts over E replicas
   std::string words() const {
     return std::string(zero > 0 ? " ZeRO-" + std::to_string(zero) : "") + (zero == 3 && !reshard ? " reshard off" : "") +
            (shard_group > 0 ? " HSDP/" + std::to_string(shard_group) : "") + (sequence_parallel ? " SP" : "") +
-           (buckets.empty() ? "" : " buckets " + buckets);
+           (buckets.empty() ? "" : " buckets " + buckets) + (expert > 1 ? " E=" + std::to_string(expert) : "");
   }
 };
 
@@ -141,6 +144,24 @@ std::vector<Case> cases() {
   out.push_back({kTransformer, "sgd", 2, "1f1b", "full", 3, 2, 2});
   out.push_back({kTransformer, "sgd", 2, "1f1b", "full", 1, 2, 2, true});
   out.push_back({kTransformer, "sgd", 2, "1f1b", "none", 0, 2, 1, true});
+  // A mixture of experts: replicated (E = 1, with ZeRO-3 too); its experts
+  // over E = 2 replicas of D = 2 (all-to-alls, nothing else reduces them)
+  // and of D = 4 (the experts' gradients summed over the two replicas that
+  // hold them), over E = 4; under 1F1B with a pipeline, zb-h1 (the experts'
+  // weight gradients deferred to W) and checkpoints (the re-run inside B
+  // exchanges the tokens again).
+  out.push_back({kMoe, "sgd", 1, "gpipe", "none", 0});
+  out.push_back({kMoe, "sgd", 2, "1f1b", "none", 3});
+  out.push_back({kMoe, "sgd", 1, "gpipe", "none", 0, 1, 2, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 2, "1f1b", "none", 0, 1, 2, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 2, "1f1b", "none", 0, 1, 4, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 1, "gpipe", "none", 0, 1, 4, false, true, 0, "", 4});
+  out.push_back({kMoe, "sgd", 2, "zb-h1", "none", 0, 1, 2, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 2, "1f1b", "uniform:1", 0, 1, 2, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 2, "1f1b", "full", 0, 1, 2, false, true, 0, "", 2});
+  // Two tokens a micro-batch, one expert each, over E = 4: most members
+  // receive nothing from most others.
+  out.push_back({kSparseMoe, "sgd", 1, "gpipe", "none", 0, 1, 4, false, true, 0, "", 4});
   return out;
 }
 
@@ -176,7 +197,7 @@ TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
                      (c.reshard ? "" : " --reshard-after-forward off") + (c.sequence_parallel ? " --sequence-parallel" : "") +
                      (c.shard_group > 0 ? " --shard-group " + std::to_string(c.shard_group) : "") +
                      (c.buckets.empty() ? "" : " --grad-bucket-mb " + c.buckets) +
-                     " --save-weights " + dir.string());
+                     (c.expert > 1 ? " --expert " + std::to_string(c.expert) : "") + " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
   const double diff = max_difference(load_weights(dir), ref.weights);
@@ -197,10 +218,61 @@ INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(case
                      (info.param.sequence_parallel ? "_sp" : "") + "_k" + std::to_string(info.param.k) + "_" + info.param.recompute +
                      (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep") +
                      (info.param.shard_group > 0 ? "_hsdp" + std::to_string(info.param.shard_group) : "") +
-                     (info.param.buckets.empty() ? "" : "_buckets");
+                     (info.param.buckets.empty() ? "" : "_buckets") +
+                     (info.param.expert > 1 ? "_e" + std::to_string(info.param.expert) : "");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });
+
+// The routed blocks' tokens go out and come back by all-to-all, and each
+// process counts them: per step and micro-batch, each of the 3 routed blocks
+// exchanges 4 times (dispatch and combine in the forward, both again in the
+// backward), and each exchange moves every copy of every token once: the
+// two members together send 4 × 2 members × (2 samples × 8 tokens × top-2 copies
+// × 32 floats × 4 bytes) per block and micro-batch.
+TEST(DataParallel, ExpertsTradeTheirTokensByAllToAll) {
+  const auto r = run(common(kMoe, "sgd", 2, 2) + " -s gpipe -k 1 --expert 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto ranks = json_of(r).at("measured").at("ranks");
+  ASSERT_EQ(ranks.size(), 2u);
+  const double per_exchange = 2.0 * 8 * 2 * 32 * 4;
+  for (std::size_t step = 0; step < 3; ++step) {
+    double bytes = 0;
+    for (const auto& rank : ranks) {
+      const auto& a = rank.at("all_to_all").at(step);
+      EXPECT_EQ(a.at("calls").get<int>(), 3 * 2 * 4) << "step " << step;
+      EXPECT_GT(a.at("seconds").get<double>(), 0);
+      bytes += a.at("bytes").get<double>();
+    }
+    EXPECT_EQ(bytes, 3 * 2 * 4 * 2 * per_exchange) << "step " << step;
+  }
+  bool listed = false;
+  for (const auto& c : ranks[1].at("collectives")) {
+    if (c.at("dimension") == "expert") listed = c.at("group") == nlohmann::json({0, 1});
+  }
+  EXPECT_TRUE(listed) << ranks[1].at("collectives").dump();
+}
+
+// Each member of an expert group holds its experts only: over E = 2, every
+// process holds half of the routed experts' weights (3 blocks × 4 experts ×
+// 3 matrices of 32 × 16 fp32) fewer before its first step, to the byte, and
+// the memory model says the same.
+TEST(DataParallel, EachExpertLivesOnOneMemberOfItsGroup) {
+  const auto held = [](int e) {
+    const auto r = run(common(kMoe, "sgd", 2, 2) + " -s gpipe -k 1 --expert " + std::to_string(e));
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (r.code != 0) return std::pair<double, double>{0, 0};
+    const auto j = json_of(r);
+    double baseline = 0;
+    for (const auto& rank : j.at("measured").at("ranks")) baseline = std::max(baseline, rank.at("baseline_bytes").get<double>());
+    return std::pair<double, double>{baseline, j.at("summary").at("memory_per_stage").at(0).at("bytes").at("weights").get<double>()};
+  };
+  const auto [whole, model_whole] = held(1);
+  const auto [half, model_half] = held(2);
+  const double routed = 3.0 * 4 * 3 * 32 * 16 * 4;
+  EXPECT_DOUBLE_EQ(whole - half, routed / 2);
+  EXPECT_DOUBLE_EQ(model_whole - model_half, routed / 2);
+}
 
 // Without the reduction the replicas would train on their halves apart: the
 // saved weights (replica 0's) then differ from the whole batch's by far more

@@ -46,7 +46,30 @@ pm::Model tiny_llm(const std::string& family) {
   return pm::llm_model(t, pm::Precision::FP32, family);
 }
 
+// Qwen3's shape, scaled down: a dense block, then routed ones over 4
+// experts (top 2) beside a shared one; heads of their own width with Q and K
+// norms.
+pm::Model tiny_moe() {
+  pm::MoeSpec t;
+  t.llm.layers = 3;
+  t.llm.hidden = 32;
+  t.llm.heads = 4;
+  t.llm.kv_heads = 2;
+  t.llm.seq_len = 8;
+  t.llm.vocab = 40;
+  t.llm.ffn_hidden = 48;
+  t.head_dim = 16;
+  t.qk_norm = true;
+  t.experts = 4;
+  t.top_k = 2;
+  t.expert_ffn_hidden = 16;
+  t.shared_experts = 1;
+  t.dense_layers = 1;
+  return pm::moe_model(t, pm::Precision::FP32, "moe");
+}
+
 pm::Model tiny(const std::string& family) {
+  if (family == "moe") return tiny_moe();
   if (family == "transformer") return pm::transformer_model({3, 32, 64, 4, 16, 50}, pm::Precision::FP32, "t");
   if (family == "mlp") return pm::mlp_model({24, 5, {32, 16}}, pm::Precision::FP32, "m");
   if (family == "llama" || family == "qwen2" || family == "gpt2") return tiny_llm(family);
@@ -100,7 +123,7 @@ TEST_P(Families, CutsCarryEveryCrossingTensorOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Exec, Families,
-                         ::testing::Values("transformer", "mlp", "resnet", "amoebanet", "llama", "qwen2", "gpt2"));
+                         ::testing::Values("transformer", "mlp", "resnet", "amoebanet", "llama", "qwen2", "gpt2", "moe"));
 
 // Causal attention: a token changed at the end changes no earlier position.
 TEST(Llm, BlocksAreCausal) {
