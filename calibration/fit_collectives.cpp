@@ -17,7 +17,8 @@ namespace pm = pipetwin::models;
 
 namespace {
 
-// One stage's reductions in one run: the median of its REDUCE_GRAD actions.
+// One stage's reductions in one run: the median of its REDUCE_GRAD actions;
+// or (stage -1) one process's ZeRO-1 all-gathers at its STEPs, per call.
 struct Reduction {
   const TraceRun* run = nullptr;
   int stage = 0;
@@ -45,13 +46,24 @@ double computing_beside(const ps::Timeline& t, std::size_t rank, double start, d
 // REDUCE_GRAD times what is left in flight when it is posted (or, ZeRO-3
 // without resharding, every layer's reduce-scatter in turn), not one ring of
 // the stage's gradients.
-bool reduces_in_pieces(const TraceRun& run) { return run.program.zero >= 2 || run.bucketed; }
+// With experts over E < D replicas, REDUCE_GRAD is two all-reduces (the
+// replicated weights over D, the experts over D / E), and with E = D the
+// experts' gradients are not reduced at all.
+bool reduces_in_pieces(const TraceRun& run) {
+  return run.program.zero >= 2 || run.bucketed || run.program.expert_parallel > 1;
+}
 
-std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs) {
+std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs, int cores) {
   std::vector<Reduction> out;
   for (const TraceRun* run : runs) {
     if (reduces_in_pieces(*run)) continue;
     const int D = run->program.data_parallel;
+    // ZeRO-1's all-gathers, D - 1 rounds of a part each, waited for at once
+    // (alone where every process has a core of its own).
+    for (const auto& x : run->all_gather) {
+      if (x.calls <= 0) continue;
+      out.push_back({run, -1, D - 1, x.bytes / x.calls, x.seconds / x.calls, cores <= 0 || run->program.num_devices() <= cores});
+    }
     const ps::Timeline& t = run->trace.timeline;
     std::map<int, std::vector<double>> all, alone;
     for (std::size_t r = 0; r < t.ranks.size(); ++r) {
@@ -113,6 +125,7 @@ void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResul
 bool fit_tensor_rounds(const std::vector<const TraceRun*>& runs, FitResult& fit, const TensorShare& share);
 void fit_latency_on_steps(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay);
 void fit_tensor_compute(const std::vector<const TraceRun*>& runs, FitResult& fit, const Replay& replay);
+void fit_exchanges(const std::vector<const TraceRun*>& runs, FitResult& fit);
 
 }  // namespace
 
@@ -129,16 +142,17 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
                         " they are the topology's links, as given: compare the runs with pipetwin compare");
     return;
   }
-  const std::vector<Reduction> groups = reductions(data);
+  const std::vector<Reduction> groups = reductions(data, fit.hardware.topology.host_cores);
   const auto pieces = std::count_if(data.begin(), data.end(), [](const TraceRun* r) { return reduces_in_pieces(*r); });
   if (pieces > 0) {
     fit.notes.push_back(std::to_string(pieces) + " run(s) reduce their gradients in pieces during the backwards (ZeRO-2 " +
-                        "or 3 by layer, or buckets): their REDUCE_GRAD is not one ring of the stage's gradients, and the " +
+                        "or 3 by layer, buckets, or experts apart): their REDUCE_GRAD is not one ring of the stage's gradients, and the " +
                         "collectives are not fitted on it");
   }
+  fit_exchanges(data, fit);
   if (!groups.empty()) {
     fit_rounds(groups, data.size(), fit);
-  } else if (!data.empty()) {
+  } else if (static_cast<std::size_t>(pieces) < data.size()) {
     fit.notes.push_back("the data-parallel runs hold no timed REDUCE_GRAD: their collectives are not fitted");
   }
   if (!tensor.empty()) {
@@ -153,12 +167,23 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
   // cores: a reduction beside compute takes longer, as measured).
   auto& stats = fit.residuals["reduce_grad"];
   for (const TraceRun* run : data) {
+    if (reduces_in_pieces(*run)) continue;  // none of its reductions is among the groups
     const auto predicted = replayed_reductions(replay(*run, fit.hardware));
     for (const auto& g : groups) {
       if (g.run == run && predicted.count(g.stage) != 0) stats.add(predicted.at(g.stage), g.measured);
     }
   }
   stats.finish();
+  auto& gathers = fit.residuals["all_gather"];  // ZeRO-1's, per call
+  const pm::Link& link = fit.hardware.topology.collective;
+  for (const auto& g : groups) {
+    if (g.stage < 0) gathers.add(g.steps * (link.latency_s + g.chunk / link.bandwidth), g.measured);
+  }
+  if (gathers.count > 0) {
+    gathers.finish();
+  } else {
+    fit.residuals.erase("all_gather");
+  }
 }
 
 namespace {
@@ -184,7 +209,7 @@ void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResul
                         "point-to-point link's bandwidth");
   }
   fit.notes.push_back("collectives: fitted on " + std::to_string(use.size()) + " of " + std::to_string(groups.size()) +
-                      " (run, stage) reductions of " + std::to_string(runs) +
+                      " (run, stage) reductions and (run, process) ZeRO-1 all-gathers of " + std::to_string(runs) +
                       " data-parallel run(s), as rings (Gloo's all-reduce); their runs' compute is not fitted (a "
                       "replica's trace does not show the others computing beside it)");
 }
@@ -243,6 +268,47 @@ bool fit_tensor_rounds(const std::vector<const TraceRun*>& runs, FitResult& fit,
                       (any_alone ? " whose every process had a core of its own" : "") +
                       ", as rings (Gloo's all-reduce), the waits for the group's members included");
   return true;
+}
+
+// The expert groups' all-to-alls on the seconds the E > 1 runs recorded:
+// per process, seconds / calls = latency + (E - 1) / E · (bytes / calls) /
+// bandwidth (robust least squares; models::all_to_all's closed form on one
+// link). Nothing where no run recorded them.
+void fit_exchanges(const std::vector<const TraceRun*>& runs, FitResult& fit) {
+  Problem prob;
+  prob.params = {non_negative("all_to_all.seconds_per_byte", "every all-to-all exchanged one size: the latency holds its bytes' cost"),
+                 non_negative("all_to_all.latency_s",
+                              "every all-to-all exchanged one size: the per-byte cost holds the latency")};
+  struct Row {
+    double calls, seconds, term;
+  };
+  std::vector<Row> rows;
+  int used = 0;
+  for (const TraceRun* run : runs) {
+    const double E = run->program.expert_parallel;
+    if (E <= 1 || run->all_to_all.empty()) continue;
+    ++used;
+    for (const auto& x : run->all_to_all) {
+      if (x.calls <= 0) continue;
+      const double term = (E - 1) / E * x.bytes / x.calls;
+      prob.x.push_back({term, 1.0});
+      prob.y.push_back(x.seconds / x.calls);
+      rows.push_back({x.calls, x.seconds, term});
+    }
+  }
+  if (rows.empty()) return;
+  const Solution sol = robust_solve(prob);
+  fitting::record(fit.coefficients, prob, sol);
+  pm::Link& link = fit.hardware.topology.exchange;
+  link.latency_s = sol.value[1];
+  link.bandwidth = sol.value[0] > 0 ? 1 / sol.value[0] : 1e300;
+  auto& stats = fit.residuals["all_to_all"];  // per (run, process): its step's all-to-alls in all
+  for (const auto& r : rows) stats.add(r.calls * (sol.value[1] + r.term * sol.value[0]), r.seconds);
+  stats.finish();
+  fit.notes.push_back("all-to-all: fitted on the recorded seconds of " + std::to_string(rows.size()) +
+                      " (run, process) step totals of " + std::to_string(used) +
+                      " expert-parallel run(s), the waits for the group's members included (one member's skew is the "
+                      "other's wait: exchanges of a few kilobytes tell the per-byte cost poorly)");
 }
 
 // What a tensor group's member computes beyond its 1/T of the layers' work

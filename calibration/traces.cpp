@@ -171,6 +171,7 @@ TraceRun trace_run_from(schedule::Trace trace, const std::string& path) {
   run.producer = md.producer;
   read_measured_ranks(meta, path, K, run);
   read_tensor_collectives(meta, path, K, run);
+  read_exchanges(meta, path, run);
   check_actions(run);
   // The step starts with the first action of the rank holding stage 0: the
   // others wait for its activations (in a measured run, their receives are

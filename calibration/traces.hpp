@@ -56,6 +56,19 @@ struct TraceRun {
   // at measured.representative_step, the members' mean); empty when not
   // recorded.
   std::vector<double> tp_collective_s;
+  // E > 1: per process that recorded them, its expert group's all-to-alls in
+  // the trace's step (measured.ranks[].all_to_all at
+  // measured.representative_step): how many, their seconds from each call to
+  // its wait's return, and the bytes it exchanged in all (its own rows
+  // included); empty when not recorded.
+  struct Exchanges {
+    double calls = 0, seconds = 0, bytes = 0;
+  };
+  std::vector<Exchanges> all_to_all;
+  // ZeRO-1 with D > 1: per process that recorded them, its STEPs' all-gathers
+  // of the updated weights in the trace's step (measured.ranks[].all_gather;
+  // bytes: the parts it contributed).
+  std::vector<Exchanges> all_gather;
   // From the first action of the rank that holds stage 0 to the last end:
   // one step as the simulator replays it. A measured timeline's makespan is
   // longer by the time the other ranks wait, at its start, for the previous

@@ -72,6 +72,47 @@ void read_tensor_collectives(const json& meta, const std::string& path, int K, T
   for (int k = 0; k < K; ++k) run.tp_collective_s.push_back(sum[k] / members[k]);
 }
 
+namespace {
+
+// measured.ranks[].<key> at the trace's step, each {calls, seconds, bytes}.
+std::vector<TraceRun::Exchanges> read_records(const json& m, const std::string& path, const char* key) {
+  std::vector<TraceRun::Exchanges> out;
+  const std::int64_t step = m["representative_step"].get<std::int64_t>();
+  for (std::size_t i = 0; i < m["ranks"].size(); ++i) {
+    const json& e = m["ranks"][i];
+    if (!e.is_object() || !e.contains(key)) continue;
+    const std::string where = path + ": otherData.measured.ranks[" + std::to_string(i) + "]." + key;
+    const json& s = e[key];
+    if (!s.is_array() || step < 0 || step >= static_cast<std::int64_t>(s.size()) || !s[step].is_object()) {
+      throw Error(where + " must hold an entry for each step, the trace's step " + std::to_string(step) + " included");
+    }
+    TraceRun::Exchanges x;
+    for (const auto& [field, value] : {std::pair<const char*, double*>{"calls", &x.calls}, {"seconds", &x.seconds},
+                                       {"bytes", &x.bytes}}) {
+      const json& v = s[step].contains(field) ? s[step][field] : json();
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+        throw Error(where + "[" + std::to_string(step) + "]." + field + " must be a finite, non-negative number");
+      }
+      *value = v.get<double>();
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+}  // namespace
+
+void read_exchanges(const json& meta, const std::string& path, TraceRun& run) {
+  if (!meta.contains("measured") || !meta["measured"].is_object()) return;
+  const json& m = meta["measured"];
+  if (!m.contains("ranks") || !m["ranks"].is_array() || !m.contains("representative_step") ||
+      !m["representative_step"].is_number_integer()) {
+    return;
+  }
+  if (run.program.expert_parallel > 1) run.all_to_all = read_records(m, path, "all_to_all");
+  if (run.program.zero == 1 && run.program.data_parallel > 1) run.all_gather = read_records(m, path, "all_gather");
+}
+
 // What a measured run recorded of each rank (otherData.measured.ranks):
 // threads, the host's usable cores, the host, the clock's uncertainty.
 // The K pipeline ranks' entries: measured.ranks lists K of them, or every one

@@ -21,4 +21,8 @@ void read_measured_ranks(const nlohmann::json& meta, const std::string& path, in
 // mean at the trace's step; left empty unless every rank has one.
 void read_tensor_collectives(const nlohmann::json& meta, const std::string& path, int K, TraceRun& run);
 
+// measured.ranks[].all_to_all (E > 1) and .all_gather (ZeRO-1): each
+// process's records at the trace's step.
+void read_exchanges(const nlohmann::json& meta, const std::string& path, TraceRun& run);
+
 }  // namespace pipetwin::calibration

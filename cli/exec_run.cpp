@@ -66,6 +66,8 @@ nlohmann::json measured_json(const exec::RunResult& r, const twin::Scenario& sc)
     if (!rank.tp_collective_s.empty()) ranks.back()["tp_collective_s"] = rank.tp_collective_s;
     // E > 1: per step, its expert group's all-to-alls (calls, seconds, bytes sent).
     if (!rank.all_to_all.empty()) ranks.back()["all_to_all"] = rank.all_to_all;
+    // ZeRO-1: per step, its STEPs' all-gathers (calls, seconds, bytes of its parts).
+    if (!rank.all_gather.empty()) ranks.back()["all_gather"] = rank.all_gather;
     // ZeRO-2 and 3: per step, the seconds it waited for the weights' all-gathers.
     if (!rank.gather_wait_s.empty()) ranks.back()["gather_wait_s"] = rank.gather_wait_s;
   }

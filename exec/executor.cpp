@@ -291,13 +291,10 @@ nlohmann::json describe_collectives(const ps::Program& p, const Placement& where
   if (where.expert > 1) {
     out.push_back({{"dimension", "expert"},
                    {"kind", "all-to-all per routed block: dispatch and combine in F and R, both again in B (or I)"},
-                   {"group", where.expert_group(where.pipeline_rank)},
-                   {"backend", via}});
+                   {"group", where.expert_group(where.pipeline_rank)}, {"backend", via}});
     if (where.expert < where.data) {
-      out.push_back({{"dimension", "expert data"},
-                     {"kind", "all-reduce of the routed experts' gradients, with the data group's"},
-                     {"group", where.expert_peers(where.pipeline_rank)},
-                     {"backend", via}});
+      out.push_back({{"dimension", "expert data"}, {"kind", "all-reduce of the routed experts' gradients, with the data group's"},
+                     {"group", where.expert_peers(where.pipeline_rank)}, {"backend", via}});
     }
   }
   return out;
@@ -325,6 +322,8 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
   }
   const double collectives_before = tp_collective_seconds();
   const ExchangeTotals exchanges_before = expert_exchange_totals();
+  const DataParallel::Gathers gathers_at_start =
+      backend.data_parallel() != nullptr ? backend.data_parallel()->step_gathers() : DataParallel::Gathers{};
   const double gathers_before = backend.data_parallel() != nullptr ? backend.data_parallel()->gather_wait_s() : 0;
   ps::RankInterpreter interpreter(p, ps::RankId{where.pipeline_rank});
   while (!interpreter.done()) {
@@ -348,6 +347,12 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     report.steps.push_back(std::move(t));
     if (const double cpu = backend.step_compute_cpu_s(); cpu >= 0) report.compute_cpu_s.push_back(cpu);
     if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
+    if (where.data > 1 && p.zero == 1) {
+      const DataParallel::Gathers& now = backend.data_parallel()->step_gathers();
+      report.all_gather.push_back({{"calls", now.calls - gathers_at_start.calls},
+                                   {"seconds", now.seconds - gathers_at_start.seconds},
+                                   {"bytes", now.part_bytes - gathers_at_start.part_bytes}});
+    }
     if (where.expert > 1) {
       const ExchangeTotals now = expert_exchange_totals();
       report.all_to_all.push_back({{"calls", now.calls - exchanges_before.calls},

@@ -147,6 +147,7 @@ nlohmann::json RankReport::to_json() const {
           {"collectives", collectives},
           {"tp_collective_s", tp_collective_s},
           {"all_to_all", all_to_all},
+          {"all_gather", all_gather},
           {"gather_wait_s", gather_wait_s},
           {"compute_cpu_s", compute_cpu_s},
           {"peak_allocated_bytes", peak_allocated_bytes},
@@ -176,6 +177,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.collectives = j.value("collectives", nlohmann::json::array());
   r.tp_collective_s = j.value("tp_collective_s", std::vector<double>{});
   r.all_to_all = j.value("all_to_all", nlohmann::json::array());
+  r.all_gather = j.value("all_gather", nlohmann::json::array());
   r.gather_wait_s = j.value("gather_wait_s", std::vector<double>{});
   r.compute_cpu_s = j.value("compute_cpu_s", std::vector<double>{});
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<double>();

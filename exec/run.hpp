@@ -135,6 +135,9 @@ struct RankReport {
   // Per step (E > 1; else empty), its expert group's all-to-alls: {calls,
   // seconds (from each call to its wait's return), bytes it sent}.
   nlohmann::json all_to_all = nlohmann::json::array();
+  // Per step (ZeRO-1 with D > 1; else empty), its STEPs' all-gathers of the
+  // updated weights: {calls, seconds, bytes of the parts it contributed}.
+  nlohmann::json all_gather = nlohmann::json::array();
   // Per step, the seconds its forwards, backwards and steps waited for ZeRO-2
   // and 3's all-gathers of the weights (D > 1, --zero 2 or 3; else empty):
   // the gathers' exposed time.

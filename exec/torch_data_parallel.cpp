@@ -336,7 +336,11 @@ void DataParallel::update_shard(Stage& stage, const at::Tensor& shard_grad) {
   sh.weights.mutable_grad() = at::Tensor();
   at::Tensor gathered = at::empty({sh.chunk * parts}, shard_grad.options().requires_grad(false));
   at::Tensor mine = sh.weights.detach().to(shard_grad.scalar_type());
+  const double posted = comm_.now();
   start_collective(*group_, schedule::CollectiveAlgorithm::RingAllGather, mine, gathered)->wait();
+  ++step_gathers_.calls;
+  step_gathers_.seconds += comm_.now() - posted;
+  step_gathers_.part_bytes += static_cast<double>(mine.nbytes());
   std::int64_t offset = 0;
   for (auto& w : params) {
     w.detach().copy_(gathered.narrow(0, offset, w.numel()).view_as(w));

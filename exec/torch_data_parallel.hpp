@@ -95,6 +95,14 @@ class DataParallel {
   int size() const { return where_.data; }
   // ZeRO-2 and 3: the seconds waited for the weights' all-gathers so far.
   double gather_wait_s() const;
+  // ZeRO-1: the STEP's all-gathers of the updated weights so far (each
+  // waited for at once): how many, their seconds, the bytes of the parts
+  // each member contributed, summed.
+  struct Gathers {
+    std::int64_t calls = 0;
+    double seconds = 0, part_bytes = 0;
+  };
+  const Gathers& step_gathers() const { return step_gathers_; }
   // Per stage, the bytes its last reduction put into the collective.
   const std::map<int, std::int64_t>& stage_bytes() const { return stage_bytes_; }
   // Per bucketed stage, (buckets, of them posted before its last backward ended) in the last step.
@@ -149,6 +157,7 @@ class DataParallel {
   c10::intrusive_ptr<c10d::Backend> group_;   // the data group, or (HSDP) this replica's shard group
   c10::intrusive_ptr<c10d::Backend> across_;  // HSDP: the same shard in every shard group
   c10::intrusive_ptr<c10d::Backend> expert_peers_;  // E < D: the replicas holding this replica's experts
+  Gathers step_gathers_;
   std::map<int, Pending> pending_;  // by stage
   std::map<int, Sharded> sharded_;  // by stage
   std::map<int, std::unique_ptr<ShardedStage>> zero_stages_;  // by stage: ZeRO-2 and 3

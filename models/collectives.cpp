@@ -67,15 +67,24 @@ Link data_group_link(const Topology& topology, int width, int replicas, int rank
   return data_subgroup_link(topology, width, replicas, rank, replicas, 1);
 }
 
+namespace {
+// A shared host's calibrated all-to-all link, where it has one: its own, else the collectives'.
+const Link* calibrated_exchange(const Topology& topology) {
+  if (topology.kind != TopologyKind::SharedHost) return nullptr;
+  if (topology.exchange.bandwidth > 0) return &topology.exchange;
+  return topology.collective.bandwidth > 0 ? &topology.collective : nullptr;
+}
+}  // namespace
+
 AllToAll all_to_all(const Topology& topology, int width, int replicas, int rank, int members) {
   AllToAll out;
   if (members <= 1) return out;
-  const bool calibrated = topology.kind == TopologyKind::SharedHost && topology.collective.bandwidth > 0;
+  const Link* calibrated = calibrated_exchange(topology);
   const bool nodes = topology.kind == TopologyKind::Cluster || topology.kind == TopologyKind::MultiHost;
   const int first = width * replicas * rank;
   for (int m = 1; m < members; ++m) {
     const int device = width * (m + replicas * rank);
-    const Link l = calibrated ? topology.collective : topology.path_group(first, device, width);
+    const Link l = calibrated != nullptr ? *calibrated : topology.path_group(first, device, width);
     out.latency_s = std::max(out.latency_s, l.latency_s);
     const bool off = nodes && device / topology.devices_per_host != first / topology.devices_per_host;
     (off ? out.off_node_s : out.on_node_s) += 1 / l.bandwidth / members;
@@ -87,14 +96,14 @@ AllToAll all_to_all_folded(const Topology& topology, int width, int replicas, in
   AllToAll out;
   const int n = members * width;
   if (n <= 1) return out;
-  const bool calibrated = topology.kind == TopologyKind::SharedHost && topology.collective.bandwidth > 0;
+  const Link* calibrated = calibrated_exchange(topology);
   const bool nodes = topology.kind == TopologyKind::Cluster || topology.kind == TopologyKind::MultiHost;
   const int first = width * replicas * rank;
   for (int m = 0; m < members; ++m) {
     for (int t = 0; t < width; ++t) {
       const int device = width * (m + replicas * rank) + t;
       if (device == first) continue;
-      const Link l = calibrated ? topology.collective : topology.path(first, device);
+      const Link l = calibrated != nullptr ? *calibrated : topology.path(first, device);
       out.latency_s = std::max(out.latency_s, l.latency_s);
       const bool off = nodes && device / topology.devices_per_host != first / topology.devices_per_host;
       (off ? out.off_node_s : out.on_node_s) += 1 / l.bandwidth / n;

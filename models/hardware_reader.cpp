@@ -192,7 +192,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
   y.reject_unknown(
       {"kind", "devices_per_host", "devices_per_switch", "host_cores", "effective_cores", "oversubscribed_cores", "oversubscribed_send_us",
        "oversubscribed_recv_us", "full_host_send_us", "full_host_recv_us", "oversubscribed_compute", "oversubscribed_action_us", "run_to_completion", "time_slice_us", "wake_preempt_us", "core_affinity", "intra", "bridge", "inter", "collective",
-       "tensor_collective", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
+       "tensor_collective", "all_to_all", "tensor_compute",       "nics_per_host", "network", "nodes_per_leaf", "oversubscription"});
   if (y.has("kind")) {
     const std::string k = y.text("kind");
     if (k == "all-to-all") t.kind = TopologyKind::AllToAll;
@@ -260,6 +260,7 @@ void apply_topology(Topology& t, const YamlFields& y) {
   if (y.has("inter")) t.inter = link_from_yaml(y.child("inter"));
   if (y.has("collective")) t.collective = link_from_yaml(y.child("collective"));
   if (y.has("tensor_collective")) t.tensor_collective = link_from_yaml(y.child("tensor_collective"));
+  if (y.has("all_to_all")) t.exchange = link_from_yaml(y.child("all_to_all"));
   if (y.has("tensor_compute")) t.tensor_compute = y.non_negative_number("tensor_compute");
 }
 

@@ -132,6 +132,7 @@ std::string hardware_to_yaml(const Hardware& h, const std::string& header_commen
   if (t.inter.bandwidth > 0) out += "  inter: " + link(t.inter) + "\n";
   if (t.collective.bandwidth > 0) out += "  collective: " + link(t.collective) + "\n";
   if (t.tensor_collective.bandwidth > 0) out += "  tensor_collective: " + link(t.tensor_collective) + "\n";
+  if (t.exchange.bandwidth > 0) out += "  all_to_all: " + link(t.exchange) + "\n";
   if (t.tensor_compute > 0) out += "  tensor_compute: " + yaml_number(t.tensor_compute) + "\n";
   if (!h.devices.empty()) {
     out += "devices:\n";

@@ -142,6 +142,11 @@ struct Topology {
   // bytes are small; what it costs is mostly the two processes meeting).
   // Bandwidth 0: `collective` (then the loopback).
   Link tensor_collective;
+  // SharedHost, calibrated from expert-parallel runs: an expert group's
+  // all-to-all (Gloo's alltoall, inside F, B, R), latency_s + (E - 1) bytes /
+  // (E · bandwidth) for `bytes` each member exchanges in all. Bandwidth 0:
+  // `collective` (then the loopback).
+  Link exchange;
   // SharedHost, calibrated from tensor-parallel runs: each compute action of
   // a tensor group's member takes this much longer than its 1/T of the
   // layers' work on the curves, its collectives apart (the split's own

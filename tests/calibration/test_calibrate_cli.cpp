@@ -182,6 +182,37 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
   EXPECT_EQ(sim.code, 0) << sim.out;
 }
 
+// Real expert-parallel runs (a mixture's experts over E = 2 replicas, at two
+// sizes of exchange) and a ZeRO-1 run beside a pipeline run: calibrate fits
+// the all-to-all from the seconds each process recorded in its exchanges (4
+// records: 2 runs x 2 processes), writes the topology's all_to_all link with
+// its residuals, and the file prices an expert-parallel configuration; the
+// ZeRO-1 run's two processes' STEP all-gathers join the rings' fit beside its
+// reduction, with residuals of their own.
+TEST_F(CalibrateCli, ExpertParallelRunsFitTheAllToAll) {
+  const std::string moe = std::string(PIPETWIN_TEST_MODELS) + "/tiny-moe.yaml";
+  const std::string common = "run --model " + moe + " --optimizer sgd --steps 2 --threads 1 ";
+  ASSERT_EQ(run(common + "-s 1f1b -k 2 -m 4 --batch 8 --trace " + path("pp.json")).code, 0);
+  for (const int batch : {8, 32}) {
+    const auto r = run(common + "-s gpipe -k 1 -m 2 -d 2 -e 2 --batch " + std::to_string(batch) + " --trace " +
+                       path("e2_" + std::to_string(batch) + ".json"));
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  ASSERT_EQ(run(common + "-s gpipe -k 1 -m 2 -d 2 --zero 1 --batch 8 --trace " + path("z1.json")).code, 0);
+  const auto cal = run("calibrate " + path("pp.json") + " " + path("e2_8.json") + " " + path("e2_32.json") + " " +
+                       path("z1.json") + " --hardware cpu --out " + path("moe.yaml"));
+  ASSERT_EQ(cal.code, 0) << cal.out;
+  EXPECT_TRUE(has(cal.out, "all-to-all: fitted on the recorded seconds of 4 (run, process) step totals of 2")) << cal.out;
+  EXPECT_TRUE(has(cal.out, "of 3 (run, stage) reductions and (run, process) ZeRO-1 all-gathers")) << cal.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("moe.yaml")), "all_gather: {count: 2")) << cal.out;
+  const auto h = pm::load_hardware(path("moe.yaml"));
+  EXPECT_GT(h.topology.exchange.bandwidth, 0);
+  EXPECT_GE(h.topology.exchange.latency_s, 0);
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("moe.yaml")), "all_to_all: {count: 4"));
+  const auto sim = run("simulate --model " + moe + " -s gpipe -k 1 -m 2 -d 2 -e 2 --batch 32 --hardware " + path("moe.yaml"));
+  EXPECT_EQ(sim.code, 0) << sim.out;
+}
+
 TEST_F(CalibrateCli, AModelsOwnMicrobenchmarksAloneCalibrateIt) {
   // No trace given: calibrate runs the model's short runs itself (one and two
   // ranks; on a host of few cores, also twice as many ranks as cores), each

@@ -14,6 +14,7 @@
 #include "calibration/fit.hpp"
 #include "calibration/fit_parts.hpp"
 #include "calibration/traces.hpp"
+#include "models/collectives.hpp"
 #include "models/hardware.hpp"
 #include "models/stage_costs.hpp"
 #include "models/stage_table.hpp"
@@ -281,3 +282,62 @@ TEST(FitCollectives, TheCalibratedFileKeepsTheCollectives) {
 }
 
 }  // namespace
+
+// An expert-parallel run's processes record their all-to-alls per step
+// (calls, seconds, bytes): two sizes of exchange made on a known link give
+// it back, on the topology's own all_to_all link, which the simulator's
+// all-to-all then prices ((E - 1) / E of the bytes at its bandwidth, after
+// its latency); that run's REDUCE_GRAD (two reductions, the experts apart)
+// stays out of the rings' fit.
+TEST(FitCollectives, TheExpertGroupsAllToAllIsRecoveredFromItsRecordedSeconds) {
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  const pm::Link exchange{80e-6, 0.9e9};
+  auto runs = data_parallel_runs(truth);
+  pc::TraceRun moe = runs.back();
+  moe.program.expert_parallel = 2;
+  const auto made = [&](double calls, double bytes) {
+    return pc::TraceRun::Exchanges{calls, calls * exchange.latency_s + 0.5 * bytes / exchange.bandwidth, bytes};
+  };
+  moe.all_to_all = {made(24, 98304), made(24, 110000), made(12, 4e6), made(12, 3.5e6)};
+  runs.push_back(std::move(moe));
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, replay);
+  const pm::Link& got = fit.hardware.topology.exchange;
+  EXPECT_NEAR(got.latency_s, exchange.latency_s, 1e-6 * exchange.latency_s);
+  EXPECT_NEAR(got.bandwidth, exchange.bandwidth, 1e-6 * exchange.bandwidth);
+  EXPECT_EQ(fit.residuals.at("all_to_all").count, 4);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9) << "the rings' fit without that run";
+  const auto priced = pm::all_to_all(fit.hardware.topology, 1, 2, 0, 2);
+  EXPECT_NEAR(priced.seconds(1e6), 80e-6 + 0.5 * 1e6 / 0.9e9, 1e-9);
+  const std::string yaml = pm::hardware_to_yaml(fit.hardware);
+  EXPECT_NE(yaml.find("all_to_all:"), std::string::npos) << yaml;
+}
+
+// A ZeRO-1 run's processes record their STEPs' all-gathers (calls, seconds,
+// the parts' bytes): made on the known link as D - 1 rounds of a part each,
+// they join the rings' fit, which still gives the link back, and get
+// residuals of their own (zero here).
+TEST(FitCollectives, ZeroOnesAllGathersJoinTheRingsFit) {
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  auto runs = data_parallel_runs(truth);
+  ASSERT_EQ(runs.back().program.zero, 1);
+  const auto gathered = [&](double calls, double part) {
+    return pc::TraceRun::Exchanges{calls, calls * (35e-6 + part / 1.7e9), calls * part};
+  };
+  runs.back().all_gather = {gathered(1, 2.4e6), gathered(2, 5e5)};
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, replay);
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  ASSERT_EQ(fit.residuals.count("all_gather"), 1u);
+  EXPECT_EQ(fit.residuals.at("all_gather").count, 2);
+  EXPECT_LT(fit.residuals.at("all_gather").max_rel, 1e-6);
+  EXPECT_EQ(fit.residuals.at("reduce_grad").count, 5) << "the reductions' own residuals unchanged";
+  const bool in_fit = std::any_of(fit.notes.begin(), fit.notes.end(), [](const std::string& n) {
+    return n.find("fitted on 4 of 7 (run, stage) reductions and (run, process) ZeRO-1 all-gathers") != std::string::npos;
+  });
+  // The 2 reductions that ran alone (as without the gathers) and the 2 gathers, whose processes had a core each.
+  EXPECT_TRUE(in_fit) << testing::PrintToString(fit.notes);
+}
