@@ -22,8 +22,8 @@ namespace {
 struct Reduction {
   const TraceRun* run = nullptr;
   int stage = 0;
-  int steps = 0;        // rounds of the ring: 2(D - 1), or D - 1 (ZeRO-1's reduce-scatter)
-  double chunk = 0;     // bytes each round sends: the stage's gradients / D
+  int steps = 0;        // rounds of the ring: 2(D - 1), or G - 1 (ZeRO-1's, in shard groups of G: D without HSDP)
+  double chunk = 0;     // bytes each round sends: the stage's gradients / D (ZeRO-1: / G)
   double measured = 0;  // median duration, from the data group's last post (else its own) to its completion
   bool alone = false;   // no other rank computed, stepped or reduced for more than 0.1% of it
 };
@@ -58,11 +58,14 @@ std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs, int 
   for (const TraceRun* run : runs) {
     if (reduces_in_pieces(*run)) continue;
     const int D = run->program.data_parallel;
-    // ZeRO-1's all-gathers, D - 1 rounds of a part each, waited for at once
+    // ZeRO's shards: over the D replicas, or (HSDP) inside groups of G, where
+    // the reduce-scatter and the all-gather run (the groups' all-reduce at STEP).
+    const int G = std::min(run->program.shard_degree(), D);
+    // ZeRO-1's all-gathers, G - 1 rounds of a part each, waited for at once
     // (alone where every process has a core of its own).
     for (const auto& x : run->all_gather) {
       if (x.calls <= 0) continue;
-      out.push_back({run, -1, D - 1, x.bytes / x.calls, x.seconds / x.calls, cores <= 0 || run->program.num_devices() <= cores});
+      out.push_back({run, -1, G - 1, x.bytes / x.calls, x.seconds / x.calls, cores <= 0 || run->program.num_devices() <= cores});
     }
     const ps::Timeline& t = run->trace.timeline;
     std::map<int, std::vector<double>> all, alone;
@@ -78,7 +81,8 @@ std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs, int 
       }
     }
     for (const auto& [s, durations] : all) {
-      Reduction g{run, s, run->program.shard_optimizer() ? D - 1 : 2 * (D - 1), fitting::weight_bytes(*run, s) / D};
+      const bool scatter = run->program.shard_optimizer();
+      Reduction g{run, s, scatter ? G - 1 : 2 * (D - 1), fitting::weight_bytes(*run, s) / (scatter ? G : D)};
       const auto it = alone.find(s);
       g.alone = it != alone.end();
       g.measured = median(g.alone ? it->second : durations);

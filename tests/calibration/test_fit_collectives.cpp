@@ -341,3 +341,30 @@ TEST(FitCollectives, ZeroOnesAllGathersJoinTheRingsFit) {
   // The 2 reductions that ran alone (as without the gathers) and the 2 gathers, whose processes had a core each.
   EXPECT_TRUE(in_fit) << testing::PrintToString(fit.notes);
 }
+
+// HSDP: a ZeRO-1 run over D = 4 replicas in shard groups of 2 reduce-scatters
+// and gathers inside its group (G - 1 rounds of 1/G of the bytes); the
+// group's all-reduce across comes at STEP. Its reductions, made as rings of
+// 2, are read as such: the link comes back as from the same run at D = 2.
+TEST(FitCollectives, HsdpReductionsAreRingsOfTheShardGroup) {
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  auto runs = data_parallel_runs(truth);
+  pc::TraceRun& hsdp = runs.back();
+  ASSERT_EQ(hsdp.program.zero, 1);
+  hsdp.program.data_parallel = 4;
+  hsdp.program.shard_group = 2;
+  hsdp.all_gather = {{1, 35e-6 + 1e6 / 1.7e9, 1e6}};
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives(runs, fit, [](const pc::TraceRun& r, const pm::Hardware& hw) {
+    pc::TraceRun as_run = r;
+    if (as_run.program.shard_group == 2) {  // its timeline holds 2 replicas' ranks: replay it as made
+      as_run.program.data_parallel = 2;
+      as_run.program.shard_group = 0;
+    }
+    return replay(as_run, hw);
+  });
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  EXPECT_LT(fit.residuals.at("all_gather").max_rel, 1e-6);
+}
