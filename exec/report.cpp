@@ -85,37 +85,33 @@ Placement Placement::of(const schedule::Program& p, int device) {
   return w;
 }
 
-std::vector<int> Placement::data_group(int k) const {
+namespace {
+
+// The devices of this process's tensor member at pipeline rank k, in replicas
+// first, first + step, ... below end.
+std::vector<int> replicas_at(const Placement& w, int k, int first, int end, int step) {
   std::vector<int> out;
-  for (int d = 0; d < data; ++d) out.push_back(member + tensor * (d + data * k));
+  for (int d = first; d < end; d += step) out.push_back(w.member + w.tensor * (d + w.data * k));
   return out;
 }
+
+}  // namespace
+
+std::vector<int> Placement::data_group(int k) const { return replicas_at(*this, k, 0, data, 1); }
 
 std::vector<int> Placement::shard_group(int k) const {
-  std::vector<int> out;
   const int first = replica - shard_index();
-  for (int d = first; d < first + shard_size(); ++d) out.push_back(member + tensor * (d + data * k));
-  return out;
+  return replicas_at(*this, k, first, first + shard_size(), 1);
 }
 
-std::vector<int> Placement::replicate_group(int k) const {
-  std::vector<int> out;
-  for (int d = shard_index(); d < data; d += shard_size()) out.push_back(member + tensor * (d + data * k));
-  return out;
-}
+std::vector<int> Placement::replicate_group(int k) const { return replicas_at(*this, k, shard_index(), data, shard_size()); }
 
 std::vector<int> Placement::expert_group(int k) const {
-  std::vector<int> out;
   const int first = replica - expert_index();
-  for (int d = first; d < first + expert; ++d) out.push_back(member + tensor * (d + data * k));
-  return out;
+  return replicas_at(*this, k, first, first + expert, 1);
 }
 
-std::vector<int> Placement::expert_peers(int k) const {
-  std::vector<int> out;
-  for (int d = expert_index(); d < data; d += expert) out.push_back(member + tensor * (d + data * k));
-  return out;
-}
+std::vector<int> Placement::expert_peers(int k) const { return replicas_at(*this, k, expert_index(), data, expert); }
 
 std::vector<int> Placement::tensor_group() const {
   std::vector<int> out;

@@ -85,6 +85,11 @@ at::Tensor index_tensor(const std::vector<std::int64_t>& v, const at::Device& de
   return at::tensor(v, at::TensorOptions(at::kLong)).to(device);
 }
 
+// inverse[perm[i]] = i: the rows taken by index_select(perm) put back in place.
+at::Tensor inverse_permutation(const at::Tensor& perm) {
+  return at::empty_like(perm).scatter_(0, perm, at::arange(perm.numel(), perm.options()));
+}
+
 // The routed experts' work on the copies this member received: `received`
 // holds, member by member, each local expert's rows (`counts`, [E × local]);
 // returns their outputs in the same order.
@@ -117,7 +122,7 @@ at::Tensor local_experts(const at::Tensor& received, const std::vector<std::int6
     offset += rows[e];
   }
   const at::Tensor done = at::cat(outs, 0);
-  return done.index_select(0, at::argsort(perm));  // back to the received order
+  return done.index_select(0, inverse_permutation(perm));  // back to the received order
 }
 
 }  // namespace
@@ -190,7 +195,7 @@ at::Tensor moe_block(const models::LayerShape& s, const at::Tensor& x, const std
   }
   next += 3 * static_cast<std::size_t>(X / E);
   // Back to the tokens' order: copy j of token n at n·k + j.
-  const at::Tensor routed = combined.index_select(0, at::argsort(by_expert)).view({-1, k, s.d_model});
+  const at::Tensor routed = combined.index_select(0, inverse_permutation(by_expert)).view({-1, k, s.d_model});
   at::Tensor y = (routed * gates.unsqueeze(-1)).sum(1);
   if (s.shared_ffn > 0) y = y + swiglu(t, p.at(next), p.at(next + 1), p.at(next + 2));
   return x1 + y.view_as(x1);

@@ -262,8 +262,8 @@ std::vector<at::Tensor> Stage::parameters() const {
   return out;
 }
 
-// The routed experts' parameters of layer position l, as [begin, end) of its list here.
 namespace {
+// Where a layer's routed experts sit in the list a member of `g` holds: [begin, end).
 std::pair<std::size_t, std::size_t> held_experts(const models::Layer& layer, const ExpertGroup& g) {
   const auto [first, end] = routed_expert_params(layer);
   const std::size_t E = g ? static_cast<std::size_t>(g->getSize()) : 1;
