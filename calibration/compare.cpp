@@ -49,6 +49,8 @@ const char* kind_of(Op op) {
     case Op::R: return "R";
     case Op::STEP: return "STEP";
     case Op::REDUCE_GRAD: return "REDUCE_GRAD";
+    case Op::UNSHARD: return "UNSHARD";
+    case Op::RESHARD: return "RESHARD";
     case Op::SEND_F:
     case Op::SEND_B: return "sends";
     case Op::RECV_F:

@@ -31,6 +31,7 @@ struct Options {
   bool list = false;
   std::string model, hardware, partition = "optimal";
   int microbatch_size = 1;
+  int max_active_stages = 0;  // FSDP's UNSHARD/RESHARD (schedule::insert_unshards); 0: none
 };
 
 std::string percent(double x) {
@@ -123,6 +124,7 @@ int run(const Options& o) {
                             .ranges();
   }
   if (!o.compute_only) program = ps::lower(std::move(program));
+  if (o.max_active_stages > 0) program = ps::insert_unshards(std::move(program), o.max_active_stages);
   const auto report = o.from.empty() ? ps::validate(program) : twin::validate_file(program, o.from);
   const std::string format = o.json ? "json" : o.format;
   std::vector<std::string> left_out;
@@ -165,6 +167,11 @@ Run add_schedule_command(CLI::App& app) {
       ->check(CLI::IsMember(prepend("grid", schedule::format_names())))
       ->capture_default_str();
   cmd->add_flag("--compute-only", o->compute_only, "Print the generator's F/B/I/W only, before the passes");
+  cmd->add_option("--max-active-stages", o->max_active_stages,
+                  "Add FSDP's UNSHARD and RESHARD as PyTorch's runtime lowers its multi-stage schedules: at most N "
+                  "stages of a rank gathered at a time (its max_active_stages: 3); no-ops in time unless simulated "
+                  "or run with --zero 3 --reshard-after-forward off")
+      ->check(kPositive);
   cmd->add_option("--out,-o", o->out, "Write to this file (atomically) instead of stdout");
   cmd->add_flag("--json", o->json, "Same as --format json");
   auto* model = cmd->add_option("--model", o->model, "Model spec (YAML, or a Hugging Face config.json): fills the partition (layers per stage)");

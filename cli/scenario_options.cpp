@@ -100,6 +100,12 @@ void add_scenario_options(CLI::App* cmd, twin::ScenarioSpec& o) {
   add_context_options(cmd, o.context_parallel, o.context_attention);
   add_expert_option(cmd, o.expert_parallel, o.expert_tensor_parallel);
   add_zero_options(cmd, o.zero, o.reshard_after_forward, "With D > 1: ");
+  cmd->add_option("--max-active-stages", o.max_active_stages,
+                  "With --zero 3 --reshard-after-forward off: FSDP's UNSHARD and RESHARD actions as PyTorch's runtime "
+                  "places them in its multi-stage schedules (max_active_stages, 3 there): at most N stages of a rank "
+                  "gathered at a time, each UNSHARD an all-gather the stage's next compute waits for; 0: each stage "
+                  "gathered at its first forward and kept to its step (default), or the schedule file's own")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shard-group", o.shard_group,
                   "With --zero: HSDP, ZeRO's shards over groups of G consecutive replicas (G divides D), replicated "
                   "across the D / G groups; 0: one group of all D (default)")

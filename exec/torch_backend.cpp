@@ -37,6 +37,7 @@ TorchBackend::TorchBackend(const RunConfig& config, Comm& comm, at::Device devic
     // this rank: its buckets go out while it runs.
     const auto& actions = p.ranks.at(where_.pipeline_rank);
     for (std::size_t i = 0; i < actions.size(); ++i) {
+      if (actions[i].op == ps::Op::UNSHARD) unshards_.insert(actions[i].stage.value);
       const auto k = actions[i].op == ps::Op::REDUCE_GRAD ? ps::backward_before(actions, i) : std::nullopt;
       if (!k) continue;
       const auto& b = actions[*k];
@@ -125,6 +126,9 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
   const int s = a.stage.value, mb = a.microbatch ? a.microbatch->value : 0;
   // The wait for the stage's reduction is idle time, not the step's.
   if (a.op == ps::Op::STEP && dp_) dp_->wait(stage(s));
+  // A stage its list gathers by UNSHARD: the gather waited for before it
+  // computes, as PyTorch's runtime does (idle time too).
+  if (dp_ && ps::is_compute(a.op) && unshards_.count(s) > 0) dp_->gathered(s);
   const double cpu_before = thread_cpu_seconds();
   const bool lead = dp_ && bucket_leads_.count({static_cast<int>(a.op), s, mb}) > 0;
   if (lead) dp_->arm_buckets(s);
@@ -136,6 +140,13 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     case ps::Op::I: backward(s, mb, true); break;
     case ps::Op::W: weight_grad(s, mb); break;
     case ps::Op::STEP: dp_ ? dp_->step(stage(s)) : stage(s).step(); break;
+    // FSDP: no-ops for a data group of one replica, and below ZeRO-3 (PyTorch's for a stage without FSDP).
+    case ps::Op::UNSHARD:
+      if (dp_) dp_->unshard(s);
+      break;
+    case ps::Op::RESHARD:
+      if (dp_) dp_->reshard(s);
+      break;
     case ps::Op::REDUCE_GRAD:
       // A data group of one replica has nothing to reduce.
       stage(s).finish_gradients();

@@ -109,6 +109,7 @@ class TorchBackend final : public schedule::Backend {
   Comm& comm_;
   Placement where_;                   // this process's (t, d, k): it runs pipeline rank k's list
   std::unique_ptr<DataParallel> dp_;  // D > 1
+  std::set<int> unshards_;  // stages this rank's list gathers by UNSHARD
   std::set<std::array<int, 3>> bucket_leads_;  // (op, stage, micro-batch): a stage's last backward before its REDUCE_GRAD
   std::map<std::size_t, int> reductions_;  // index in timed_ -> its reduction's id (timed when it completes)
   at::Device device_;

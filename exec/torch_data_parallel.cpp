@@ -190,6 +190,18 @@ void DataParallel::gather_weights() {
   for (auto& [_, z] : zero_stages_) z->gather_all();
 }
 
+void DataParallel::unshard(int stage) {
+  if (auto* z = sharded_stage(stage)) z->unshard();
+}
+
+void DataParallel::reshard(int stage) {
+  if (auto* z = sharded_stage(stage)) z->reshard();
+}
+
+void DataParallel::gathered(int stage) {
+  if (auto* z = sharded_stage(stage)) z->gathered();
+}
+
 DataParallel::~DataParallel() {
   // Leaving with a reduction in flight (an error elsewhere): its watcher ends with the group's timeout.
   for (auto& [_, p] : pending_) {

@@ -75,6 +75,11 @@ class DataParallel {
   // ZeRO-3: every stage's weights gathered whole (a collective of the data
   // group), before they are saved.
   void gather_weights();
+  // FSDP's UNSHARD and RESHARD of a stage, and the wait for its UNSHARD
+  // before the stage computes (ShardedStage's; nothing below ZeRO-3).
+  void unshard(int stage);
+  void reshard(int stage);
+  void gathered(int stage);
 
   // REDUCE_GRAD of `stage`: posts the reduction and returns. Returns an id
   // whose (start, end) times() gives once it completed, until the next

@@ -300,4 +300,27 @@ void ShardedStage::gather_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) materialize(u);
 }
 
+void ShardedStage::unshard() {
+  if (!shards_weights() || options_.reshard_after_forward) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) post_gather(u);
+}
+
+void ShardedStage::gathered() {
+  if (!shards_weights() || options_.reshard_after_forward) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) materialize(u);
+}
+
+void ShardedStage::reshard() {
+  if (!shards_weights() || options_.reshard_after_forward) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    Unit& x = units_[u];
+    if (x.gathering) {  // posted and never used: finish it before the storage goes
+      x.gathering->wait();
+      x.gathering.reset();
+      x.gathered = at::Tensor();
+    }
+    release(u);
+  }
+}
+
 }  // namespace pipetwin::exec

@@ -84,6 +84,13 @@ class ShardedStage final : public LayerHooks {
   void step();
   // ZeRO-3: every unit gathered (a collective), to save the weights.
   void gather_all();
+  // FSDP's actions (ZeRO-3 keeping the weights between uses; no-ops
+  // otherwise, as the simulator's): UNSHARD posts every unit's gather;
+  // before a compute of a stage the list gathers so, `gathered` waits for
+  // them (PyTorch's _assert_unsharded); RESHARD frees every unit.
+  void unshard();
+  void gathered();
+  void reshard();
 
   // Gradient bytes this replica put into reduce-scatters this step.
   std::int64_t step_bytes() const { return step_bytes_; }

@@ -101,6 +101,17 @@ double StageCostModel::gather_bytes(int i, int j) const {
   return data_parallel_ > 1 && after_step ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.precision) : 0;
 }
 
+double StageCostModel::unshard_bytes(int i, int j) const {
+  const bool kept = zero_ == 3 && !reshard_after_forward_;
+  return data_parallel_ > 1 && kept ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.precision) : 0;
+}
+
+double StageCostModel::gathered_weight_bytes(int i, int j, int s) const {
+  if (zero_ != 3 || reshard_after_forward_ || data_parallel_ <= 1) return 0;
+  const double p = params_[j] - params_[i], z = zero_params_[j] - zero_params_[i];
+  return (p - z / shard_) * bytes_per_element(model_.precision) * stash_counts_.at(s).weight_versions;
+}
+
 double StageCostModel::gradient_bucket_bytes(int i, int j) const {
   if (gradient_bucket_bytes_ > 0 || zero_ < 2 || data_parallel_ <= 1) return gradient_bucket_bytes_;
   double largest = 0;

@@ -96,6 +96,12 @@ class StageCostModel {
   // the weights it all-gathers after its step.
   double reduce_bytes(int i, int j) const;
   double gather_bytes(int i, int j) const;
+  // ZeRO-3 without resharding after the forward: what one device gathers at
+  // an UNSHARD of the stage (its weights, whole), and what they hold beyond
+  // their shard while gathered (every version kept). 0 otherwise: an UNSHARD
+  // is then a no-op in time, and the weights stay as static_bytes counts them.
+  double unshard_bytes(int i, int j) const;
+  double gathered_weight_bytes(int i, int j, int s) const;
   // The gradient buckets' size (PartitionRequest::gradient_bucket_bytes; 0:
   // one reduction). Under ZeRO-2 and 3, where none is asked, each layer's
   // gradients are reduce-scattered as its backward produces them (a bucket of

@@ -44,18 +44,37 @@ void add_core_waits(const Topology& topo, const schedule::Program& program, std:
 // them: before every forward, recompute and backward (input gradient) where
 // a unit's weights are freed after each use; once per step, before the
 // stage's first forward, where they are kept (reshard_after_forward off).
-void add_weight_gathers(const StageCostModel& costs, const schedule::Program& program, int s, schedule::StageCosts& t) {
+// A stage whose rank's list holds UNSHARDs (PyTorch's lowering, or
+// insert_unshards) is gathered by them instead: their collectives are the
+// simulator's, at their places in the order.
+void add_weight_gathers(const StageCostModel& costs, const schedule::Program& program, int s, bool unshards,
+                        schedule::StageCosts& t) {
   if (program.zero != 3) return;
   using schedule::Op;
   const auto [i, j] = program.partition[s];
   if (!program.reshard_after_forward) {
-    t.first_forward_extra_s += costs.gather_exposed_s(i, j, s, Op::F);
+    if (unshards) {
+      t.unshard_bytes = costs.unshard_bytes(i, j);
+    } else {
+      t.first_forward_extra_s += costs.gather_exposed_s(i, j, s, Op::F);
+    }
     return;
   }
   for (auto [d, op] : {std::pair{&t.forward_s, Op::F}, std::pair{&t.recompute_s, Op::R}, std::pair{&t.backward_s, Op::B},
                        std::pair{&t.input_grad_s, Op::I}}) {
     *d += costs.gather_exposed_s(i, j, s, op);
   }
+}
+
+// By stage: whether its rank's list gathers it by UNSHARD.
+std::vector<bool> unsharded_stages(const schedule::Program& program) {
+  std::vector<bool> out(static_cast<std::size_t>(program.num_stages()), false);
+  for (const auto& actions : program.ranks) {
+    for (const auto& a : actions) {
+      if (a.op == schedule::Op::UNSHARD) out.at(static_cast<std::size_t>(a.stage.value)) = true;
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -70,6 +89,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
   const int T = program.tensor_parallel;
   const auto rank = [&](int s) { return program.first_device(0, program.rank_of(schedule::StageId{s})); };
   const auto path = [&](int a, int b) { return hw.topology.path_group(a, b, T); };
+  const auto unshards = unsharded_stages(program);
   std::vector<schedule::StageCosts> table;
   for (int s = 0; s < S; ++s) {
     const auto [i, j] = program.partition[s];
@@ -87,7 +107,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.reduce_chunks = costs.reduce_chunks(i, j, s);
     t.reduce_bucket_bytes = costs.gradient_bucket_bytes(i, j);
     t.reduce_each_microbatch = costs.reduces_each_microbatch() && program.data_parallel > 1;
-    add_weight_gathers(costs, program, s, t);
+    add_weight_gathers(costs, program, s, unshards[static_cast<std::size_t>(s)], t);
     t.reduce_first_bucket_bytes = costs.gradient_first_bucket_bytes();
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "schedule/dry_run.hpp"
@@ -66,10 +67,17 @@ std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timelin
     const auto stages = p.stages_of(schedule::RankId{static_cast<int>(r)});
     if (stages.empty()) continue;
     StageCostModel::MemoryParts fixed;  // weights, gradients, optimizer state: all the step
+    // Stages gathered by UNSHARD hold their weights whole only until their RESHARD.
+    std::map<int, double> unshards;  // stage -> its gathered weights' extra bytes
+    for (const auto& a : t.ranks[r]) {
+      if (a.action.op == schedule::Op::UNSHARD) unshards[a.action.stage.value] = memory.gathered_weight_bytes(a.action.stage.value);
+    }
     for (const auto s : stages) {
       const auto parts = memory.fixed_parts(s.value);
       fixed.weights += parts.weights, fixed.gradients += parts.gradients, fixed.optimizer += parts.optimizer;
+      if (const auto it = unshards.find(s.value); it != unshards.end()) fixed.weights -= it->second;
     }
+    double gathered = 0;  // of the stages gathered by UNSHARD, now
     const auto stashed = [&] {
       double bytes = 0;
       for (const auto s : stages) bytes += stashed_bytes(tracker, memory, s.value);
@@ -77,14 +85,21 @@ std::vector<StageCostModel::MemoryParts> rank_peak_parts(const schedule::Timelin
     };
     double most = -1;
     const auto consider = [&](double activations, double work) {
-      if (activations + work <= most) return;
-      most = activations + work;
+      if (activations + work + gathered <= most) return;
+      most = activations + work + gathered;
       peak[r] = fixed;
+      peak[r].weights += gathered;
       peak[r].activations = activations, peak[r].workspace = work;
     };
     consider(stashed(), 0);
     // A rank's stages live on it alone: its own order is a time order for all of them.
     for (const auto& a : t.ranks[r]) {
+      if (schedule::is_fsdp(a.action.op)) {
+        const double bytes = unshards.count(a.action.stage.value) ? unshards.at(a.action.stage.value) : 0;
+        gathered += a.action.op == schedule::Op::UNSHARD ? bytes : -bytes;
+        consider(stashed(), 0);
+        continue;
+      }
       if (!schedule::is_compute(a.action.op)) continue;
       // A backward's working memory, on top of the stash it starts from.
       if (is_backward(a.action.op)) consider(stashed(), memory.workspace_bytes(a.action.stage.value));

@@ -52,6 +52,11 @@ class StageMemorySource {
   // Its parts at its peak: the fixed ones, the stash's peak, the workspace, the reserve.
   Parts peak_parts(int s) const;
   virtual double static_bytes(int s) const { return fixed_parts(s).total(); }
+  // Of its fixed weights, what they hold beyond their shard while gathered
+  // (ZeRO-3 keeping them between uses; 0 otherwise, or not known): a rank
+  // whose list gathers the stage by UNSHARD holds this only from there to
+  // its RESHARD.
+  virtual double gathered_weight_bytes(int) const { return 0; }
 };
 
 // A StageCostModel's memory on a partition (the ranges of its stages).
@@ -71,6 +76,9 @@ class PartitionMemory final : public StageMemorySource {
   double capacity_bytes(int s) const override { return costs_.capacity_bytes(s); }
   const schedule::StageMemory& stash(int s) const override { return costs_.stash(s); }
   double static_bytes(int s) const override { return costs_.static_bytes(ranges_.at(s).begin, ranges_.at(s).end, s); }
+  double gathered_weight_bytes(int s) const override {
+    return costs_.gathered_weight_bytes(ranges_.at(s).begin, ranges_.at(s).end, s);
+  }
 
  private:
   const StageCostModel& costs_;

@@ -81,9 +81,9 @@ def load_json(path: str) -> dict:
     return doc
 
 
-OPS = ("F", "B", "I", "W", "R", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP")
+OPS = ("F", "B", "I", "W", "R", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "STEP", "UNSHARD", "RESHARD")
 COMPUTE_OPS = ("F", "B", "I", "W", "R")  # what counts as busy, as in schedule::Timeline::busy
-_ACTION = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|STEP|F|B|I|W|R)(\d*)$")
+_ACTION = re.compile(r"^(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|STEP|UNSHARD|RESHARD|F|B|I|W|R)(\d*)$")
 
 
 @dataclass(frozen=True)
@@ -378,6 +378,8 @@ OP_COLORS = {
     "R": "#009E73",
     "STEP": "#333333",
     "REDUCE_GRAD": "#56B4E9",
+    "UNSHARD": "#F0E442",
+    "RESHARD": "#F0E442",
     "SEND_F": "#9ecae1",
     "RECV_F": "#9ecae1",
     "SEND_B": "#f4a582",
@@ -391,6 +393,7 @@ OP_LABELS = {
     "R": "R recompute",
     "STEP": "optimizer step",
     "REDUCE_GRAD": "grad all-reduce",
+    "UNSHARD": "FSDP unshard (weights all-gather)",
     "SEND_F": "send/recv activations",
     "SEND_B": "send/recv gradients",
 }

@@ -25,7 +25,7 @@ LANES = {"compute": (0.04, 0.52), "send": (0.60, 0.14), "recv": (0.76, 0.14)}
 class Bar:
     rank: int
     lane: str  # compute | send | recv
-    kind: str  # the colour key: F B I W R STEP REDUCE_GRAD SEND_F RECV_F SEND_B RECV_B
+    kind: str  # the colour key: F B I W R STEP REDUCE_GRAD SEND_F RECV_F SEND_B RECV_B UNSHARD RESHARD
     start: float  # seconds
     duration: float
     label: str  # the micro-batch, shown inside wide enough compute bars
@@ -42,7 +42,7 @@ class Bar:
 def lane_of(op: str) -> str:
     if op.startswith("SEND"):
         return "send"
-    if op.startswith("RECV"):
+    if op.startswith("RECV") or op == "UNSHARD":  # an UNSHARD's gather brings weights in, beside the compute
         return "recv"
     return "compute"
 
@@ -126,7 +126,7 @@ def draw(traces: list[tuple[str, common.Trace]], title: str | None = None):
             ax.spines[side].set_visible(False)
     axes[-1].set_xlim(0, span * scale * 1.01)
     axes[-1].set_xlabel(f"time ({unit}); per rank: compute, then sends, then receives; dashed: end of the step")
-    order = ["F", "B", "I", "W", "R", "STEP", "REDUCE_GRAD", "SEND_F", "SEND_B"]
+    order = ["F", "B", "I", "W", "R", "STEP", "REDUCE_GRAD", "UNSHARD", "SEND_F", "SEND_B"]
     handles = [Patch(facecolor=common.OP_COLORS[kd], label=common.OP_LABELS[kd]) for kd in order if kd in kinds_seen]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
     meta = traces[0][1].meta  # otherData, read through common.TraceMeta

@@ -16,13 +16,15 @@ struct OpName {
 };
 
 // The parser reads the whole [A-Z_]+ run and looks it up exactly.
-constexpr std::array<OpName, 11> kOps{{
+constexpr std::array<OpName, 13> kOps{{
     {Op::REDUCE_GRAD, "REDUCE_GRAD"},
     {Op::SEND_F, "SEND_F"},
     {Op::RECV_F, "RECV_F"},
     {Op::SEND_B, "SEND_B"},
     {Op::RECV_B, "RECV_B"},
     {Op::STEP, "STEP"},
+    {Op::UNSHARD, "UNSHARD"},
+    {Op::RESHARD, "RESHARD"},
     {Op::F, "F"},
     {Op::B, "B"},
     {Op::I, "I"},

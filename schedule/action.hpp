@@ -1,6 +1,7 @@
 // One step of a rank's program: {op, stage, micro-batch}, with the text form
 // `<stage><op><micro-batch>` of torch.distributed.pipelining ("2F0", "3SEND_F1",
-// "1R4"). Stage-level ops (STEP, REDUCE_GRAD) may omit the micro-batch ("0STEP").
+// "1R4"). Stage-level ops (STEP, REDUCE_GRAD, UNSHARD, RESHARD) may omit the
+// micro-batch ("0STEP").
 #pragma once
 
 #include <optional>
@@ -24,6 +25,13 @@ enum class Op {
   RECV_B,       // receive the output gradient from the next stage
   REDUCE_GRAD,  // data-parallel gradient all-reduce (reserved)
   STEP,         // optimizer step
+  // FSDP (ZeRO-3) under a pipeline, as PyTorch's runtime lowers its
+  // multi-stage schedules: UNSHARD starts the all-gather of a whole stage's
+  // weights (asynchronously; the stage's next compute waits for it), RESHARD
+  // frees them. No-ops in time unless the stage's weights are sharded and
+  // kept between uses (ZeRO-3, reshard_after_forward off).
+  UNSHARD,
+  RESHARD,
 };
 
 std::string_view op_name(Op op);
@@ -33,8 +41,9 @@ inline bool is_compute(Op op) { return op == Op::F || op == Op::B || op == Op::I
 inline bool is_send(Op op) { return op == Op::SEND_F || op == Op::SEND_B; }
 inline bool is_recv(Op op) { return op == Op::RECV_F || op == Op::RECV_B; }
 inline bool is_transfer(Op op) { return is_send(op) || is_recv(op); }
-// STEP and REDUCE_GRAD act on a whole stage; their micro-batch is optional.
-inline bool is_stage_level(Op op) { return op == Op::STEP || op == Op::REDUCE_GRAD; }
+inline bool is_fsdp(Op op) { return op == Op::UNSHARD || op == Op::RESHARD; }
+// STEP, REDUCE_GRAD, UNSHARD and RESHARD act on a whole stage; their micro-batch is optional.
+inline bool is_stage_level(Op op) { return op == Op::STEP || op == Op::REDUCE_GRAD || is_fsdp(op); }
 
 struct Action {
   Op op = Op::F;

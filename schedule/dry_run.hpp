@@ -45,6 +45,11 @@ struct StageCosts {
   // leaves both out (REDUCE_GRAD takes no time there).
   double reduce_bytes = 0;
   double gather_bytes = 0;
+  // ZeRO-3 without resharding after the forward: what one device all-gathers
+  // at each of the stage's UNSHARDs (the stage's weights, whole), the stage's
+  // next compute waiting for it; 0 where an UNSHARD is a no-op in time. The
+  // evaluator leaves it out too.
+  double unshard_bytes = 0;
   // The collective of REDUCE_GRAD (models' choice: the ring or the tree
   // all-reduce; with ZeRO-1, Program::shard_optimizer, sim/ runs the ring
   // reduce-scatter whatever this says), and the chunks that a tree pipelines

@@ -28,7 +28,7 @@ std::string to_json(const Program& program, int indent = 1);
 
 Program parse_text(std::string_view text, const std::string& source);
 // PyTorch's CSV as its runtime reads it: empty cells are bubbles; UNSHARD and
-// RESHARD (FSDP) are left out; (a;b)OVERLAP_F_B becomes its sub-actions in
+// RESHARD (FSDP) are kept; (a;b)OVERLAP_F_B becomes its sub-actions in
 // order; receives of a file with communication are waited for where their
 // data is used (receive_at_use). `notes`, when given, gets a line for each of
 // these the file held.

@@ -348,17 +348,13 @@ Program parse_csv(std::string_view text, const std::string& source, std::vector<
       ++column;
       const std::string c = trim(cell);
       const std::string where = source + ":" + std::to_string(line_no) + ": column " + std::to_string(column);
-      // Empty cells are bubbles in torch's compute-only CSVs; UNSHARD/RESHARD
-      // (FSDP) do not change the pipeline's data flow.
+      // Empty cells are bubbles in torch's compute-only CSVs.
       if (c.empty()) continue;
-      if (c.find("UNSHARD") != std::string::npos || c.find("RESHARD") != std::string::npos) {
-        ++fsdp;
-        continue;
-      }
       const auto actions = parse_at(c, where);
       append(ranks.back(), actions);
       overlaps += actions.size() > 1;
       reduces += actions.back().op == Op::REDUCE_GRAD;
+      fsdp += is_fsdp(actions.back().op);
     }
   }
   Program p = assemble(Header{}, std::move(ranks), source);
@@ -370,7 +366,10 @@ Program parse_csv(std::string_view text, const std::string& source, std::vector<
                        "sub-actions one after the other, as PyTorch's runtime does unless a custom overlap is registered; "
                        "the simulators time it as their sum less the hardware's overlap_factor times the shorter");
     }
-    if (fsdp > 0) notes->push_back(std::to_string(fsdp) + " UNSHARD/RESHARD (FSDP) left out: no-ops in time here");
+    if (fsdp > 0) {
+      notes->push_back(std::to_string(fsdp) + " UNSHARD/RESHARD (FSDP): kept; with --zero 3 --reshard-after-forward off "
+                       "each UNSHARD gathers its stage's weights and RESHARD frees them, no-ops in time otherwise");
+    }
     if (reduces > 0) {
       notes->push_back(std::to_string(reduces) + " REDUCE_GRAD: no-ops in time for one replica; rings over the data group with --data D > 1");
     }

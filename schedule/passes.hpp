@@ -33,6 +33,18 @@ Program lower(Program program);
 // follows on the rank (the cool-down's other stages), and its STEP waits for it.
 Program insert_gradient_reductions(Program program);
 
+// FSDP's actions as PyTorch's runtime lowers its multi-stage schedules
+// (_add_unshard_reshard): walking each rank's compute actions (an
+// OVERLAP_F_B as one, R as its stage's compute), before each one the stages
+// among the next `max_active_stages` distinct ones to compute that are not
+// gathered get an UNSHARD (in the order they come), after a RESHARD of each
+// gathered stage not among them; a RESHARD of every stage still gathered
+// ends the list. Each goes right before the receives that stand before its
+// compute (which wait for their data there). A program that holds FSDP
+// actions already is returned as it is. Throws pipetwin::Error for
+// `max_active_stages` < 1.
+Program insert_unshards(Program program, int max_active_stages);
+
 // Receives as PyTorch's runtime means them: a RECV_F or RECV_B in its CSV
 // posts the receive, and the rank waits for the data right before the
 // compute that uses it (F of the same stage and micro-batch for RECV_F; its

@@ -77,7 +77,7 @@ class ActionIndex {
   }
 
  private:
-  static constexpr std::size_t kOps = static_cast<std::size_t>(Op::STEP) + 1;
+  static constexpr std::size_t kOps = static_cast<std::size_t>(Op::RESHARD) + 1;
   static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
   std::size_t slot(const Key& k) const {
     const auto [op, s, m] = k;
@@ -156,6 +156,7 @@ class Checker {
                        std::to_string(owner.value) + ", not on rank " + std::to_string(r) +
                        " (a stage cannot be on two ranks)");
         }
+        if (is_fsdp(a.op)) continue;  // a stage may be gathered and freed more than once a step
         if (const auto there = index_.insert(key_of(a), at)) {
           fail(at, to_string(a) + ": duplicate; the same action is already at " + where(*there));
         }
@@ -440,6 +441,7 @@ ValidationReport validate(const Program& input) {
   checker.check_completeness();
   checker.check_order();
   checker.check_transfers();
+  check_unshards(report.program);
   report.dry_run = dry_run(report.program);
   checker.check_progress(report.dry_run);
   report.memory = account_memory(report.program);

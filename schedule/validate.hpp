@@ -33,4 +33,12 @@ struct ValidationReport {
 
 ValidationReport validate(const Program& program);
 
+// FSDP's actions, as PyTorch's runtime checks them (part of validate): on
+// each rank, a stage that has any alternates UNSHARD and RESHARD, starting
+// with an UNSHARD and ending with a RESHARD (the next step's UNSHARD finds
+// it sharded), computes only between the two, and reshards only after it
+// has computed (the runtime waits for a gather at the stage's next compute).
+// Throws ScheduleError at the first action at fault.
+void check_unshards(const Program& program);
+
 }  // namespace pipetwin::schedule

@@ -20,6 +20,7 @@
 #include "schedule/interpreter.hpp"
 #include "sim/collectives.hpp"
 #include "sim/cores.hpp"
+#include "sim/mailboxes.hpp"
 #include "sim/platform.hpp"
 
 namespace sg4 = simgrid::s4u;
@@ -27,39 +28,6 @@ namespace ps = pipetwin::schedule;
 
 namespace pipetwin::sim {
 namespace {
-
-std::string mailbox_name(const ps::MessageKey& k, int replica) {
-  return std::string(k.forward ? "F" : "B") + "/" + std::to_string(k.to_stage.value) + "/" +
-         std::to_string(k.microbatch.value) + (replica > 0 ? "/d" + std::to_string(replica) : "");
-}
-
-// Every message's mailbox, resolved once before the replay (a lookup by name
-// per transfer, with the name built each time, cost about a tenth of the
-// replay): index (direction, receiving stage, micro-batch).
-class Mailboxes {
- public:
-  Mailboxes(const ps::Program& p, int replica)
-      : stages_(p.num_stages()), microbatches_(std::max(1, p.num_microbatches)) {
-    boxes_.resize(2 * static_cast<std::size_t>(stages_ + 1) * microbatches_, nullptr);
-    for (const auto& rank : p.ranks) {
-      for (const auto& a : rank) {
-        if (ps::is_recv(a.op) || ps::is_send(a.op)) {
-          const auto k = ps::message_of(a);
-          auto*& box = boxes_.at(index(k));
-          if (!box) box = sg4::Mailbox::by_name(mailbox_name(k, replica));
-        }
-      }
-    }
-  }
-  sg4::Mailbox* of(const ps::Action& a) const { return boxes_.at(index(ps::message_of(a))); }
-
- private:
-  std::size_t index(const ps::MessageKey& k) const {
-    return (static_cast<std::size_t>(k.forward) * (stages_ + 1) + k.to_stage.value) * microbatches_ + k.microbatch.value;
-  }
-  int stages_, microbatches_;
-  std::vector<sg4::Mailbox*> boxes_;
-};
 
 // A stage's collective over its data group: replica `replica` of D. With
 // HSDP (G < D shards a group) a reduction is a reduce-scatter inside the
@@ -84,7 +52,9 @@ class SimBackend final : public ps::Backend {
 
   void compute(ps::RankId r, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
+    if (ps::is_fsdp(a.op)) return fsdp(a);
     if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
+    if (ps::is_compute(a.op)) wait_unshard(a.stage.value);
     const auto& costs = in_.stages.at(a.stage.value);
     const double d = costs.of(a, alone_, alone_a2a_);
     alone_ = costs.of(a);
@@ -164,6 +134,34 @@ class SimBackend final : public ps::Backend {
                                over_data_group(entry, "R", s, replica, D, G, bytes, chunks, work);
                                out[at].end = sg4::Engine::get_clock();
                              });
+  }
+  // UNSHARD: the stage's weights all-gathered over its shard group by an
+  // actor of its own, from now on (FSDP's unshard(async_op=True)); the
+  // stage's next compute waits for it (PyTorch's _assert_unsharded). Its
+  // timed action ends when the gather does. RESHARD frees: no time. Both are
+  // no-ops where the stage's weights are not kept between uses
+  // (StageCosts::unshard_bytes 0).
+  void fsdp(const ps::Action& a) {
+    const int D = in_.program.data_parallel, G = in_.program.shard_degree(), s = a.stage.value;
+    const double bytes = in_.stages.at(s).unshard_bytes * in_.program.tensor_parallel;  // T shares, as reduce()
+    out_.push_back({a, sg4::Engine::get_clock(), sg4::Engine::get_clock()});
+    if (a.op != ps::Op::UNSHARD || D <= 1 || bytes <= 0) return;
+    const std::size_t at = out_.size() - 1;
+    const auto& entry = models::collective(ps::CollectiveAlgorithm::RingAllGather);
+    auto& out = out_;
+    const int replica = replica_;
+    unsharding_[s] = collective("unshard" + std::to_string(s) + "/" + std::to_string(replica),
+                                [&out, &entry, at, s, replica, D, G, bytes](const RoundWork& work) {
+                                  over_data_group(entry, "U", s, replica, D, G, bytes, 1, work);
+                                  out[at].end = sg4::Engine::get_clock();
+                                });
+  }
+  void wait_unshard(int stage) {
+    const auto it = unsharding_.find(stage);
+    if (it == unsharding_.end()) return;
+    give_core();  // it waits: its core goes to a rank that has work
+    it->second->join();
+    unsharding_.erase(it);
   }
   // Bucketed reductions (StageCosts::reduce_bucket_bytes): the backward
   // right before a stage's REDUCE_GRAD on this rank starts them; under
@@ -351,6 +349,7 @@ class SimBackend final : public ps::Backend {
     long at = -1;
   };
   std::map<int, std::shared_ptr<Early>> early_;  // stage -> its bucketed reduction, until its REDUCE_GRAD
+  std::map<int, sg4::ActorPtr> unsharding_;      // stage -> its UNSHARD's gather, until the stage computes
   std::set<std::array<int, 3>> leads_;           // (op, stage, micro-batch) of the backwards that start them
   bool scanned_ = false;
   bool bounded_;  // each exec at most one core (a host of calibrated effective cores)

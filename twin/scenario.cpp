@@ -121,6 +121,10 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   if (!p.reshard_after_forward && p.zero != 3) {
     throw Error("--reshard-after-forward off needs --zero 3 (only ZeRO-3 shards the weights)");
   }
+  if (o.max_active_stages > 0 && (p.zero != 3 || p.reshard_after_forward)) {
+    throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " needs --zero 3 --reshard-after-forward off "
+                "(its UNSHARD gathers a stage whose weights are then kept until its RESHARD)");
+  }
   if (o.shard_group > 0) {
     if (p.zero == 0) throw Error("--shard-group " + std::to_string(o.shard_group) + " needs --zero 1, 2 or 3 (it groups ZeRO's shards)");
     if (p.data_parallel % o.shard_group != 0) {
@@ -179,6 +183,19 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
                 ", which holds its own partition line");
   }
   p = schedule::insert_gradient_reductions(schedule::lower(std::move(p)));
+  if (o.max_active_stages > 0) {
+    if (p.zero != 3 || p.reshard_after_forward) {
+      throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " needs ZeRO-3 without resharding after "
+                  "the forward; the schedule file " + o.schedule + " has zero " + std::to_string(p.zero) +
+                  (p.zero == 3 ? " with reshard_after_forward on" : ""));
+    }
+    const auto before = p;
+    p = schedule::insert_unshards(std::move(p), o.max_active_stages);
+    if (p == before) {
+      throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " contradicts the schedule file " +
+                  o.schedule + ", which places its own UNSHARD and RESHARD");
+    }
+  }
   validate_file(p, o.schedule);
   return p;
 }
@@ -194,7 +211,8 @@ schedule::Program program_from_generator(const StageBound& check_stages, const S
   const auto recompute = models::parse_recompute_choice(o.recompute.empty() ? "none" : o.recompute).policy;
   auto p = schedule::build_schedule(o.schedule, {o.ranks, o.microbatches, V, recompute});
   set_parallelism(p, o);
-  return schedule::insert_gradient_reductions(std::move(p));
+  p = schedule::insert_gradient_reductions(std::move(p));
+  return o.max_active_stages > 0 ? schedule::insert_unshards(std::move(p), o.max_active_stages) : p;
 }
 
 // The partition the options ask for, or the schedule file's own.

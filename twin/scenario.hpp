@@ -34,6 +34,8 @@ struct ScenarioSpec {
   // with 3 whether a unit's gathered weights are freed after its forward.
   int zero = 0;
   bool reshard_after_forward = true;
+  // ZeRO-3 keeping the weights: FSDP's UNSHARD/RESHARD by schedule::insert_unshards; 0: none (or the file's).
+  int max_active_stages = 0;
   int shard_group = 0;  // HSDP: ZeRO's shards over groups of G replicas (Program::shard_group); 0: all D
   std::string collective;  // the all-reduces' algorithm: auto, ring or tree; "": auto
   // With D > 1: gradient buckets of this many MB (10^6 bytes), each reduced as

@@ -469,6 +469,17 @@ std::vector<Bad> catalogue() {
       {"cli_simulate_reshard_without_zero3", {{"m.yaml", kT}},
        "simulate --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --zero 2 --reshard-after-forward off --model {}/m.yaml",
        "--reshard-after-forward off needs --zero 3"},
+      {"cli_simulate_unshards_without_kept_weights", {{"m.yaml", kT}},
+       "simulate --hardware a100 -s interleaved-1f1b -k 2 -v 2 -m 2 -d 2 --zero 3 --max-active-stages 1 --model {}/m.yaml",
+       "--max-active-stages 1 needs --zero 3 --reshard-after-forward off"},
+      {"cli_simulate_unshards_beside_the_files_own", {{"m.yaml", kT}, {"u.txt", "ranks 1\nmicrobatches 1\nstage_to_rank 0\n"
+                                                                       "data_parallel 2\nzero 3\nreshard_after_forward off\n"
+                                                                       "rank 0: 0UNSHARD 0F0 0B0 0RESHARD 0STEP\n"}},
+       "simulate --hardware a100 -s {}/u.txt --max-active-stages 2 --model {}/m.yaml",
+       "--max-active-stages 2 contradicts the schedule file"},
+      {"cli_validate_compute_on_a_sharded_stage", {{"u.txt", "ranks 1\nmicrobatches 2\nstage_to_rank 0\n"
+                                                              "rank 0: 0UNSHARD 0F0 0B0 0RESHARD 0F1 0B1\n"}},
+       "validate {}/u.txt", "rank 0, step 4: 0F1 computes on stage 0 while its weights are sharded"},
       {"cli_run_zero2_sequence_parallel", {{"m.yaml", kT}},
        "run -s 1f1b -k 2 -m 2 -t 2 -d 2 --sequence-parallel --zero 2 --model {}/m.yaml",
        "--zero 2 with --sequence-parallel: simulated only"},
@@ -879,7 +890,8 @@ std::vector<Bad> catalogue() {
        "--malloc: jemalloc not in {keep,system}", 2},
   };
   for (auto& b : all) {
-    b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock" || b.name == "simulate_schedule_file_deadlocks";
+    b.grid = b.name == "text_missing_backward" || b.name == "text_deadlock" || b.name == "simulate_schedule_file_deadlocks" ||
+             b.name == "cli_validate_compute_on_a_sharded_stage";
   }
   return all;
 }

@@ -86,8 +86,10 @@ struct Case {
   int shard_group = 0;  // HSDP
   std::string buckets = "";  // --grad-bucket-mb (and --grad-bucket-first-mb) MB
   int expert = 1;       // --expert: a mixture's experts over E replicas
+  int active = 0;       // --max-active-stages: FSDP's UNSHARD/RESHARD
   std::string words() const {
     return std::string(zero > 0 ? " ZeRO-" + std::to_string(zero) : "") + (zero == 3 && !reshard ? " reshard off" : "") +
+           (active > 0 ? " UNSHARD/RESHARD " + std::to_string(active) + " active" : "") +
            (shard_group > 0 ? " HSDP/" + std::to_string(shard_group) : "") + (sequence_parallel ? " SP" : "") +
            (buckets.empty() ? "" : " buckets " + buckets) + (expert > 1 ? " E=" + std::to_string(expert) : "");
   }
@@ -159,6 +161,12 @@ std::vector<Case> cases() {
   out.push_back({kMoe, "sgd", 2, "zb-h1", "none", 0, 1, 2, false, true, 0, "", 2});
   out.push_back({kMoe, "sgd", 2, "1f1b", "uniform:1", 0, 1, 2, false, true, 0, "", 2});
   out.push_back({kMoe, "sgd", 2, "1f1b", "full", 0, 1, 2, false, true, 0, "", 2});
+  // FSDP's UNSHARD and RESHARD (PyTorch's runtime lowering): one of a
+  // rank's two stages gathered at a time, so each is gathered again between
+  // its forwards and its backwards (under recompute, for its re-runs too).
+  out.push_back({kMlp, "adam", 2, "interleaved-1f1b", "none", 3, 1, 2, false, false, 0, "", 1, 1});
+  out.push_back({kTransformer, "sgd", 2, "looped-bfs", "full", 3, 1, 2, false, false, 0, "", 1, 1});
+  out.push_back({kTransformer, "sgd", 2, "interleaved-1f1b", "none", 3, 1, 2, false, false, 0, "", 1, 3});
   // Two tokens a micro-batch, one expert each, over E = 4: most members
   // receive nothing from most others.
   out.push_back({kSparseMoe, "sgd", 1, "gpipe", "none", 0, 1, 4, false, true, 0, "", 4});
@@ -190,14 +198,15 @@ std::vector<Case> cases() {
 TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
   const auto& c = GetParam();
   const auto dir = scratch("dp");
-  const int v = c.schedule == "interleaved-1f1b" ? 2 : 1;
+  const int v = c.schedule == "interleaved-1f1b" || c.schedule == "looped-bfs" ? 2 : 1;
   const auto r = run(common(c.model, c.optimizer, 4 / c.d, c.d) + " -s " + c.schedule + " -k " + std::to_string(c.k) +
                      " -v " + std::to_string(v) + " -t " + std::to_string(c.t) + " --recompute " + c.recompute +
                      (c.zero == 1 ? " --zero1" : c.zero > 1 ? " --zero " + std::to_string(c.zero) : "") +
                      (c.reshard ? "" : " --reshard-after-forward off") + (c.sequence_parallel ? " --sequence-parallel" : "") +
                      (c.shard_group > 0 ? " --shard-group " + std::to_string(c.shard_group) : "") +
                      (c.buckets.empty() ? "" : " --grad-bucket-mb " + c.buckets) +
-                     (c.expert > 1 ? " --expert " + std::to_string(c.expert) : "") + " --save-weights " + dir.string());
+                     (c.expert > 1 ? " --expert " + std::to_string(c.expert) : "") +
+                     (c.active > 0 ? " --max-active-stages " + std::to_string(c.active) : "") + " --save-weights " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto& ref = reference(c.model, c.optimizer);
   const double diff = max_difference(load_weights(dir), ref.weights);
@@ -219,7 +228,8 @@ INSTANTIATE_TEST_SUITE_P(Exec, DataParallelEquivalence, ::testing::ValuesIn(case
                      (info.param.zero > 0 ? "_zero" + std::to_string(info.param.zero) : "") + (info.param.reshard ? "" : "_keep") +
                      (info.param.shard_group > 0 ? "_hsdp" + std::to_string(info.param.shard_group) : "") +
                      (info.param.buckets.empty() ? "" : "_buckets") +
-                     (info.param.expert > 1 ? "_e" + std::to_string(info.param.expert) : "");
+                     (info.param.expert > 1 ? "_e" + std::to_string(info.param.expert) : "") +
+                     (info.param.active > 0 ? "_unshard" + std::to_string(info.param.active) : "");
   for (auto& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return name;
 });

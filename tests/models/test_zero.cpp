@@ -15,7 +15,10 @@
 #include "models/families.hpp"
 #include "models/hardware.hpp"
 #include "models/stage_costs.hpp"
+#include "models/summary.hpp"
+#include "schedule/dry_run.hpp"
 #include "schedule/generators.hpp"
+#include "schedule/passes.hpp"
 
 namespace pm = pipetwin::models;
 namespace ps = pipetwin::schedule;
@@ -180,4 +183,50 @@ TEST(Zero, HsdpShardsOverItsGroup) {
   }
   // A group inside a node gathers over NVLink; all 16 replicas cross nodes.
   EXPECT_GT(pm::data_subgroup_link(hw.topology, 1, D, 0, 8, 1).bandwidth, pm::data_group_link(hw.topology, 1, D, 0).bandwidth);
+}
+
+// ZeRO-3 keeping the weights between uses, with FSDP's UNSHARD and RESHARD
+// (schedule::insert_unshards): a rank holds a stage's weights whole only
+// from its UNSHARD to its RESHARD. Two stages on one rank: gathered both at
+// once (N = 2) the peak holds both whole, as without the actions; one at a
+// time (N = 1), the shards and at most the larger stage's gathered weights.
+TEST(Zero, UnshardedStagesHoldTheirWeightsWholeOnlyWhileGathered) {
+  const auto model = gpt();
+  const auto hw = pm::preset("dgx-a100-80gb");
+  const int n = static_cast<int>(model.layers.size()), D = 8;
+  std::vector<ps::LayerRange> ranges{{0, n / 2}, {n / 2, n}};
+  const auto parts_of = [&](int active) {
+    auto r = request(D, 3, false);
+    r.program = ps::lower(ps::generate("looped-bfs", {1, 4, 2}));
+    r.program.data_parallel = D, r.program.zero = 3, r.program.reshard_after_forward = false;
+    r.program = ps::insert_gradient_reductions(std::move(r.program));
+    if (active > 0) r.program = ps::insert_unshards(std::move(r.program), active);
+    r.program.partition = ranges;
+    const pm::StageCostModel c(model, hw, r);
+    return pm::rank_peak_parts(ps::dry_run(r.program).timeline, r.program, c).at(0);
+  };
+  const pm::StageCostModel c(model, hw, [&] {
+    auto r = request(D, 3, false);
+    r.program = ps::lower(ps::generate("looped-bfs", {1, 4, 2}));
+    r.program.data_parallel = D, r.program.zero = 3, r.program.reshard_after_forward = false;
+    r.program.partition = ranges;
+    return r;
+  }());
+  const double whole = c.memory_parts(0, n / 2, 0).weights + c.memory_parts(n / 2, n, 1).weights;
+  const double g0 = c.gathered_weight_bytes(0, n / 2, 0), g1 = c.gathered_weight_bytes(n / 2, n, 1);
+  ASSERT_GT(g0, 0);
+  ASSERT_GT(g1, 0);
+  // Gathered beyond the shard: the weights less 1/D of them (2 bytes each, one version).
+  EXPECT_NEAR(g0, c.params(0, n / 2) * 2.0 * (1 - 1.0 / D), 1e-6 * g0);
+  const auto kept = parts_of(0), both = parts_of(2), one = parts_of(1);
+  EXPECT_NEAR(kept.weights, whole, 1e-9 * whole);
+  EXPECT_NEAR(both.weights, whole, 1e-9 * whole);
+  const double shards = whole - g0 - g1;
+  EXPECT_GE(one.weights, shards + std::min(g0, g1) - 1e-6 * whole);
+  EXPECT_LE(one.weights, shards + std::max(g0, g1) + 1e-6 * whole);
+  EXPECT_LT(one.total(), both.total());
+  // Without ZeRO-3's kept weights an UNSHARD changes nothing: nothing to gather.
+  EXPECT_EQ(pm::StageCostModel(model, hw, request(D, 3)).gathered_weight_bytes(0, n, 0), 0);
+  EXPECT_EQ(pm::StageCostModel(model, hw, request(D, 3)).unshard_bytes(0, n), 0);
+  EXPECT_EQ(pm::StageCostModel(model, hw, request(D, 2)).unshard_bytes(0, n), 0);
 }

@@ -39,18 +39,29 @@ TEST(Csv, ImportsATorchComputeOnlyScheduleWithBubbles) {
   EXPECT_DOUBLE_EQ(report.dry_run.timeline.makespan(), 6);
 }
 
-TEST(Csv, ImportsAScheduleWithCommunicationAndSkipsFsdpActions) {
+// FSDP's UNSHARD and RESHARD are kept where they stand, in every format.
+TEST(Csv, ImportsAScheduleWithCommunicationAndKeepsFsdpActions) {
   const auto p = ps::build_schedule("1f1b", {2, 3});
   std::string csv = ps::to_csv(p);
   csv.insert(0, "0UNSHARD,");
+  csv.insert(csv.find('\n'), ",0RESHARD");
   const auto q = ps::parse_csv(csv, "comms.csv");
-  EXPECT_EQ(q.ranks, p.ranks);
+  ASSERT_EQ(q.ranks[0].size(), p.ranks[0].size() + 2);
+  EXPECT_EQ(q.ranks[0].front(), ps::make_stage_action(ps::Op::UNSHARD, 0));
+  EXPECT_EQ(q.ranks[0].back(), ps::make_stage_action(ps::Op::RESHARD, 0));
+  EXPECT_EQ(std::vector<ps::Action>(q.ranks[0].begin() + 1, q.ranks[0].end() - 1), p.ranks[0]);
+  EXPECT_EQ(q.ranks[1], p.ranks[1]);
   EXPECT_FALSE(ps::validate(q).lowered);
+  EXPECT_EQ(ps::parse_text(ps::to_text(q), "q.txt").ranks, q.ranks);
+  EXPECT_EQ(ps::parse_json(ps::to_json(q), "q.json").ranks, q.ranks);
+  const std::string torch = ps::to_pytorch_csv(q);  // without the STEPs, which PyTorch's CSV has not
+  EXPECT_EQ(torch.rfind("0UNSHARD,0F0,", 0), 0u) << torch;
+  EXPECT_NE(torch.find(",0B2,0RESHARD\n"), std::string::npos) << torch;
 }
 
 // PyTorch's compound action stays one in the IR: its second half marked
 // overlapped, written back as it came in every format; UNSHARD/RESHARD and
-// REDUCE_GRAD are said, and a malformed compound names the cell.
+// REDUCE_GRAD are kept and said, and a malformed compound names the cell.
 TEST(Csv, OverlapFBStaysOneActionAndEveryNoOpIsSaid) {
   std::vector<std::string> notes;
   const auto p = ps::parse_csv("0UNSHARD,0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD,0RESHARD\n", "ov.csv",
@@ -58,16 +69,16 @@ TEST(Csv, OverlapFBStaysOneActionAndEveryNoOpIsSaid) {
   ASSERT_EQ(p.num_ranks, 1);
   std::string row;
   for (const auto& a : p.ranks[0]) row += ps::to_string(a) + (a.overlapped ? "* " : " ");
-  EXPECT_EQ(row, "0F0 0F1 0F2 1B0* 0B1 0B2 1F0 1B1 1F1 1F2 1B2 0REDUCE_GRAD ");
-  EXPECT_EQ(ps::to_cells(p.ranks[0])[2], "(0F2;1B0)OVERLAP_F_B");
-  EXPECT_EQ(ps::to_csv(p), "0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD\n");
+  EXPECT_EQ(row, "0UNSHARD 0F0 0F1 0F2 1B0* 0B1 0B2 1F0 1B1 1F1 1F2 1B2 0REDUCE_GRAD 0RESHARD ");
+  EXPECT_EQ(ps::to_cells(p.ranks[0])[3], "(0F2;1B0)OVERLAP_F_B");
+  EXPECT_EQ(ps::to_csv(p), "0UNSHARD,0F0,0F1,(0F2;1B0)OVERLAP_F_B,0B1,0B2,1F0,1B1,1F1,1F2,1B2,0REDUCE_GRAD,0RESHARD\n");
   EXPECT_EQ(ps::parse_text(ps::to_text(p), "ov.txt").ranks, p.ranks);
   EXPECT_EQ(ps::parse_json(ps::to_json(p), "ov.json").ranks, p.ranks);
   EXPECT_EQ(ps::parse_csv(ps::to_pytorch_csv(p), "ov2.csv").ranks, p.ranks);
   ASSERT_EQ(notes.size(), 3u);
   EXPECT_NE(notes[0].find("1 OVERLAP_F_B: kept as overlapped actions; the executor runs each one's sub-actions one after "
                           "the other"), std::string::npos) << notes[0];
-  EXPECT_NE(notes[1].find("2 UNSHARD/RESHARD (FSDP) left out"), std::string::npos) << notes[1];
+  EXPECT_NE(notes[1].find("2 UNSHARD/RESHARD (FSDP): kept"), std::string::npos) << notes[1];
   EXPECT_NE(notes[2].find("1 REDUCE_GRAD: no-ops in time for one replica"), std::string::npos) << notes[2];
   EXPECT_EQ(error_of([] { ps::parse_csv("0F0,(0F1;0B0\n", "a.csv"); }),
             "a.csv:1: column 2: invalid action '(0F1;0B0': expected (<action>;<action>)OVERLAP_F_B");

@@ -1,8 +1,13 @@
 // The lowering passes: what each inserts, where, and that each is idempotent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+
+#include "schedule/error.hpp"
 #include "schedule/generators.hpp"
 #include "schedule/passes.hpp"
+#include "schedule/validate.hpp"
 
 namespace ps = pipetwin::schedule;
 
@@ -91,4 +96,62 @@ TEST(Passes, ReceivesMoveToJustBeforeTheComputeThatUsesThem) {
   const auto lowered = ps::lower(ps::generate("1f1b", {4, 8}));
   EXPECT_EQ(ps::receive_at_use(lowered, &moved), lowered);
   EXPECT_EQ(moved, 0);
+}
+
+namespace {
+// A rank's compute and FSDP actions, the rest left out.
+std::string compute_and_fsdp(const ps::Program& p, int rank) {
+  std::string out;
+  for (const auto& a : p.ranks[rank]) {
+    if (ps::is_compute(a.op) || ps::is_fsdp(a.op)) out += (out.empty() ? "" : " ") + ps::to_string(a);
+  }
+  return out;
+}
+}  // namespace
+
+// PyTorch 2.13's runtime lowering of ScheduleLoopedBFS at K = 2, M = 2, V = 4
+// (_prepare_schedule_with_comms: _add_unshard_reshard, 3 stages active),
+// rank 0's compute and FSDP actions as it printed them: stage 0 is gathered
+// twice, for its forwards and for its backwards. test_pytorch_orders.py holds
+// every multi-stage class against PyTorch itself.
+TEST(Passes, UnshardsAsPyTorchsRuntimePlacesThem) {
+  const auto p = ps::insert_unshards(ps::lower(ps::generate("looped-bfs", {2, 2, 4})), 3);
+  EXPECT_EQ(compute_and_fsdp(p, 0),
+            "0UNSHARD 2UNSHARD 4UNSHARD 0F0 0F1 0RESHARD 6UNSHARD 2F0 2F1 4F0 4F1 6F0 6F1 6B1 6B0 6RESHARD 0UNSHARD "
+            "4B1 4B0 4RESHARD 2B1 2B0 2RESHARD 0B1 0B0 0RESHARD");
+  // Before the receives its compute waits at: 2F0's RECV_F follows 6UNSHARD.
+  const std::string all = row(p, 0);
+  EXPECT_NE(all.find("0RESHARD 6UNSHARD 2RECV_F0 2F0"), std::string::npos) << all;
+  EXPECT_EQ(ps::insert_unshards(p, 3), p);  // a program with its own is kept
+  EXPECT_THROW(ps::insert_unshards(p, 0), pipetwin::Error);
+}
+
+// Whatever the schedule and the bound: the program validates (every compute
+// inside an UNSHARD .. RESHARD of its stage), at most N stages of a rank are
+// gathered at once (an OVERLAP_F_B's may add one), and with N >= V each
+// stage is gathered once a step.
+TEST(Passes, UnshardsKeepAtMostNStagesGathered) {
+  int checked = 0;
+  for (const auto& [name, V] : {std::pair{"looped-bfs", 4}, std::pair{"interleaved-1f1b", 3}, std::pair{"zb-v", 2},
+                                std::pair{"dualpipe-v", 2}, std::pair{"1f1b", 1}, std::pair{"interleaved-zb", 2}}) {
+    for (const int N : {1, 2, 3, 4}) {
+      const auto p = ps::insert_unshards(ps::lower(ps::generate(name, {4, 8, V})), N);
+      ASSERT_NO_THROW(ps::validate(p)) << name << " N=" << N;
+      for (int r = 0; r < p.num_ranks; ++r) {
+        int gathered = 0, most = 0, unshards = 0;
+        for (const auto& a : p.ranks[r]) {
+          if (a.op == ps::Op::UNSHARD) ++gathered, ++unshards;
+          if (a.op == ps::Op::RESHARD) --gathered;
+          most = std::max(most, gathered);
+        }
+        EXPECT_EQ(gathered, 0) << name << " N=" << N << " rank " << r;
+        EXPECT_LE(most, N + 1) << name << " N=" << N << " rank " << r;
+        EXPECT_LE(most, V) << name << " N=" << N << " rank " << r;
+        if (N >= V) EXPECT_EQ(unshards, V) << name << " N=" << N << " rank " << r;
+        if (N < V) EXPECT_GT(unshards, V) << name << " N=" << N << " rank " << r;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 24);
 }

@@ -224,7 +224,7 @@ class PyTorchFiles(unittest.TestCase):
                         rt._dump_csv(comms, "compute_comms")
                         r, w = self.validate(comms)
                         self.assertEqual(r.returncode, 0, r.stderr)
-                        self.assertIn("UNSHARD/RESHARD (FSDP) left out", r.stderr)
+                        self.assertIn("UNSHARD/RESHARD (FSDP): kept", r.stderr)
                         self.assertEqual(w["dry_run_steps"], c["dry_run_steps"])
                         if name == "ScheduleDualPipeV":
                             self.assertIn("OVERLAP_F_B: kept as overlapped actions; the executor runs each one's "
@@ -271,6 +271,51 @@ class PyTorchFiles(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(w["dry_run_steps"], 102)
             self.assertIn("receives waited for where their data is used", r.stderr)
+
+
+class FsdpActions(unittest.TestCase):
+    """FSDP's UNSHARD and RESHARD: `schedule --max-active-stages 3` places them where PyTorch
+    2.13's runtime lowering (_add_unshard_reshard, max_active_stages 3) does, among the compute
+    actions of every rank, for each multi-stage class PyTorch lowers so; and `validate` reads
+    PyTorch's own file with them kept."""
+
+    CASES = [("looped-bfs", "ScheduleLoopedBFS", V) for V in (2, 3, 4)] + \
+            [("interleaved-1f1b", "ScheduleInterleaved1F1B", V) for V in (2, 3, 4)] + \
+            [("interleaved-zb", "ScheduleInterleavedZeroBubble", 2), ("zb-v", "ScheduleZBVZeroBubble", 2),
+             ("dualpipe-v", "ScheduleDualPipeV", 2)]
+    SHAPES = [(2, 2), (2, 4), (4, 8), (4, 16)]
+
+    @staticmethod
+    def compute_and_fsdp(rows):
+        keep = re.compile(r"(\d+(F|B|I|W|UNSHARD|RESHARD)\d*|\(.*\)OVERLAP_F_B)")
+        return [[c for c in row if keep.fullmatch(c)] for row in rows]
+
+    def test_placed_as_pytorchs_runtime_places_them(self):
+        compared = churned = 0
+        for gen, name, V in self.CASES:
+            for K, M in self.SHAPES:
+                with self.subTest(schedule=name, K=K, M=M, V=V):
+                    try:
+                        sched, stages = schedule_object(getattr(S, name), K, M, V)
+                    except (ValueError, AssertionError, RuntimeError):
+                        continue
+                    rt = S._PipelineScheduleRuntime(stages, M)
+                    rt._prepare_schedule_with_comms({rank: [a for a in acts if a is None or "REDUCE_GRAD" not in str(a)]
+                                                     for rank, acts in sched.pipeline_order.items()})
+                    theirs = self.compute_and_fsdp([[str(a) for a in rt.pipeline_order_with_comms[r]] for r in range(K)])
+                    r = pipetwin("schedule", "-s", gen, "-k", K, "-m", M, "-v", V, "--max-active-stages", 3,
+                                 "--format", "pytorch-csv")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    ours = self.compute_and_fsdp([line.split(",") for line in r.stdout.strip().split("\n")])
+                    self.assertEqual(theirs, ours)
+                    unshards = sum(c.endswith("UNSHARD") for row in ours for c in row)
+                    self.assertGreaterEqual(unshards, K * V)
+                    churned += unshards > K * V
+                    compared += 1
+        self.assertGreaterEqual(compared, 30)
+        self.assertGreater(churned, 0)  # V > 3 gathers some stages more than once a step
+        print(f"UNSHARD/RESHARD: {compared} (class, V, K, M) placed as PyTorch's runtime does, "
+              f"{churned} gathering a stage more than once a step")
 
 
 def sends_after_own_half(path):

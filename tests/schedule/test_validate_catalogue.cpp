@@ -95,6 +95,27 @@ std::vector<Broken> catalogue() {
        "rank 0: 0F0 0F1 0B0 0B1\n"
        "rank 1: 1F1 1B0 1F2 1B1\n",
        1, 5, "1F2: stage 1 runs forwards of micro-batches 1..2 but backwards of 0..1 (numbered apart?)"},
+      // FSDP's actions, as PyTorch's runtime checks them.
+      {"compute_on_a_sharded_stage", kHeader2 +
+           "rank 0: 0UNSHARD 0F0 0SEND_F0 0F1 0SEND_F1 0RESHARD 0RECV_B0 0B0 0RECV_B1 0B1\n"
+           "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n",
+       0, 7, "0B0 computes on stage 0 while its weights are sharded: expected 0UNSHARD before it"},
+      {"unshard_twice", kHeader2 +
+           "rank 0: 0UNSHARD 0F0 0SEND_F0 0UNSHARD 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0RESHARD\n"
+           "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n",
+       0, 3, "0UNSHARD: stage 0 is gathered already (since its UNSHARD at step 0)"},
+      {"reshard_without_unshard", kHeader2 +
+           "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+           "rank 1: 1RESHARD 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1RESHARD\n",
+       1, 0, "1RESHARD: stage 1 is not gathered: expected 1UNSHARD before it"},
+      {"reshard_of_a_gather_nothing_waited_for", kHeader2 +
+           "rank 0: 0UNSHARD 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0RESHARD 0UNSHARD 0RESHARD\n"
+           "rank 1: 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n",
+       0, 11, "0RESHARD: stage 0 has not computed since its UNSHARD at step 10"},
+      {"unshard_left_gathered", kHeader2 +
+           "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1\n"
+           "rank 1: 1UNSHARD 1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1\n",
+       1, 0, "1UNSHARD has no RESHARD after it"},
   };
 }
 
