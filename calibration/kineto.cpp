@@ -261,22 +261,35 @@ Steps split_steps(const std::vector<RankFile>& ranks) {
   for (int r = 0; r < world; ++r) {
     const RankFile& f = ranks[r];
     std::map<std::string, int> seen;
+    std::map<std::string, bool> others;
     std::vector<std::pair<int, KinetoAction>> actions;
     for (const auto& range : f.labelled) {
       KinetoAction a = parse_label(f, range);
       a.start = (range.start - origin) * 1e-6;
       a.end = (range.end - origin) * 1e-6;
-      const int step = seen[key(a.action, a.other, a.label)]++;
-      actions.emplace_back(step, std::move(a));
+      const std::string k = key(a.action, a.other, a.label);
+      const int occurrence = seen[k]++;
+      others[k] = a.other;
+      actions.emplace_back(occurrence, std::move(a));
     }
-    const auto [first, n] = *seen.begin();
+    // The pipeline's actions occur once a step; the runtime's own may occur
+    // more often but as often every step (an UNSHARD where more stages take
+    // turns than stay gathered: PyTorch's max_active_stages).
+    std::string first;
+    int n = 0;
     for (const auto& [label, count] : seen) {
-      if (count != n) {
+      if (!others[label] && first.empty()) first = label, n = count;
+    }
+    if (first.empty()) first = seen.begin()->first, n = seen.begin()->second;
+    for (const auto& [label, count] : seen) {
+      if (others[label] ? count % n != 0 : count != n) {
         throw Error(f.path + ": rank " + std::to_string(r) + ": " + label + " occurs " + std::to_string(count) +
                     " times but " + first + " " + std::to_string(n) + ": the profile holds part of a step (profile " +
                     "whole steps: call prof.step() after each schedule step)");
       }
     }
+    // A repeated one's occurrence, as a step.
+    for (auto& [step, a] : actions) step /= seen[key(a.action, a.other, a.label)] / n;
     if (!by_step.empty() && n != static_cast<int>(by_step.size())) {
       throw Error(f.path + ": rank " + std::to_string(r) + " holds " + std::to_string(n) + " steps but rank 0 " +
                   std::to_string(by_step.size()) + ": were the ranks profiled over the same steps?");

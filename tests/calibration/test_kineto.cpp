@@ -160,6 +160,47 @@ TEST(Kineto, ReadsGzippedTraces) {
   EXPECT_THROW(read_kineto_run(gz.string()), pipetwin::Error);
 }
 
+// FSDP's UNSHARD and RESHARD are the runtime's own: with more of a rank's
+// stages taking turns than stay gathered (PyTorch's max_active_stages), a
+// stage is gathered more than once a step, every step alike. Two steps of
+// the run above, rank 0 gathering stage 0 twice in each: read as two steps.
+TEST(Kineto, AStageGatheredTwiceAStepIsOneStep) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "unshards";
+  fs::remove_all(dir);
+  std::vector<R> zero, one;
+  for (const double at : {0.0, 2000.0}) {
+    for (const R& r : std::vector<R>{{"PP:0UNSHARD", 0, 1}, {"PP:0F0", 1, 100}, {"PP:0SEND_F0", 100, 110},
+                                     {"PP:0F1", 110, 210}, {"PP:0SEND_F1", 210, 220}, {"PP:0RESHARD", 220, 221},
+                                     {"PP:0UNSHARD", 221, 222}, {"PP:0RECV_B0", 222, 225}, {"gloo:recv", 223, 980},
+                                     {"PP:0B0", 225, 1180}, {"PP:0RECV_B1", 1180, 1185}, {"gloo:recv", 1182, 1390},
+                                     {"PP:0B1", 1185, 1590}, {"PP:0RESHARD", 1590, 1591}}) {
+      zero.push_back({r.name, r.ts + at, r.end + at});
+    }
+    for (const R& r : std::vector<R>{{"PP:1RECV_F0", 0, 5}, {"gloo:recv", 2, 130}, {"PP:1F0", 5, 330},
+                                     {"PP:1RECV_F1", 330, 335}, {"gloo:recv", 332, 340}, {"PP:1F1", 335, 540},
+                                     {"PP:1B0", 540, 940}, {"PP:1SEND_B0", 940, 950}, {"PP:1B1", 950, 1350},
+                                     {"PP:1SEND_B1", 1350, 1360}}) {
+      one.push_back({r.name, r.ts + at, r.end + at});
+    }
+  }
+  write_rank(dir, 0, 2, zero);
+  write_rank(dir, 1, 2, one);
+  const auto run = read_kineto_run(dir.string());
+  ASSERT_EQ(run.num_steps(), 2);
+  EXPECT_NE(pipetwin::schedule::to_text(run.program).find("rank 0: 0F0 0F1 0B0 0B1"), std::string::npos)
+      << pipetwin::schedule::to_text(run.program);
+  for (int step = 0; step < 2; ++step) EXPECT_NEAR(run.step_times_s[step], 1591e-6, 1e-9) << step;
+  // Three of them in a step, or a pipeline action repeated: part of a step.
+  zero.push_back({"PP:0UNSHARD", 4000, 4001});
+  write_rank(dir, 0, 2, zero);
+  try {
+    read_kineto_run(dir.string());
+    ADD_FAILURE() << "5 UNSHARDs in 2 steps were read";
+  } catch (const pipetwin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("0UNSHARD occurs 5 times but"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Kineto, RefusesWhatItCannotRead) {
   const fs::path dir = fs::path(::testing::TempDir()) / "refused";
   const auto refused = [&](const std::string& want) {
