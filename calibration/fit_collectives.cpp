@@ -18,7 +18,7 @@ namespace pm = pipetwin::models;
 namespace {
 
 // One stage's reductions in one run: the median of its REDUCE_GRAD actions;
-// or (stage -1) one process's ZeRO-1 all-gathers at its STEPs, per call.
+// or (stage -1) one process's ZeRO-1 or 2 all-gathers at its STEPs, per call.
 struct Reduction {
   const TraceRun* run = nullptr;
   int stage = 0;
@@ -56,17 +56,18 @@ bool reduces_in_pieces(const TraceRun& run) {
 std::vector<Reduction> reductions(const std::vector<const TraceRun*>& runs, int cores) {
   std::vector<Reduction> out;
   for (const TraceRun* run : runs) {
-    if (reduces_in_pieces(*run)) continue;
     const int D = run->program.data_parallel;
     // ZeRO's shards: over the D replicas, or (HSDP) inside groups of G, where
     // the reduce-scatter and the all-gather run (the groups' all-reduce at STEP).
     const int G = std::min(run->program.shard_degree(), D);
-    // ZeRO-1's all-gathers, G - 1 rounds of a part each, waited for at once
-    // (alone where every process has a core of its own).
+    // ZeRO-1's and 2's all-gathers at STEP, G - 1 rounds of a part each,
+    // waited for at once (alone where every process has a core of its own):
+    // whole rings, however the run reduced its gradients.
     for (const auto& x : run->all_gather) {
       if (x.calls <= 0) continue;
       out.push_back({run, -1, G - 1, x.bytes / x.calls, x.seconds / x.calls, cores <= 0 || run->program.num_devices() <= cores});
     }
+    if (reduces_in_pieces(*run)) continue;
     const ps::Timeline& t = run->trace.timeline;
     std::map<int, std::vector<double>> all, alone;
     for (std::size_t r = 0; r < t.ranks.size(); ++r) {
@@ -178,7 +179,7 @@ void fit_collectives(const std::vector<TraceRun>& runs, FitResult& fit, const Re
     }
   }
   stats.finish();
-  auto& gathers = fit.residuals["all_gather"];  // ZeRO-1's, per call
+  auto& gathers = fit.residuals["all_gather"];  // ZeRO-1's and 2's, per call
   const pm::Link& link = fit.hardware.topology.collective;
   for (const auto& g : groups) {
     if (g.stage < 0) gathers.add(g.steps * (link.latency_s + g.chunk / link.bandwidth), g.measured);
@@ -213,7 +214,7 @@ void fit_rounds(const std::vector<Reduction>& groups, std::size_t runs, FitResul
                         "point-to-point link's bandwidth");
   }
   fit.notes.push_back("collectives: fitted on " + std::to_string(use.size()) + " of " + std::to_string(groups.size()) +
-                      " (run, stage) reductions and (run, process) ZeRO-1 all-gathers of " + std::to_string(runs) +
+                       " (run, stage) reductions and (run, process) ZeRO-1/2 all-gathers of " + std::to_string(runs) +
                       " data-parallel run(s), as rings (Gloo's all-reduce); their runs' compute is not fitted (a "
                       "replica's trace does not show the others computing beside it)");
 }

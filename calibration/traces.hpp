@@ -65,7 +65,7 @@ struct TraceRun {
     double calls = 0, seconds = 0, bytes = 0;
   };
   std::vector<Exchanges> all_to_all;
-  // ZeRO-1 with D > 1: per process that recorded them, its STEPs' all-gathers
+  // ZeRO-1 or 2 with D > 1: per process that recorded them, its STEPs' all-gathers
   // of the updated weights in the trace's step (measured.ranks[].all_gather;
   // bytes: the parts it contributed).
   std::vector<Exchanges> all_gather;

@@ -110,7 +110,9 @@ void read_exchanges(const json& meta, const std::string& path, TraceRun& run) {
     return;
   }
   if (run.program.expert_parallel > 1) run.all_to_all = read_records(m, path, "all_to_all");
-  if (run.program.zero == 1 && run.program.data_parallel > 1) run.all_gather = read_records(m, path, "all_gather");
+  if ((run.program.zero == 1 || run.program.zero == 2) && run.program.data_parallel > 1) {
+    run.all_gather = read_records(m, path, "all_gather");
+  }
 }
 
 // What a measured run recorded of each rank (otherData.measured.ranks):

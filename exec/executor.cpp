@@ -347,8 +347,8 @@ void run_step(int step, const ps::Program& p, const RankEnv& env, const Placemen
     report.steps.push_back(std::move(t));
     if (const double cpu = backend.step_compute_cpu_s(); cpu >= 0) report.compute_cpu_s.push_back(cpu);
     if (where.tensor > 1) report.tp_collective_s.push_back(tp_collective_seconds() - collectives_before);
-    if (where.data > 1 && p.zero == 1) {
-      const DataParallel::Gathers& now = backend.data_parallel()->step_gathers();
+    if (where.data > 1 && (p.zero == 1 || p.zero == 2)) {
+      const DataParallel::Gathers now = backend.data_parallel()->step_gathers();
       report.all_gather.push_back({{"calls", now.calls - gathers_at_start.calls},
                                    {"seconds", now.seconds - gathers_at_start.seconds},
                                    {"bytes", now.part_bytes - gathers_at_start.part_bytes}});

@@ -190,6 +190,16 @@ void DataParallel::gather_weights() {
   for (auto& [_, z] : zero_stages_) z->gather_all();
 }
 
+DataParallel::Gathers DataParallel::step_gathers() const {
+  Gathers out = step_gathers_;  // ZeRO-1's
+  for (const auto& [_, z] : zero_stages_) {  // ZeRO-2's
+    out.calls += z->step_gathers().calls;
+    out.seconds += z->step_gathers().seconds;
+    out.part_bytes += z->step_gathers().part_bytes;
+  }
+  return out;
+}
+
 void DataParallel::unshard(int stage) {
   if (auto* z = sharded_stage(stage)) z->unshard();
 }

@@ -100,14 +100,14 @@ class DataParallel {
   int size() const { return where_.data; }
   // ZeRO-2 and 3: the seconds waited for the weights' all-gathers so far.
   double gather_wait_s() const;
-  // ZeRO-1: the STEP's all-gathers of the updated weights so far (each
-  // waited for at once): how many, their seconds, the bytes of the parts
-  // each member contributed, summed.
+  // ZeRO-1 and 2: the STEP's all-gathers of the updated weights so far
+  // (each waited for at once; ZeRO-2's a unit at a time): how many, their
+  // seconds, the bytes of the parts each member contributed, summed.
   struct Gathers {
     std::int64_t calls = 0;
     double seconds = 0, part_bytes = 0;
   };
-  const Gathers& step_gathers() const { return step_gathers_; }
+  Gathers step_gathers() const;
   // Per stage, the bytes its last reduction put into the collective.
   const std::map<int, std::int64_t>& stage_bytes() const { return stage_bytes_; }
   // Per bucketed stage, (buckets, of them posted before its last backward ended) in the last step.

@@ -279,14 +279,17 @@ void ShardedStage::step() {
   if (shards_weights()) {
     for (std::size_t u = 0; u < units_.size(); ++u) release(u);  // without resharding, kept since the step's first forward
   } else {
-    // ZeRO-2: every unit's updated weights gathered into every replica.
-    // (Marked absent, a unit's gather refills its tensors in place; one is
-    // prefetched while the one before it is copied.)
+    // ZeRO-2: every unit's updated weights gathered into every replica, one
+    // gather at a time, each timed (calibrate fits them as rings). Marked
+    // absent, a unit's gather refills its tensors in place.
     for (auto& x : units_) x.present = false;
     for (std::size_t u = 0; u < units_.size(); ++u) {
+      const double posted = monotonic_now();
       post_gather(u);
-      if (u + 1 < units_.size()) post_gather(u + 1);
       materialize(u);
+      ++step_gathers_.calls;
+      step_gathers_.seconds += monotonic_now() - posted;
+      step_gathers_.part_bytes += static_cast<double>(units_[u].part.nbytes());
       units_[u].part = at::Tensor();
     }
   }

@@ -8,7 +8,7 @@
 //            complete (its B, or its W), each unit's are reduce-scattered
 //            (posted) and dropped, this replica's part summed over the
 //            micro-batches; STEP: the optimizer on the parts, then an
-//            all-gather of each unit's updated weights.
+//            all-gather of each unit's updated weights, one at a time.
 //   ZeRO-3   the weights are held as the parts alone. Before a layer of a
 //            forward (F or R) runs, its unit is all-gathered, the next unit's
 //            gather posted meanwhile (prefetch one unit ahead). Resharding
@@ -96,6 +96,13 @@ class ShardedStage final : public LayerHooks {
   std::int64_t step_bytes() const { return step_bytes_; }
   // Seconds waited for the weights' all-gathers so far (F, R, B, I, STEP).
   double gather_wait_s() const { return gather_wait_s_; }
+  // ZeRO-2's all-gathers at STEP so far, one unit at a time: calls, seconds
+  // from each one's post to its end, and the parts this replica contributed.
+  struct StepGathers {
+    std::int64_t calls = 0;
+    double seconds = 0, part_bytes = 0;
+  };
+  const StepGathers& step_gathers() const { return step_gathers_; }
 
  private:
   struct Unit;
@@ -134,6 +141,7 @@ class ShardedStage final : public LayerHooks {
   std::deque<Reduction> reductions_;  // posted, in order
   std::int64_t step_bytes_ = 0;
   double gather_wait_s_ = 0;
+  StepGathers step_gathers_;
   bool in_backward_ = false;
   bool reduce_in_backward_ = false;
 };

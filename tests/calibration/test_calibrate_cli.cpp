@@ -188,7 +188,8 @@ TEST_F(CalibrateCli, AShortRealRunCalibrates) {
 // records: 2 runs x 2 processes), writes the topology's all_to_all link with
 // its residuals, and the file prices an expert-parallel configuration; the
 // ZeRO-1 run's two processes' STEP all-gathers join the rings' fit beside its
-// reduction, with residuals of their own.
+// reduction, with residuals of their own, and so do a ZeRO-2 run's (a layer
+// at a time).
 TEST_F(CalibrateCli, ExpertParallelRunsFitTheAllToAll) {
   const std::string moe = std::string(PIPETWIN_TEST_MODELS) + "/tiny-moe.yaml";
   const std::string common = "run --model " + moe + " --optimizer sgd --steps 2 --threads 1 ";
@@ -199,12 +200,14 @@ TEST_F(CalibrateCli, ExpertParallelRunsFitTheAllToAll) {
     ASSERT_EQ(r.code, 0) << r.out;
   }
   ASSERT_EQ(run(common + "-s gpipe -k 1 -m 2 -d 2 --zero 1 --batch 8 --trace " + path("z1.json")).code, 0);
+  ASSERT_EQ(run(common + "-s gpipe -k 1 -m 2 -d 2 --zero 2 --batch 8 --trace " + path("z2.json")).code, 0);
   const auto cal = run("calibrate " + path("pp.json") + " " + path("e2_8.json") + " " + path("e2_32.json") + " " +
-                       path("z1.json") + " --hardware cpu --out " + path("moe.yaml"));
+                       path("z1.json") + " " + path("z2.json") + " --hardware cpu --out " + path("moe.yaml"));
   ASSERT_EQ(cal.code, 0) << cal.out;
   EXPECT_TRUE(has(cal.out, "all-to-all: fitted on the recorded seconds of 4 (run, process) step totals of 2")) << cal.out;
-  EXPECT_TRUE(has(cal.out, "of 3 (run, stage) reductions and (run, process) ZeRO-1 all-gathers")) << cal.out;
-  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("moe.yaml")), "all_gather: {count: 2")) << cal.out;
+  // ZeRO-1's reduction and its 2 processes' gathers; ZeRO-2's 2 processes' gathers (its reductions are by layer).
+  EXPECT_TRUE(has(cal.out, "of 5 (run, stage) reductions and (run, process) ZeRO-1/2 all-gathers")) << cal.out;
+  EXPECT_TRUE(has(pipetwin::schedule::read_file(path("moe.yaml")), "all_gather: {count: 4")) << cal.out;
   const auto h = pm::load_hardware(path("moe.yaml"));
   EXPECT_GT(h.topology.exchange.bandwidth, 0);
   EXPECT_GE(h.topology.exchange.latency_s, 0);

@@ -336,10 +336,41 @@ TEST(FitCollectives, ZeroOnesAllGathersJoinTheRingsFit) {
   EXPECT_LT(fit.residuals.at("all_gather").max_rel, 1e-6);
   EXPECT_EQ(fit.residuals.at("reduce_grad").count, 5) << "the reductions' own residuals unchanged";
   const bool in_fit = std::any_of(fit.notes.begin(), fit.notes.end(), [](const std::string& n) {
-    return n.find("fitted on 4 of 7 (run, stage) reductions and (run, process) ZeRO-1 all-gathers") != std::string::npos;
+    return n.find("fitted on 4 of 7 (run, stage) reductions and (run, process) ZeRO-1/2 all-gathers") != std::string::npos;
   });
   // The 2 reductions that ran alone (as without the gathers) and the 2 gathers, whose processes had a core each.
   EXPECT_TRUE(in_fit) << testing::PrintToString(fit.notes);
+}
+
+// ZeRO-2 reduce-scatters its gradients a layer at a time during the
+// backwards (its REDUCE_GRAD is no ring of the stage's), but its STEP
+// all-gathers each layer's updated weights, one whole ring at a time: a
+// ZeRO-2 run alone gives the link back from its gathers, recorded per
+// process as calls, seconds and parts' bytes.
+TEST(FitCollectives, ZeroTwosAllGathersAloneGiveTheLinkBack) {
+  pm::Hardware truth = known_hardware();
+  truth.topology.collective = {35e-6, 1.7e9};
+  auto runs = data_parallel_runs(truth);
+  pc::TraceRun two = runs.back();
+  two.program.zero = 2;
+  const auto gathered = [&](double calls, double part) {  // D = 2: one round of a part per call
+    return pc::TraceRun::Exchanges{calls, calls * (35e-6 + part / 1.7e9), calls * part};
+  };
+  two.all_gather = {gathered(3, 2.4e6), gathered(5, 4e5)};
+  pc::FitResult fit = forgetting_collectives(truth);
+  pc::fit_collectives({two}, fit, replay);
+  EXPECT_NEAR(fit.hardware.topology.collective.latency_s, 35e-6, 1e-6 * 35e-6);
+  EXPECT_NEAR(fit.hardware.topology.collective.bandwidth, 1.7e9, 1e-6 * 1.7e9);
+  ASSERT_EQ(fit.residuals.count("all_gather"), 1u);
+  EXPECT_EQ(fit.residuals.at("all_gather").count, 2);
+  EXPECT_LT(fit.residuals.at("all_gather").max_rel, 1e-6);
+  EXPECT_EQ(fit.residuals.count("reduce_grad") == 0 || fit.residuals.at("reduce_grad").count == 0, true)
+      << "its REDUCE_GRAD is not read as a ring";
+  // Without its gathers, nothing to fit the link on.
+  two.all_gather.clear();
+  pc::FitResult none = forgetting_collectives(truth);
+  pc::fit_collectives({two}, none, replay);
+  EXPECT_EQ(none.hardware.topology.collective.bandwidth, pm::Link{}.bandwidth);
 }
 
 // HSDP: a ZeRO-1 run over D = 4 replicas in shard groups of 2 reduce-scatters
