@@ -183,6 +183,10 @@ Run add_plan_command(CLI::App& app) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   add_reshard_option(cmd, s.reshard_after_forward, "The ZeRO-3 candidates: ");
+  cmd->add_option("--max-active-stages", s.max_active_stages,
+                  "The ZeRO-3 candidates keeping their weights (--reshard-after-forward off): FSDP's UNSHARD/RESHARD as "
+                  "PyTorch's runtime places them, at most N stages of a rank gathered at a time (3 in PyTorch); 0: none")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shard-group", s.shard_group,
                   "HSDP's shard groups tried where ZeRO shards, comma-separated: ZeRO's shards over groups of G of the "
                   "D x C replicas, each G fewer than them that divides them (0: over all)")

@@ -77,6 +77,10 @@ Run add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--sequence-parallel", spec.sequence_parallel, "Sequence parallelism on every row with T > 1");
   add_zero_options(cmd, spec.zero, spec.reshard_after_forward, "On every row with D > 1: ");
+  cmd->add_option("--max-active-stages", spec.max_active_stages,
+                  "With --zero 3 --reshard-after-forward off: FSDP's UNSHARD/RESHARD on every ZeRO-3 row, at most N "
+                  "stages of a rank gathered at a time (3 in PyTorch's runtime); 0: none")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--shard-group", spec.shard_group,
                   "With --zero: HSDP, ZeRO's shards over groups of G replicas on the rows with D > G (G must divide "
                   "their D); rows with D at most G shard over all of D")

@@ -163,6 +163,10 @@ void add_variants(const PlanSpec& o, const std::vector<std::string>& precisions,
 }  // namespace
 
 std::vector<Candidate> enumerate_candidates(const PlanSpec& o, const models::Model& model, const models::Hardware& hw) {
+  if (o.max_active_stages > 0 && (o.reshard_after_forward || std::find(o.zero.begin(), o.zero.end(), 3) == o.zero.end())) {
+    throw Error("--max-active-stages " + std::to_string(o.max_active_stages) +
+                " needs ZeRO-3 candidates keeping their weights (--zero ...,3 --reshard-after-forward off)");
+  }
   const int n = static_cast<int>(model.layers.size());
   const int max_k = o.max_pp > 0 ? std::min(o.max_pp, n) : n;
   // Each arithmetic asked for, refused here if the model cannot take it; none: the model's.
@@ -211,7 +215,11 @@ std::string describe_plan(const PlanSpec& o, const models::Model& model) {
          (o.grad_bucket_first_mb > 0 ? ", the first " + models::yaml_number(o.grad_bucket_first_mb) + " MB" : "") +
          // Written only where not the default {0, 1}, so that earlier plans' fingerprints stay theirs.
          (o.zero != std::vector<int>{0, 1} ? "; ZeRO " + joined(o.zero) : "") +
-         (!o.reshard_after_forward ? "; ZeRO-3 keeps the weights through the step" : "") +
+         (!o.reshard_after_forward ? (o.max_active_stages > 0 ? "; ZeRO-3 keeps the weights, at most " +
+                                                                       std::to_string(o.max_active_stages) +
+                                                                       " stages of a rank gathered (UNSHARD/RESHARD)"
+                                                                 : std::string("; ZeRO-3 keeps the weights through the step"))
+                                     : "") +
          (o.shard_group != std::vector<int>{0} ? "; shard groups " + joined(o.shard_group) : "") +
          (o.precision.empty() ? "" : "; precision " + joined(o.precision)) +
          (o.context != std::vector<int>{1} ? "; context " + joined(o.context) +
@@ -243,6 +251,7 @@ ScenarioSpec candidate_scenario(const PlanSpec& o, const Candidate& c) {
   s.expert_parallel = c.expert;
   s.expert_tensor_parallel = o.expert_tensor;
   s.reshard_after_forward = o.reshard_after_forward || c.zero != 3;
+  s.max_active_stages = s.reshard_after_forward ? 0 : o.max_active_stages;
   s.grad_bucket_mb = o.grad_bucket_mb;
   s.grad_bucket_first_mb = o.grad_bucket_first_mb;
   return s;

@@ -47,6 +47,9 @@ struct PlanSpec {
   // and whether ZeRO-3 candidates free each layer's weights after its forward.
   std::vector<int> zero{0, 1};
   bool reshard_after_forward = true;
+  // The ZeRO-3 candidates keeping their weights: FSDP's UNSHARD/RESHARD
+  // with at most this many stages of a rank gathered (ScenarioSpec::max_active_stages); 0: none.
+  int max_active_stages = 0;
   // HSDP's shard groups tried where ZeRO shards (ScenarioSpec::shard_group):
   // ZeRO's shards over groups of G of the D x C replicas, each where it
   // divides them and is fewer; 0: over all of them.

@@ -1,7 +1,9 @@
 // The evaluator's figure of a candidate with data parallelism, made a bound
 // that times its reductions: each stage's gradient reduction (ZeRO-1: its
 // reduce-scatter, and the all-gather after its step; ZeRO-2 and 3: a
-// reduce-scatter per micro-batch, each after the one before) in closed form.
+// reduce-scatter per micro-batch, each after the one before) and FSDP's
+// UNSHARD gathers (the stage's next compute waiting) in closed form.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -56,8 +58,8 @@ std::pair<double, double> reduction(const schedule::Program& p, const schedule::
   return {backward_start, models::bucketed_reduce_end(buckets, backward_start, backward_s, seconds, free)};
 }
 
-double gather_seconds(const schedule::Program& p, const schedule::StageCosts& costs, const GroupLinks& links) {
-  const double bytes = costs.gather_bytes * p.tensor_parallel;
+double gather_seconds(const schedule::Program& p, double gather_bytes, const GroupLinks& links) {
+  const double bytes = gather_bytes * p.tensor_parallel;
   if (bytes <= 0) return 0;
   return over_data_group(models::collective(schedule::CollectiveAlgorithm::RingAllGather), p, links, bytes, 1);
 }
@@ -74,12 +76,26 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
     GroupLinks link{models::data_group_link(topo, T, D, r), {}, {}};
     if (G < D) link.shard = models::data_subgroup_link(topo, T, D, r, G, 1), link.replicate = models::data_subgroup_link(topo, T, D, r, D / G, G);
     std::map<int, double> reduced;  // stage -> when its reduction ends
+    std::map<int, double> unsharded;  // stage -> when its UNSHARD's gather ends, until it computes
     std::map<int, std::pair<double, double>> backward;  // stage -> its latest backward's start and length
     double delay = 0;               // how much later than the evaluator's this rank's actions run
     for (auto& a : timeline.ranks[r]) {
       const int s = a.action.stage.value;
       const double length = a.end - a.start;
       a.start += delay;
+      if (schedule::is_recv(a.action.op)) {
+        // Its message arrives when the evaluator says (the other ranks are
+        // not delayed here): a wait for it absorbs this rank's delay.
+        const double arrival = a.end;
+        a.end = std::max(arrival, a.start);
+        delay = a.end - arrival;
+        continue;
+      }
+      // FSDP: the stage's compute waits for its UNSHARD's gather, as in sim/.
+      if (const auto it = unsharded.find(s); it != unsharded.end() && schedule::is_compute(a.action.op)) {
+        if (it->second > a.start) delay += it->second - a.start, a.start = it->second;
+        unsharded.erase(it);
+      }
       if (a.action.op == schedule::Op::STEP) {
         if (const auto it = reduced.find(s); it != reduced.end() && it->second > a.start) {
           delay += it->second - a.start;
@@ -101,8 +117,12 @@ schedule::Timeline with_reductions(const Scenario& sc, const std::vector<schedul
         const auto [from, span] = backward.count(s) ? backward[s] : std::pair<double, double>{a.start, 0};
         std::tie(a.start, a.end) = reduction(p, table.at(s), link, a.start, from, span);
         reduced[s] = a.end;
+      } else if (a.action.op == schedule::Op::UNSHARD && table.at(s).unshard_bytes > 0) {
+        // Asynchronous from here, alone on its link.
+        a.end = a.start + gather_seconds(p, table.at(s).unshard_bytes, link);
+        unsharded[s] = a.end;
       } else if (a.action.op == schedule::Op::STEP) {
-        const double gather = gather_seconds(p, table.at(s), link);  // in the STEP's time, as in sim/
+        const double gather = gather_seconds(p, table.at(s).gather_bytes, link);  // in the STEP's time, as in sim/
         a.end += gather;
         delay += gather;
       }

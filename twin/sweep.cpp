@@ -83,6 +83,10 @@ class Sweep {
   // --batch splits into M equal micro-batches on each of the D replicas.
   void check_batch() const {
     check_context_attention(o_.context_attention, o_.context_parallel);
+    if (o_.max_active_stages > 0 && (o_.zero != 3 || o_.reshard_after_forward)) {
+      throw Error("--max-active-stages " + std::to_string(o_.max_active_stages) +
+                  " needs --zero 3 --reshard-after-forward off (its UNSHARD gathers a stage whose weights are then kept)");
+    }
     if (o_.batch <= 0) return;
     for (const int m : o_.microbatches) {
       for (const int d : o_.data) {
@@ -172,6 +176,7 @@ class Sweep {
     s.sequence_parallel = o_.sequence_parallel && c.tensor > 1;
     s.zero = c.data > 1 ? o_.zero : 0;
     s.reshard_after_forward = o_.reshard_after_forward || s.zero != 3;
+    s.max_active_stages = s.reshard_after_forward ? 0 : o_.max_active_stages;
     s.shard_group = s.zero > 0 && o_.shard_group > 0 && o_.shard_group < c.data ? o_.shard_group : 0;
     s.recompute = c.recompute;
     s.partition = o_.partition;
@@ -282,7 +287,9 @@ class Sweep {
     return "model: " + file(o_.model) + "\nhardware: " + file(o_.hardware) + "\npartition: " + o_.partition +
            "\noptimizer: " + o_.optimizer + "\nengine: " + std::string(engine_name(o_.engine)) + "\nvirtual: " + std::to_string(o_.virtual_stages) +
            "\nsequence parallel: " + (o_.sequence_parallel ? "yes" : "no") + "\nzero1: " + (o_.zero == 1 ? "yes" : "no") +
-           (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") : "") +
+           (o_.zero > 1 ? "\nzero: " + std::to_string(o_.zero) + (o_.reshard_after_forward ? "" : ", weights kept") +
+                             (o_.max_active_stages > 0 ? ", UNSHARD/RESHARD " + std::to_string(o_.max_active_stages) + " active" : "")
+                       : "") +
            (o_.shard_group > 0 ? "\nshard group: " + std::to_string(o_.shard_group) : "") +
            (o_.precision.empty() ? "" : "\nprecision: " + o_.precision) +
            (o_.context_parallel > 1 ? "\ncontext: " + std::to_string(o_.context_parallel) +

@@ -28,6 +28,7 @@ struct SweepSpec {
   // Applied to every row where they mean something: sequence parallelism
   // where T > 1, ZeRO (zero: its stage, 0 to 3) where D > 1.
   bool sequence_parallel = false, reshard_after_forward = true;
+  int max_active_stages = 0;  // ZeRO-3 keeping the weights: FSDP's UNSHARD/RESHARD (ScenarioSpec's)
   // HSDP's groups of G replicas (ScenarioSpec::shard_group) with zero > 0 on
   // the rows whose D is above G (a row whose D it does not divide is an
   // error); a row with D at most G shards over all its D.

@@ -477,6 +477,12 @@ std::vector<Bad> catalogue() {
                                                                        "rank 0: 0UNSHARD 0F0 0B0 0RESHARD 0STEP\n"}},
        "simulate --hardware a100 -s {}/u.txt --max-active-stages 2 --model {}/m.yaml",
        "--max-active-stages 2 contradicts the schedule file"},
+      {"cli_plan_unshards_without_kept_weights", {{"m.yaml", kT}},
+       "plan --model {}/m.yaml --hardware a100 --gpus 4 --global-batch 8 --zero 3 --max-active-stages 3",
+       "--max-active-stages 3 needs ZeRO-3 candidates keeping their weights"},
+      {"cli_sweep_unshards_without_kept_weights", {{"m.yaml", kT}},
+       "sweep --model {}/m.yaml --hardware a100 -s 1f1b -k 2 -m 2 -d 2 --zero 2 --max-active-stages 3 --out {}/s.csv",
+       "--max-active-stages 3 needs --zero 3 --reshard-after-forward off"},
       {"cli_validate_compute_on_a_sharded_stage", {{"u.txt", "ranks 1\nmicrobatches 2\nstage_to_rank 0\n"
                                                               "rank 0: 0UNSHARD 0F0 0B0 0RESHARD 0F1 0B1\n"}},
        "validate {}/u.txt", "rank 0, step 4: 0F1 computes on stage 0 while its weights are sharded"},

@@ -448,6 +448,31 @@ TEST_F(Plan, SearchesZerosStagesAndBoundsTheirReductions) {
   EXPECT_EQ(run("merge " + path("merged1.csv") + " " + path("old.csv")).code, 0);
 }
 
+// ZeRO-3 keeping the weights, with FSDP's UNSHARD/RESHARD one stage of a rank
+// at a time (V = 2 > N = 1: each stage gathered again for its backwards):
+// the bound, which times each UNSHARD's gather alone and the stage's compute
+// waiting for it, stays an upper bound of SimGrid's throughput, and the
+// gathers cost the candidates time against keeping both stages gathered.
+TEST_F(Plan, BoundsTheUnshardsGathers) {
+  const std::string args = kPlan + "--max-pp 4 -s interleaved-1f1b -v 2 --zero 3 --reshard-after-forward off --top 1000 --json";
+  ASSERT_EQ(run_stdout(args + " --max-active-stages 1 --top-sim 0 -o " + path("bound.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --max-active-stages 1 --top-sim 100000 -o " + path("replayed.csv")).code, 0);
+  ASSERT_EQ(run_stdout(args + " --max-active-stages 2 --top-sim 100000 -o " + path("both.csv")).code, 0);
+  const auto bound = plan_rows(path("bound.csv")), replayed = plan_rows(path("replayed.csv")), both = plan_rows(path("both.csv"));
+  int compared = 0, alone = 0, slower = 0;
+  for (const auto& [index, b] : bound) {
+    const auto& s = replayed.at(index);
+    if (b.at("zero") != "3" || b.at("engine") != "fast-bound" || b.at("status") != "ok" || s.at("status") != "ok") continue;
+    expect_within_bound(index, b, s, false, compared, alone);
+    const auto& w = both.at(index);
+    if (w.at("status") == "ok" && std::stod(s.at("throughput_samples_per_s")) < std::stod(w.at("throughput_samples_per_s"))) {
+      ++slower;
+    }
+  }
+  EXPECT_GT(compared, 5);
+  EXPECT_GT(slower, compared / 2) << "gathering each stage twice a step costs time";
+}
+
 // plan --precision bf16,fp8: every configuration in both arithmetics, each
 // FP8 candidate faster than its BF16 twin on H100, the column written and read back.
 TEST_F(Plan, SearchesPrecisions) {
