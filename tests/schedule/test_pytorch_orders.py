@@ -276,8 +276,8 @@ class PyTorchFiles(unittest.TestCase):
 class FsdpActions(unittest.TestCase):
     """FSDP's UNSHARD and RESHARD: `schedule --max-active-stages 3` places them where PyTorch
     2.13's runtime lowering (_add_unshard_reshard, max_active_stages 3) does, among the compute
-    actions of every rank, for each multi-stage class PyTorch lowers so; and `validate` reads
-    PyTorch's own file with them kept."""
+    actions of every rank, for each multi-stage class PyTorch lowers so; and PyTorch's own
+    file, its actions kept, simulates as the generator with them does."""
 
     CASES = [("looped-bfs", "ScheduleLoopedBFS", V) for V in (2, 3, 4)] + \
             [("interleaved-1f1b", "ScheduleInterleaved1F1B", V) for V in (2, 3, 4)] + \
@@ -316,6 +316,39 @@ class FsdpActions(unittest.TestCase):
         self.assertGreater(churned, 0)  # V > 3 gathers some stages more than once a step
         print(f"UNSHARD/RESHARD: {compared} (class, V, K, M) placed as PyTorch's runtime does, "
               f"{churned} gathering a stage more than once a step")
+
+    def test_pytorchs_file_simulates_as_the_generator_with_three_active(self):
+        # ZeRO-3 keeping the weights over D = 2: PyTorch's own file with communication (its
+        # UNSHARD/RESHARD kept) and pipetwin's generator with --max-active-stages 3 give the
+        # same step time and peak memory; without the actions the peak holds every stage whole.
+        common = ["--model", MODEL, "--hardware", "a100", "-d", 2, "--zero", 3, "--reshard-after-forward", "off", "--json"]
+
+        def figures(*args):
+            r = pipetwin("simulate", *args, *common)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s = json.loads(r.stdout)["summary"]
+            return s["step_time_s"], max(m["peak_bytes"] for m in s["memory_per_rank"])
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for gen, name, K, M, V in [("looped-bfs", "ScheduleLoopedBFS", 2, 4, 4),
+                                       ("interleaved-1f1b", "ScheduleInterleaved1F1B", 2, 4, 4),
+                                       ("dualpipe-v", "ScheduleDualPipeV", 2, 4, 2)]:
+                with self.subTest(schedule=name):
+                    sched, stages = schedule_object(getattr(S, name), K, M, V)
+                    rt = S._PipelineScheduleRuntime(stages, M)
+                    rt._prepare_schedule_with_comms(sched.pipeline_order)
+                    path = os.path.join(tmp, f"{name}.csv")
+                    rt._dump_csv(path, "compute_comms")
+                    theirs = figures("-s", path)
+                    ours = figures("-s", gen, "-k", K, "-m", M, "-v", V, "--max-active-stages", 3)
+                    self.assertAlmostEqual(theirs[0], ours[0], delta=1e-9 * ours[0])
+                    self.assertEqual(theirs[1], ours[1])
+                    kept = figures("-s", gen, "-k", K, "-m", M, "-v", V)
+                    if V > 3:
+                        self.assertLess(ours[1], kept[1])
+                    print(f"{name} K={K} M={M} V={V}, D=2 ZeRO-3 weights kept: step {theirs[0]:.6f} s from PyTorch's "
+                          f"file, {ours[0]:.6f} s from the generator with 3 active; peak {ours[1] / 1e9:.3f} GB "
+                          f"({kept[1] / 1e9:.3f} GB every stage kept)")
 
 
 def sends_after_own_half(path):
