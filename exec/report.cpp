@@ -259,12 +259,13 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
     }
     std::map<std::string, double> posts = last_posts(all);
     // The step begins with its first computation (the first stage's first
-    // forward): a rank that finished the previous step early and already
+    // forward), or an FSDP UNSHARD before it (the gather that computation
+    // waits for): a rank that finished the previous step early and already
     // waits in a receive is idle from then on, as in the simulator.
     double begin = 1e300, any = 1e300, end = -1e300;
     for (const auto& rank : t.ranks) {
       for (const auto& a : rank) {
-        if (schedule::is_compute(a.action.op)) begin = std::min(begin, a.start);
+        if (schedule::is_compute(a.action.op) || a.action.op == schedule::Op::UNSHARD) begin = std::min(begin, a.start);
         any = std::min(any, a.start);
         end = std::max(end, a.end);
       }

@@ -141,8 +141,10 @@ void TorchBackend::compute(ps::RankId, const ps::Action& a) {
     case ps::Op::W: weight_grad(s, mb); break;
     case ps::Op::STEP: dp_ ? dp_->step(stage(s)) : stage(s).step(); break;
     // FSDP: no-ops for a data group of one replica, and below ZeRO-3 (PyTorch's for a stage without FSDP).
-    case ps::Op::UNSHARD:
-      if (dp_) dp_->unshard(s);
+    case ps::Op::UNSHARD:  // timed from its post to its gathers' end, as simulated
+      if (dp_) {
+        if (const int id = dp_->unshard(s); id >= 0) reductions_[timed_.size()] = id;
+      }
       break;
     case ps::Op::RESHARD:
       if (dp_) dp_->reshard(s);

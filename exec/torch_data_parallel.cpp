@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "exec/torch_collectives.hpp"
@@ -200,8 +201,26 @@ DataParallel::Gathers DataParallel::step_gathers() const {
   return out;
 }
 
-void DataParallel::unshard(int stage) {
-  if (auto* z = sharded_stage(stage)) z->unshard();
+int DataParallel::unshard(int stage) {
+  ShardedStage* z = sharded_stage(stage);
+  if (z == nullptr) return -1;
+  const double start = comm_.now();
+  auto works = z->unshard();
+  if (works.empty()) return -1;
+  const int id = static_cast<int>(records_.size());
+  Record& rec = records_.emplace_back();
+  rec.start = start;
+  rec.end = std::make_shared<std::atomic<double>>(start);
+  if (unsharding_.count(stage)) throw Error("UNSHARD of stage " + std::to_string(stage) + " twice before it computed");
+  // Its end, when the gathers complete (their errors are the compute's to report).
+  unsharding_[stage] = {id, std::thread([works = std::move(works), end = rec.end, comm = &comm_] {
+                          try {
+                            for (const auto& w : works) w->wait();
+                            end->store(comm->now());
+                          } catch (const std::exception&) {
+                          }
+                        })};
+  return id;
 }
 
 void DataParallel::reshard(int stage) {
@@ -210,12 +229,25 @@ void DataParallel::reshard(int stage) {
 
 void DataParallel::gathered(int stage) {
   if (auto* z = sharded_stage(stage)) z->gathered();
+  const auto it = unsharding_.find(stage);
+  if (it == unsharding_.end()) return;
+  // Its gathers are done: whichever of this thread and the watcher saw it
+  // first (on a busy host either may be scheduled late) says when.
+  const double seen = comm_.now();
+  auto& [id, watcher] = it->second;
+  if (watcher.joinable()) watcher.join();
+  const auto& end = records_.at(static_cast<std::size_t>(id)).end;
+  end->store(std::min(end->load(), seen));
+  unsharding_.erase(it);
 }
 
 DataParallel::~DataParallel() {
   // Leaving with a reduction in flight (an error elsewhere): its watcher ends with the group's timeout.
   for (auto& [_, p] : pending_) {
     if (p.watcher && p.watcher->joinable()) p.watcher->detach();
+  }
+  for (auto& [_, u] : unsharding_) {
+    if (u.second.joinable()) u.second.detach();
   }
 }
 

@@ -77,7 +77,9 @@ class DataParallel {
   void gather_weights();
   // FSDP's UNSHARD and RESHARD of a stage, and the wait for its UNSHARD
   // before the stage computes (ShardedStage's; nothing below ZeRO-3).
-  void unshard(int stage);
+  // unshard: the id of its gathers' record (times()), timed from the post
+  // to the last one's end, as the simulator's; -1 where it gathers nothing.
+  int unshard(int stage);
   void reshard(int stage);
   void gathered(int stage);
 
@@ -169,6 +171,8 @@ class DataParallel {
   double bucket_bytes_ = 0, first_bucket_bytes_ = 0;
   std::map<int, Buckets> buckets_;  // by stage
   std::vector<Record> records_;
+  // By stage: its UNSHARD's record and the thread that notes when its gathers end.
+  std::map<int, std::pair<int, std::thread>> unsharding_;
   std::map<int, std::int64_t> stage_bytes_;
 };
 

@@ -303,9 +303,14 @@ void ShardedStage::gather_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) materialize(u);
 }
 
-void ShardedStage::unshard() {
-  if (!shards_weights() || options_.reshard_after_forward) return;
-  for (std::size_t u = 0; u < units_.size(); ++u) post_gather(u);
+std::vector<c10::intrusive_ptr<c10d::Work>> ShardedStage::unshard() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  if (!shards_weights() || options_.reshard_after_forward) return works;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    post_gather(u);
+    if (units_[u].gathering) works.push_back(units_[u].gathering);
+  }
+  return works;
 }
 
 void ShardedStage::gathered() {

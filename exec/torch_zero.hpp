@@ -85,10 +85,11 @@ class ShardedStage final : public LayerHooks {
   // ZeRO-3: every unit gathered (a collective), to save the weights.
   void gather_all();
   // FSDP's actions (ZeRO-3 keeping the weights between uses; no-ops
-  // otherwise, as the simulator's): UNSHARD posts every unit's gather;
-  // before a compute of a stage the list gathers so, `gathered` waits for
-  // them (PyTorch's _assert_unsharded); RESHARD frees every unit.
-  void unshard();
+  // otherwise, as the simulator's): UNSHARD posts every unit's gather and
+  // returns their works; before a compute of a stage the list gathers so,
+  // `gathered` waits for them (PyTorch's _assert_unsharded); RESHARD frees
+  // every unit.
+  std::vector<c10::intrusive_ptr<c10d::Work>> unshard();
   void gathered();
   void reshard();
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -432,6 +433,52 @@ TEST(DataParallel, ZeroThreeTimesItsReductionsAndItsGathers) {
     const auto& c = rank.at("collectives").at(0);
     EXPECT_NE(c.at("kind").get<std::string>().find("all-gather per layer inside F"), std::string::npos) << c.dump();
     EXPECT_GT(c.at("bytes").get<double>(), 0);
+  }
+}
+
+// FSDP's UNSHARD (ZeRO-3 keeping the weights, one of a rank's two stages
+// gathered at a time): each is timed from its post to its gathers' end, as
+// the simulator times it, and the stage's next compute starts after it (it
+// waited for them); the step begins with the first of them. A rank's first
+// stage is gathered twice a step (for its forwards, then for its
+// backwards), its second once (its forwards and backwards follow each
+// other).
+TEST(DataParallel, UnshardsAreTimedToTheirGathersEnd) {
+  const auto dir = scratch("unshard_trace");
+  const auto trace = dir / "t.json";
+  const auto r = run(common(kMlp, "adam", 2, 2) + " -s interleaved-1f1b -k 2 -v 2 --zero 3 --reshard-after-forward off "
+                     "--max-active-stages 1 --trace " + trace.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto events = complete_events(trace);
+  std::map<int, std::map<int, int>> unshards;  // process -> stage -> UNSHARDs
+  int timed = 0, all = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const std::string name = events[i].value("name", "");
+    if (name.find("UNSHARD") == std::string::npos) continue;
+    const int pid = events[i].at("pid").get<int>();
+    const std::string stage = name.substr(0, name.find('U'));
+    ++unshards[pid][std::stoi(stage)];
+    const double start = events[i].at("ts").get<double>(), end = start + events[i].at("dur").get<double>();
+    timed += end > start, ++all;
+    // The stage's next compute on that process (µs; the watcher notes the end a little after the wait returns).
+    double next = -1;
+    for (const auto& e : events) {
+      const std::string n = e.value("name", "");
+      const std::size_t k = stage.size();  // "<stage><F|B|I|W|R><micro-batch>", not a RECV
+      const bool compute = n.size() > k + 1 && n.rfind(stage, 0) == 0 && std::string("FBIWR").find(n[k]) != std::string::npos &&
+                           std::isdigit(static_cast<unsigned char>(n[k + 1]));
+      if (e.at("pid").get<int>() == pid && compute && e.at("ts").get<double>() >= start && (next < 0 || e.at("ts").get<double>() < next)) {
+        next = e.at("ts").get<double>();
+      }
+    }
+    ASSERT_GE(next, 0) << name << " of process " << pid;
+    EXPECT_GE(next, end - 1000) << name << " of process " << pid;
+  }
+  EXPECT_EQ(timed, all) << "the step begins with its first UNSHARD: none is cut to nothing";
+  ASSERT_GE(unshards.size(), 2u);  // each pipeline rank
+  for (const auto& [pid, by_stage] : unshards) {
+    ASSERT_EQ(by_stage.size(), 2u) << "process " << pid;
+    EXPECT_EQ(by_stage.begin()->second, 2 * by_stage.rbegin()->second) << "process " << pid;
   }
 }
 
