@@ -259,15 +259,24 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
     }
     std::map<std::string, double> posts = last_posts(all);
     // The step begins with its first computation (the first stage's first
-    // forward), or an FSDP UNSHARD before it (the gather that computation
-    // waits for): a rank that finished the previous step early and already
+    // forward): a rank that finished the previous step early and already
     // waits in a receive is idle from then on, as in the simulator.
     double begin = 1e300, any = 1e300, end = -1e300;
-    for (const auto& rank : t.ranks) {
-      for (const auto& a : rank) {
-        if (schedule::is_compute(a.action.op) || a.action.op == schedule::Op::UNSHARD) begin = std::min(begin, a.start);
+    std::size_t first_rank = 0;
+    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+      for (const auto& a : t.ranks[r]) {
+        if (schedule::is_compute(a.action.op) && a.start < begin) begin = a.start, first_rank = r;
         any = std::min(any, a.start);
         end = std::max(end, a.end);
+      }
+    }
+    // Or with the FSDP gathers that computation waited for (its rank's
+    // UNSHARDs before it that gathered), as the simulator's step does.
+    const double computes = begin;
+    if (begin <= end) {
+      for (const auto& a : t.ranks[first_rank]) {
+        if (a.start >= computes) break;
+        if (a.action.op == schedule::Op::UNSHARD && a.end > a.start) begin = std::min(begin, a.start);
       }
     }
     if (begin > end) begin = any;
