@@ -240,6 +240,30 @@ std::map<std::string, double> last_posts(const std::vector<schedule::Timeline>& 
   return posts;
 }
 
+// A step's beginning and end. It begins with its first computation (the
+// first stage's first forward): a rank that finished the previous step early
+// and already waits in a receive is idle from then on, as in the simulator.
+// Or with the FSDP gathers that computation waited for (its rank's UNSHARDs
+// before it that gathered), as the simulator's step does.
+std::pair<double, double> step_bounds(const schedule::Timeline& t) {
+  double begin = 1e300, any = 1e300, end = -1e300;
+  std::size_t first_rank = 0;
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+    for (const auto& a : t.ranks[r]) {
+      if (schedule::is_compute(a.action.op) && a.start < begin) begin = a.start, first_rank = r;
+      any = std::min(any, a.start);
+      end = std::max(end, a.end);
+    }
+  }
+  if (begin > end) return {any, end};
+  const double computes = begin;
+  for (const auto& a : t.ranks[first_rank]) {
+    if (a.start >= computes) break;
+    if (a.action.op == schedule::Op::UNSHARD && a.end > a.start) begin = std::min(begin, a.start);
+  }
+  return {begin, end};
+}
+
 }  // namespace
 
 RunResult assemble(std::vector<RankReport> reports, int stages) {
@@ -258,28 +282,7 @@ RunResult assemble(std::vector<RankReport> reports, int stages) {
       if (t.ranks.empty() || last_end(one) > last_end(t)) t = one;
     }
     std::map<std::string, double> posts = last_posts(all);
-    // The step begins with its first computation (the first stage's first
-    // forward): a rank that finished the previous step early and already
-    // waits in a receive is idle from then on, as in the simulator.
-    double begin = 1e300, any = 1e300, end = -1e300;
-    std::size_t first_rank = 0;
-    for (std::size_t r = 0; r < t.ranks.size(); ++r) {
-      for (const auto& a : t.ranks[r]) {
-        if (schedule::is_compute(a.action.op) && a.start < begin) begin = a.start, first_rank = r;
-        any = std::min(any, a.start);
-        end = std::max(end, a.end);
-      }
-    }
-    // Or with the FSDP gathers that computation waited for (its rank's
-    // UNSHARDs before it that gathered), as the simulator's step does.
-    const double computes = begin;
-    if (begin <= end) {
-      for (const auto& a : t.ranks[first_rank]) {
-        if (a.start >= computes) break;
-        if (a.action.op == schedule::Op::UNSHARD && a.end > a.start) begin = std::min(begin, a.start);
-      }
-    }
-    if (begin > end) begin = any;
+    const auto [begin, end] = step_bounds(t);
     if (s == 0) first = begin;
     last = end;
     for (auto& rank : t.ranks) {
