@@ -29,6 +29,17 @@ void gradients_from(const std::vector<at::Tensor>& params, const at::Tensor& fla
   }
 }
 
+// A watcher thread's body: waits for `works` and stores when they ended
+// (their errors, if any, are for whoever waits for them next to report).
+void note_end(const std::vector<c10::intrusive_ptr<c10d::Work>>& works, const std::shared_ptr<std::atomic<double>>& end,
+              const Comm& comm) {
+  try {
+    for (const auto& w : works) w->wait();
+    end->store(comm.now());
+  } catch (const std::exception&) {
+  }
+}
+
 void check_one_dtype(const Stage& stage, const std::vector<at::Tensor>& params) {
   for (const auto& p : params) {
     if (p.scalar_type() != params.front().scalar_type()) {
@@ -204,6 +215,7 @@ DataParallel::Gathers DataParallel::step_gathers() const {
 int DataParallel::unshard(int stage) {
   ShardedStage* z = sharded_stage(stage);
   if (z == nullptr) return -1;
+  if (unsharding_.count(stage)) throw Error("UNSHARD of stage " + std::to_string(stage) + " twice before it computed");
   const double start = comm_.now();
   auto works = z->unshard();
   if (works.empty()) return -1;
@@ -211,15 +223,8 @@ int DataParallel::unshard(int stage) {
   Record& rec = records_.emplace_back();
   rec.start = start;
   rec.end = std::make_shared<std::atomic<double>>(start);
-  if (unsharding_.count(stage)) throw Error("UNSHARD of stage " + std::to_string(stage) + " twice before it computed");
   // Its end, when the gathers complete (their errors are the compute's to report).
-  unsharding_[stage] = {id, std::thread([works = std::move(works), end = rec.end, comm = &comm_] {
-                          try {
-                            for (const auto& w : works) w->wait();
-                            end->store(comm->now());
-                          } catch (const std::exception&) {
-                          }
-                        })};
+  unsharding_[stage] = {id, std::thread([works = std::move(works), end = rec.end, comm = &comm_] { note_end(works, end, *comm); })};
   return id;
 }
 
@@ -291,13 +296,7 @@ int DataParallel::reduce(Stage& stage) {
   rec.end->store(rec.start);
   // Its end, when the collectives complete: a thread waits for them (their
   // errors, if any, are the STEP's to report).
-  p.watcher = std::make_shared<std::thread>([works = p.works, end = rec.end, comm = &comm_] {
-    try {
-      for (const auto& w : works) w->wait();
-      end->store(comm->now());
-    } catch (const std::exception&) {
-    }
-  });
+  p.watcher = std::make_shared<std::thread>([works = p.works, end = rec.end, comm = &comm_] { note_end(works, end, *comm); });
   pending_[stage.index()] = std::move(p);
   return id;
 }

@@ -144,6 +144,16 @@ void ShardedStage::release(std::size_t u) {
   x.present = false;
 }
 
+void ShardedStage::discard(std::size_t u) {
+  Unit& x = units_.at(u);
+  if (x.gathering) {  // finished before the storage goes
+    x.gathering->wait();
+    x.gathering.reset();
+    x.gathered = at::Tensor();
+  }
+  release(u);
+}
+
 void ShardedStage::before(int position) {
   if (!shards_weights()) return;
   const int u = unit_at(position);
@@ -192,15 +202,7 @@ void ShardedStage::backward_end() {
   in_backward_ = false;
   reduce_in_backward_ = false;
   if (!frees_after_use()) return;
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    Unit& x = units_[u];
-    if (x.gathering) {  // prefetched for a layer whose backward did not need it
-      x.gathering->wait();
-      x.gathering.reset();
-      x.gathered = at::Tensor();
-    }
-    release(u);
-  }
+  for (std::size_t u = 0; u < units_.size(); ++u) discard(u);  // a prefetch a layer's backward did not need
 }
 
 void ShardedStage::microbatch_done() {
@@ -305,7 +307,7 @@ void ShardedStage::gather_all() {
 
 std::vector<c10::intrusive_ptr<c10d::Work>> ShardedStage::unshard() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  if (!shards_weights() || options_.reshard_after_forward) return works;
+  if (!keeps_weights()) return works;
   for (std::size_t u = 0; u < units_.size(); ++u) {
     post_gather(u);
     if (units_[u].gathering) works.push_back(units_[u].gathering);
@@ -314,21 +316,13 @@ std::vector<c10::intrusive_ptr<c10d::Work>> ShardedStage::unshard() {
 }
 
 void ShardedStage::gathered() {
-  if (!shards_weights() || options_.reshard_after_forward) return;
+  if (!keeps_weights()) return;
   for (std::size_t u = 0; u < units_.size(); ++u) materialize(u);
 }
 
 void ShardedStage::reshard() {
-  if (!shards_weights() || options_.reshard_after_forward) return;
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    Unit& x = units_[u];
-    if (x.gathering) {  // posted and never used: finish it before the storage goes
-      x.gathering->wait();
-      x.gathering.reset();
-      x.gathered = at::Tensor();
-    }
-    release(u);
-  }
+  if (!keeps_weights()) return;
+  for (std::size_t u = 0; u < units_.size(); ++u) discard(u);
 }
 
 }  // namespace pipetwin::exec

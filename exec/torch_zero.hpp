@@ -115,11 +115,14 @@ class ShardedStage final : public LayerHooks {
 
   bool shards_weights() const { return options_.level == 3; }
   bool frees_after_use() const { return shards_weights() && options_.reshard_after_forward; }
+  bool keeps_weights() const { return shards_weights() && !options_.reshard_after_forward; }  // FSDP's actions apply
   // The unit of the layer at `position`, or -1 for a layer without weights.
   int unit_at(int position) const;
   void post_gather(std::size_t u);
   void materialize(std::size_t u);
   void release(std::size_t u);
+  // A gather posted and not used (a prefetch, an UNSHARD): finished and dropped, then the unit freed.
+  void discard(std::size_t u);
   void on_output_gradient(int position);
   void post_reductions();
   void post_reduction(std::size_t u);

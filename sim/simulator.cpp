@@ -53,8 +53,8 @@ class SimBackend final : public ps::Backend {
   void compute(ps::RankId r, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
     if (ps::is_fsdp(a.op)) return fsdp(a);
-    if (a.op == ps::Op::STEP) wait_reductions(a.stage.value);
-    if (ps::is_compute(a.op)) wait_unshard(a.stage.value);
+    if (a.op == ps::Op::STEP) wait_for(pending_, a.stage.value);
+    if (ps::is_compute(a.op)) wait_for(unsharding_, a.stage.value);
     const auto& costs = in_.stages.at(a.stage.value);
     const double d = costs.of(a, alone_, alone_a2a_);
     alone_ = costs.of(a);
@@ -156,13 +156,6 @@ class SimBackend final : public ps::Backend {
                                   out[at].end = sg4::Engine::get_clock();
                                 });
   }
-  void wait_unshard(int stage) {
-    const auto it = unsharding_.find(stage);
-    if (it == unsharding_.end()) return;
-    give_core();  // it waits: its core goes to a rank that has work
-    it->second->join();
-    unsharding_.erase(it);
-  }
   // Bucketed reductions (StageCosts::reduce_bucket_bytes): the backward
   // right before a stage's REDUCE_GRAD on this rank starts them; under
   // ZeRO-2 and 3 (reduce_each_microbatch) every backward of the stage does.
@@ -224,12 +217,14 @@ class SimBackend final : public ps::Backend {
     const RoundWork work = own != nullptr ? RoundWork{ranks, 1 / in_.topology.collective.bandwidth} : RoundWork{};
     return sg4::Actor::create(name, own != nullptr ? own : ranks, [body = std::move(body), work] { body(work); });
   }
-  void wait_reductions(int stage) {
-    const auto it = pending_.find(stage);
-    if (it == pending_.end()) return;
+  // The stage's actor in `in_flight` (its reduction, or its UNSHARD's
+  // gather), if any, waited for and forgotten.
+  void wait_for(std::map<int, sg4::ActorPtr>& in_flight, int stage) {
+    const auto it = in_flight.find(stage);
+    if (it == in_flight.end()) return;
     give_core();  // it waits: its core goes to a rank that has work
     it->second->join();
-    pending_.erase(it);
+    in_flight.erase(it);
   }
   // ZeRO-1: after its step on its shard, each device all-gathers the updated weights (in STEP's time).
   void gather(const ps::Action& a) {
