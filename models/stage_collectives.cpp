@@ -102,12 +102,11 @@ double StageCostModel::gather_bytes(int i, int j) const {
 }
 
 double StageCostModel::unshard_bytes(int i, int j) const {
-  const bool kept = zero_ == 3 && !reshard_after_forward_;
-  return data_parallel_ > 1 && kept ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.precision) : 0;
+  return keeps_gathered() ? (comm_params_[j] - comm_params_[i]) * bytes_per_element(model_.precision) : 0;
 }
 
 double StageCostModel::gathered_weight_bytes(int i, int j, int s) const {
-  if (zero_ != 3 || reshard_after_forward_ || data_parallel_ <= 1) return 0;
+  if (!keeps_gathered()) return 0;
   const double p = params_[j] - params_[i], z = zero_params_[j] - zero_params_[i];
   return (p - z / shard_) * bytes_per_element(model_.precision) * stash_counts_.at(s).weight_versions;
 }

@@ -248,6 +248,8 @@ class StageCostModel {
   bool reshard_after_forward_ = true;  // Program::reshard_after_forward
   // ZeRO-3 with its weights freed after each use; its gradients sharded (ZeRO-2, or that).
   bool shards_weights() const { return zero_ == 3 && reshard_after_forward_; }
+  // ZeRO-3 over D > 1 keeping the weights between uses: where UNSHARD gathers and RESHARD frees.
+  bool keeps_gathered() const { return zero_ == 3 && !reshard_after_forward_ && data_parallel_ > 1; }
   bool shards_gradients() const { return zero_ == 2 || shards_weights(); }
   double layer_pass_s(schedule::Op op, int l, int s, bool nograd) const;
   double gradient_bucket_bytes_ = 0;

@@ -44,6 +44,8 @@ Program insert_gradient_reductions(Program program);
 // actions already is returned as it is. Throws pipetwin::Error for
 // `max_active_stages` < 1.
 Program insert_unshards(Program program, int max_active_stages);
+// True when some rank holds an UNSHARD or a RESHARD.
+bool holds_fsdp_actions(const Program& program);
 
 // Receives as PyTorch's runtime means them: a RECV_F or RECV_B in its CSV
 // posts the receive, and the rank waits for the data right before the

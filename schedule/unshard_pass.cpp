@@ -111,13 +111,17 @@ std::vector<Action> with_unshards(const std::vector<Action>& actions, std::size_
 
 }  // namespace
 
+bool holds_fsdp_actions(const Program& p) {
+  return std::any_of(p.ranks.begin(), p.ranks.end(), [](const std::vector<Action>& actions) {
+    return std::any_of(actions.begin(), actions.end(), [](const Action& a) { return is_fsdp(a.op); });
+  });
+}
+
 Program insert_unshards(Program p, int max_active_stages) {
   if (max_active_stages < 1) {
     throw Error("at most " + std::to_string(max_active_stages) + " stages gathered at a time: FSDP's UNSHARD needs at least 1");
   }
-  for (const auto& actions : p.ranks) {
-    if (std::any_of(actions.begin(), actions.end(), [](const Action& a) { return is_fsdp(a.op); })) return p;
-  }
+  if (holds_fsdp_actions(p)) return p;
   for (auto& actions : p.ranks) actions = with_unshards(actions, static_cast<std::size_t>(max_active_stages));
   return p;
 }

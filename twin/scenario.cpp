@@ -87,6 +87,15 @@ std::unique_ptr<Scenario> build_scenario(const ScenarioSpec& o) {
 
 namespace {
 
+// --max-active-stages places FSDP's UNSHARD/RESHARD: only where ZeRO-3 keeps the weights.
+void check_max_active(const schedule::Program& p, const ScenarioSpec& o) {
+  if (o.max_active_stages > 0 && (p.zero != 3 || p.reshard_after_forward)) {
+    throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " needs --zero 3 --reshard-after-forward off "
+                "(its UNSHARD gathers a stage whose weights are then kept until its RESHARD); here zero is " +
+                std::to_string(p.zero) + (p.zero == 3 ? " with resharding after the forward" : ""));
+  }
+}
+
 // T, D and their options onto a Program, with the data-parallel reductions.
 void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   p.tensor_parallel = std::max(1, o.tensor_parallel);
@@ -121,10 +130,7 @@ void set_parallelism(schedule::Program& p, const ScenarioSpec& o) {
   if (!p.reshard_after_forward && p.zero != 3) {
     throw Error("--reshard-after-forward off needs --zero 3 (only ZeRO-3 shards the weights)");
   }
-  if (o.max_active_stages > 0 && (p.zero != 3 || p.reshard_after_forward)) {
-    throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " needs --zero 3 --reshard-after-forward off "
-                "(its UNSHARD gathers a stage whose weights are then kept until its RESHARD)");
-  }
+  check_max_active(p, o);
   if (o.shard_group > 0) {
     if (p.zero == 0) throw Error("--shard-group " + std::to_string(o.shard_group) + " needs --zero 1, 2 or 3 (it groups ZeRO's shards)");
     if (p.data_parallel % o.shard_group != 0) {
@@ -175,6 +181,7 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
       throw Error("--zero " + std::to_string(o.zero) + " contradicts the schedule file " + o.schedule + ", which has zero " +
                   std::to_string(p.zero));
     }
+    check_max_active(p, o);
   }
   check_stages(p.num_stages());
   if (!o.recompute.empty()) settle_recompute(p, models::parse_recompute_choice(o.recompute).policy, o.recompute, o.schedule);
@@ -184,17 +191,11 @@ schedule::Program program_from_file(const StageBound& check_stages, const Scenar
   }
   p = schedule::insert_gradient_reductions(schedule::lower(std::move(p)));
   if (o.max_active_stages > 0) {
-    if (p.zero != 3 || p.reshard_after_forward) {
-      throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " needs ZeRO-3 without resharding after "
-                  "the forward; the schedule file " + o.schedule + " has zero " + std::to_string(p.zero) +
-                  (p.zero == 3 ? " with reshard_after_forward on" : ""));
-    }
-    const auto before = p;
-    p = schedule::insert_unshards(std::move(p), o.max_active_stages);
-    if (p == before) {
+    if (schedule::holds_fsdp_actions(p)) {
       throw Error("--max-active-stages " + std::to_string(o.max_active_stages) + " contradicts the schedule file " +
                   o.schedule + ", which places its own UNSHARD and RESHARD");
     }
+    p = schedule::insert_unshards(std::move(p), o.max_active_stages);
   }
   validate_file(p, o.schedule);
   return p;
