@@ -69,6 +69,12 @@ ps::Timeline replay(const pc::TraceRun& run, const pm::Hardware& hw) {
   return pipetwin::sim::simulate({run.program, pm::stage_table(costs, hw, run.program), hw.topology}).timeline;
 }
 
+// One process's STEP all-gathers over D = 2 (one round of a part per call)
+// on a link of 35 µs and 1.7 GB/s, as the executor records them.
+pc::TraceRun::Exchanges gathered(double calls, double part) {
+  return pc::TraceRun::Exchanges{calls, calls * (35e-6 + part / 1.7e9), calls * part};
+}
+
 // The truth with its collectives forgotten: what the fit starts from.
 pc::FitResult forgetting_collectives(const pm::Hardware& truth) {
   pc::FitResult fit;
@@ -323,9 +329,6 @@ TEST(FitCollectives, ZeroOnesAllGathersJoinTheRingsFit) {
   truth.topology.collective = {35e-6, 1.7e9};
   auto runs = data_parallel_runs(truth);
   ASSERT_EQ(runs.back().program.zero, 1);
-  const auto gathered = [&](double calls, double part) {
-    return pc::TraceRun::Exchanges{calls, calls * (35e-6 + part / 1.7e9), calls * part};
-  };
   runs.back().all_gather = {gathered(1, 2.4e6), gathered(2, 5e5)};
   pc::FitResult fit = forgetting_collectives(truth);
   pc::fit_collectives(runs, fit, replay);
@@ -353,9 +356,6 @@ TEST(FitCollectives, ZeroTwosAllGathersAloneGiveTheLinkBack) {
   auto runs = data_parallel_runs(truth);
   pc::TraceRun two = runs.back();
   two.program.zero = 2;
-  const auto gathered = [&](double calls, double part) {  // D = 2: one round of a part per call
-    return pc::TraceRun::Exchanges{calls, calls * (35e-6 + part / 1.7e9), calls * part};
-  };
   two.all_gather = {gathered(3, 2.4e6), gathered(5, 4e5)};
   pc::FitResult fit = forgetting_collectives(truth);
   pc::fit_collectives({two}, fit, replay);

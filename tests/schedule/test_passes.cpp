@@ -147,8 +147,11 @@ TEST(Passes, UnshardsKeepAtMostNStagesGathered) {
         EXPECT_EQ(gathered, 0) << name << " N=" << N << " rank " << r;
         EXPECT_LE(most, N + 1) << name << " N=" << N << " rank " << r;
         EXPECT_LE(most, V) << name << " N=" << N << " rank " << r;
-        if (N >= V) EXPECT_EQ(unshards, V) << name << " N=" << N << " rank " << r;
-        if (N < V) EXPECT_GT(unshards, V) << name << " N=" << N << " rank " << r;
+        if (N >= V) {
+          EXPECT_EQ(unshards, V) << name << " N=" << N << " rank " << r;
+        } else {
+          EXPECT_GT(unshards, V) << name << " N=" << N << " rank " << r;
+        }
       }
       ++checked;
     }
