@@ -48,6 +48,7 @@ Program build_schedule(std::string_view name, const GeneratorOptions& options);
 Program generate_gpipe(const GeneratorOptions& options);
 Program generate_1f1b(const GeneratorOptions& options);
 Program generate_interleaved_1f1b(const GeneratorOptions& options);
+Program generate_combined_1f1b(const GeneratorOptions& options);
 Program generate_zb_h1(const GeneratorOptions& options);
 Program generate_zb_h2(const GeneratorOptions& options);
 Program generate_zb_v(const GeneratorOptions& options);

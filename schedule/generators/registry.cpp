@@ -69,6 +69,13 @@ const std::vector<GeneratorInfo>& generators() {
       {"pipedream", "PipeDream asynchronous 1F1B with weight stashing, no flush", false, generate_pipedream,
        "any K, M (M: mini-batches in the window); V = 1", "none in the steady state (no flush)",
        "stage s stashes min(K-s, M) micro-batches and up to K-s weight versions (K-s once M >= 2K-2)"},
+      {"combined-1f1b", "Megatron-LM's combined 1F1B (--overlap-moe-expert-parallel-comm): interleaved 1F1B with one "
+       "more warm-up forward, each steady-state forward and the backward after it one OVERLAP_F_B, so that one "
+       "micro-batch's all-to-alls run under the other's compute", true, generate_combined_1f1b,
+       "V >= 2, or V = 1 at K = 1 (Megatron-LM's form without pipelining); M a multiple of its rounds max(1, M/K)",
+       "with F = B = 1 and nothing hidden (overlap_factor 0, no all-to-alls), interleaved-1f1b's steps (the dry run's "
+       "count, not derived); an OVERLAP_F_B hides what the device's overlap_factor and the all-to-alls let it",
+       "each stage stashes interleaved-1f1b's peak or one micro-batch more (the extra warm-up forward)"},
   };
   return kGenerators;
 }
@@ -114,7 +121,11 @@ void check_shape(const GeneratorInfo& g, const GeneratorOptions& o) {
     throw Error(who + "has one stage per rank; --virtual " + std::to_string(o.stages_per_rank) +
                 " needs interleaved-1f1b, interleaved-zb or looped-bfs (or zb-v, dualpipe-v, v-half or v-min, whose V is 2)");
   }
-  if (g.virtual_stages && o.stages_per_rank < 2) {
+  if (g.name == "combined-1f1b" && o.stages_per_rank < 2 && o.ranks > 1) {
+    throw Error(who + "needs --virtual V >= 2 (stages per rank) with more than one rank, as Megatron-LM needs a virtual "
+                "pipeline for its EP overlap; V = 1 only at K = 1, got K=" + std::to_string(o.ranks));
+  }
+  if (g.virtual_stages && o.stages_per_rank < 2 && g.name != "combined-1f1b") {
     throw Error(who + "needs --virtual V >= 2 (stages per rank), got " +
                 std::to_string(o.stages_per_rank));
   }

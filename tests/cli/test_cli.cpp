@@ -478,7 +478,7 @@ TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* name :
        {"gpipe", "1f1b", "interleaved-1f1b", "interleaved-zb", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "dualpipe-v", "v-half",
-        "v-min", "pipedream"}) {
+        "v-min", "pipedream", "combined-1f1b"}) {
     EXPECT_TRUE(has(r.out, std::string("\n") + name + "\n") || r.out.rfind(std::string(name) + "\n", 0) == 0) << name;
   }
   EXPECT_TRUE(has(r.out, "(K-1)/(M+K-1) of the step")) << r.out;
@@ -486,7 +486,7 @@ TEST_F(Cli, ScheduleListNamesEveryGeneratorWithItsClosedForms) {
   const auto j = run("schedule --list --json");
   ASSERT_EQ(j.code, 0) << j.out;
   const auto list = nlohmann::json::parse(j.out);
-  ASSERT_EQ(list.size(), 12u);
+  ASSERT_EQ(list.size(), 13u);
   EXPECT_EQ(list[7]["name"], "zb-v");
   EXPECT_EQ(list[7]["fixed_stages_per_rank"], 2);
   EXPECT_EQ(list[8]["name"], "dualpipe-v");

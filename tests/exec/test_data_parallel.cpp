@@ -162,6 +162,10 @@ std::vector<Case> cases() {
   out.push_back({kMoe, "sgd", 2, "zb-h1", "none", 0, 1, 2, false, true, 0, "", 2});
   out.push_back({kMoe, "sgd", 2, "1f1b", "uniform:1", 0, 1, 2, false, true, 0, "", 2});
   out.push_back({kMoe, "sgd", 2, "1f1b", "full", 0, 1, 2, false, true, 0, "", 2});
+  // Megatron-LM's combined 1F1B (OVERLAP_F_B pairs, their halves in turn),
+  // without a pipeline (V = 1) and interleaved (K = 2, V = 2).
+  out.push_back({kMoe, "sgd", 1, "combined-1f1b", "none", 0, 1, 2, false, true, 0, "", 2});
+  out.push_back({kMoe, "sgd", 2, "combined-1f1b", "none", 0, 1, 2, false, true, 0, "", 2});
   // FSDP's UNSHARD and RESHARD (PyTorch's runtime lowering): one of a
   // rank's two stages gathered at a time, so each is gathered again between
   // its forwards and its backwards (under recompute, for its re-runs too).
@@ -199,7 +203,7 @@ std::vector<Case> cases() {
 TEST_P(DataParallelEquivalence, WeightsEqualOneProcessOfTheWholeBatch) {
   const auto& c = GetParam();
   const auto dir = scratch("dp");
-  const int v = c.schedule == "interleaved-1f1b" || c.schedule == "looped-bfs" ? 2 : 1;
+  const int v = c.schedule == "interleaved-1f1b" || c.schedule == "looped-bfs" || (c.schedule == "combined-1f1b" && c.k > 1) ? 2 : 1;
   const auto r = run(common(c.model, c.optimizer, 4 / c.d, c.d) + " -s " + c.schedule + " -k " + std::to_string(c.k) +
                      " -v " + std::to_string(v) + " -t " + std::to_string(c.t) + " --recompute " + c.recompute +
                      (c.zero == 1 ? " --zero1" : c.zero > 1 ? " --zero " + std::to_string(c.zero) : "") +

@@ -112,6 +112,10 @@ TEST_P(EveryShape, DryRunTakesTheAnalyticNumberOfSteps) {
     } else {
       EXPECT_GE(steps, 2.0 * (V * M + K - 1));
     }
+  } else if (s.name == "combined-1f1b") {
+    // With an OVERLAP_F_B its two halves in turn (nothing hidden), the one
+    // more warm-up forward costs no step: interleaved-1f1b's (counted, not derived).
+    EXPECT_DOUBLE_EQ(steps, ps::dry_run(ps::build_schedule("interleaved-1f1b", {K, M, V})).timeline.makespan());
   } else if (s.name == "zb-v") {
     // F = I = W = 1 on each of the 2 stages of a rank (6M busy steps): K-1
     // idle steps once 2M >= 3K-1, as `schedule --list` states it (measured
@@ -157,6 +161,11 @@ TEST_P(EveryShape, PeakStashIsAnalytic) {
     }
     if (s.name == "zb-h2") {  // as `schedule --list` states it: 2K-1 on every stage, the paper's (2p-1) on stage 0
       EXPECT_EQ(m.peak_activations, std::min(2 * s.K - 1, s.M)) << "stage " << stage;
+    }
+    if (s.name == "combined-1f1b") {  // the extra warm-up forward: at most one micro-batch more than interleaved-1f1b
+      const auto plain = ps::account_memory(ps::build_schedule("interleaved-1f1b", {s.K, s.M, s.V}));
+      EXPECT_GE(m.peak_activations, plain.at(stage).peak_activations) << "stage " << stage;
+      EXPECT_LE(m.peak_activations, plain.at(stage).peak_activations + 1) << "stage " << stage;
     }
     if (s.name == "dualpipe-v") {  // as `schedule --list` states it: 2K down to 1 along the V (M >= 2K)
       EXPECT_EQ(m.peak_activations, 2 * s.K - stage) << "stage " << stage;
@@ -343,6 +352,66 @@ TEST(DualPipeV, LiteralScheduleIsPyTorchs) {
     EXPECT_NE(std::string(e.what()).find("needs at least as many micro-batches as stages (M >= 2K = 8), got M=7"),
               std::string::npos) << e.what();
   }
+}
+
+// Megatron-LM's combined 1F1B without pipelining (combined_1f1b.py's
+// docstring: phase 0 the first forward, phase i the backward of i-1 with the
+// forward of i, the last backward alone), and with it: interleaved-1f1b's
+// walk with one more warm-up forward (schedules.py's +1), every steady-state
+// backward overlapped with the forward before it.
+TEST(Combined1F1B, IsMegatronsCombinedSchedule) {
+  EXPECT_EQ(rows(ps::generate("combined-1f1b", {1, 4, 1})),
+            (std::vector<std::string>{"0F0 (0F1;0B0)OVERLAP_F_B (0F2;0B1)OVERLAP_F_B (0F3;0B2)OVERLAP_F_B 0B3"}));
+  for (const auto& [K, M, V] : std::vector<std::tuple<int, int, int>>{{4, 8, 2}, {2, 8, 3}, {4, 4, 2}, {3, 2, 2}}) {
+    const auto plain = ps::generate("interleaved-1f1b", {K, M, V});
+    const auto combined = ps::generate("combined-1f1b", {K, M, V});
+    const std::string at = "K=" + std::to_string(K) + " M=" + std::to_string(M) + " V=" + std::to_string(V);
+    for (int r = 0; r < K; ++r) {
+      const auto& a = combined.ranks[r];
+      const auto leading = [](const std::vector<ps::Action>& actions) {
+        int n = 0;
+        while (n < static_cast<int>(actions.size()) && actions[n].op == ps::Op::F) ++n;
+        return n;
+      };
+      // One more warm-up forward than interleaved-1f1b (Megatron-LM's, as PyTorch counts it), unless every forward already was one.
+      const int per_round = M / std::max(1, M / K);
+      const int warmup = std::min(std::min((V - 1) * per_round + 2 * (K - 1 - r), V * M) + 1, V * M);
+      EXPECT_EQ(leading(a), warmup < V * M ? warmup + 1 : V * M) << at << " rank " << r;
+      // The same actions, forwards in the same order and backwards in the same order.
+      ASSERT_EQ(a.size(), plain.ranks[r].size()) << at;
+      const auto only = [](const std::vector<ps::Action>& actions, ps::Op op) {
+        std::vector<std::string> out;
+        for (const auto& x : actions) {
+          if (x.op == op) out.push_back(ps::to_string(ps::Action{x.op, x.stage, x.microbatch}));
+        }
+        return out;
+      };
+      EXPECT_EQ(only(a, ps::Op::F), only(plain.ranks[r], ps::Op::F)) << at;
+      EXPECT_EQ(only(a, ps::Op::B), only(plain.ranks[r], ps::Op::B)) << at;
+      // The first V M - warm-up backwards, one a steady-state step, each
+      // overlapped with the forward right before it; the rest not.
+      int backwards = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (a[i].op != ps::Op::B) continue;
+        const bool steady = backwards++ < V * M - warmup;
+        EXPECT_EQ(a[i].overlapped, steady) << at << " " << ps::to_string(a[i]);
+        if (steady) {
+          ASSERT_EQ(a[i - 1].op, ps::Op::F) << at;
+          EXPECT_FALSE(a[i - 1].stage == a[i].stage && a[i - 1].microbatch == a[i].microbatch) << at;
+        }
+      }
+    }
+  }
+  const auto refused = [](const ps::GeneratorOptions& o) {
+    try {
+      ps::generate("combined-1f1b", o);
+    } catch (const pipetwin::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused({4, 8, 1}).find("needs --virtual V >= 2 (stages per rank) with more than one rank"), std::string::npos)
+      << refused({4, 8, 1});
 }
 
 // Figure 3 (bottom) of Qi et al., K=4, M=8, read off cell by cell: warm-ups of
