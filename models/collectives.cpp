@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "schedule/error.hpp"
 #include "schedule/names.hpp"
@@ -74,6 +75,22 @@ const Link* calibrated_exchange(const Topology& topology) {
   if (topology.exchange.bandwidth > 0) return &topology.exchange;
   return topology.collective.bandwidth > 0 ? &topology.collective : nullptr;
 }
+
+// A cluster's NIC that several members send through (G/N GPUs to a NIC, or
+// tensor groups narrower than G/N on one) carries all their off-node bytes:
+// how many members (their first devices `firsts`, groups of `width`) send
+// through the NIC of firsts[0]'s off-node route; 1 where none leaves the
+// node, or off a cluster.
+int nic_sharers(const Topology& topology, const std::vector<int>& firsts, int width) {
+  if (topology.kind != TopologyKind::Cluster) return 1;
+  const int node = firsts.front() / topology.devices_per_host;
+  const auto off = std::find_if(firsts.begin(), firsts.end(), [&](int d) { return d / topology.devices_per_host != node; });
+  if (off == firsts.end()) return 1;
+  const std::string nic = topology.route_group(firsts.front(), *off, width).front().link;
+  return static_cast<int>(std::count_if(firsts.begin(), firsts.end(), [&](int d) {
+    return d / topology.devices_per_host == node && topology.route_group(d, *off, width).front().link == nic;
+  }));
+}
 }  // namespace
 
 AllToAll all_to_all(const Topology& topology, int width, int replicas, int rank, int members) {
@@ -82,13 +99,16 @@ AllToAll all_to_all(const Topology& topology, int width, int replicas, int rank,
   const Link* calibrated = calibrated_exchange(topology);
   const bool nodes = topology.kind == TopologyKind::Cluster || topology.kind == TopologyKind::MultiHost;
   const int first = width * replicas * rank;
+  std::vector<int> firsts{first};
   for (int m = 1; m < members; ++m) {
     const int device = width * (m + replicas * rank);
+    firsts.push_back(device);
     const Link l = calibrated != nullptr ? *calibrated : topology.path_group(first, device, width);
     out.latency_s = std::max(out.latency_s, l.latency_s);
     const bool off = nodes && device / topology.devices_per_host != first / topology.devices_per_host;
     (off ? out.off_node_s : out.on_node_s) += 1 / l.bandwidth / members;
   }
+  out.off_node_s *= nic_sharers(topology, firsts, width);
   return out;
 }
 
@@ -99,16 +119,19 @@ AllToAll all_to_all_folded(const Topology& topology, int width, int replicas, in
   const Link* calibrated = calibrated_exchange(topology);
   const bool nodes = topology.kind == TopologyKind::Cluster || topology.kind == TopologyKind::MultiHost;
   const int first = width * replicas * rank;
+  std::vector<int> devices{first};
   for (int m = 0; m < members; ++m) {
     for (int t = 0; t < width; ++t) {
       const int device = width * (m + replicas * rank) + t;
       if (device == first) continue;
+      devices.push_back(device);
       const Link l = calibrated != nullptr ? *calibrated : topology.path(first, device);
       out.latency_s = std::max(out.latency_s, l.latency_s);
       const bool off = nodes && device / topology.devices_per_host != first / topology.devices_per_host;
       (off ? out.off_node_s : out.on_node_s) += 1 / l.bandwidth / n;
     }
   }
+  out.off_node_s *= nic_sharers(topology, devices, 1);
   return out;
 }
 

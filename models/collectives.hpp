@@ -107,6 +107,8 @@ Link data_subgroup_link(const Topology& topology, int width, int replicas, int r
 // by side (a group's `width` streams merged on each route):
 //   seconds(bytes) = max latency + max(on node, off node) of
 //                    the sum over that port's members m of bytes / members / bandwidth_m.
+// A cluster's NIC that several members send through (G/N GPUs to a NIC)
+// carries all their off-node bytes: the off-node sum times their number.
 // On one node (or any topology without NICs: one port) of one link (α, β),
 // α + (members - 1) · bytes / (members · β), the collective table's form.
 struct AllToAll {

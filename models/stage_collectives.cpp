@@ -226,14 +226,42 @@ double StageCostModel::expert_extra(int l) const {
   return experts_total_ > 1 ? model_.layers[l].cost.expert_load - 1 : 0;
 }
 
-double StageCostModel::expert_exchange_s(int k, int l) const {
+double StageCostModel::expert_exchange_bytes(int l) const {
   const auto& c = model_.layers[l].cost;
   if (experts_total_ <= 1 || c.dispatch_elems <= 0) return 0;
   // The busiest device receives its load's share of the tokens (the group's
   // T streams together; folded, each device its 1/T of them alone).
-  const double bytes = static_cast<double>(c.dispatch_elems) * microbatch_size_ * bytes_per_element(model_.precision) *
-                       c.expert_load / (fold_experts_ ? tensor_parallel_ : 1);
-  return expert_links_[k].seconds(bytes);
+  return static_cast<double>(c.dispatch_elems) * microbatch_size_ * bytes_per_element(model_.precision) * c.expert_load /
+         (fold_experts_ ? tensor_parallel_ : 1);
+}
+
+double StageCostModel::expert_exchange_s(int k, int l) const {
+  const double bytes = expert_exchange_bytes(l);
+  return bytes > 0 ? expert_links_[k].seconds(bytes) : 0;
+}
+
+StageCostModel::Exchanges StageCostModel::expert_exchanges(int i, int j) const {
+  Exchanges out;
+  for (int l = i; l < j; ++l) {
+    const double bytes = expert_exchange_bytes(l);
+    if (bytes <= 0) continue;
+    out.count += 2;  // dispatch and combine
+    out.bytes += 2 * bytes;
+  }
+  if (out.count > 0) out.bytes /= out.count;
+  return out;
+}
+
+double StageCostModel::a2a_recompute_s(int i, int j, int s) const {
+  if (!checkpoint_.by_layer()) return a2a_pass_s(i, j, s);
+  const auto [a, e] = recomputed_layers(i, j);
+  return a2a_pass_s(a, e, s);
+}
+
+StageCostModel::Exchanges StageCostModel::recompute_exchanges(int i, int j) const {
+  if (!checkpoint_.by_layer()) return expert_exchanges(i, j);
+  const auto [a, e] = recomputed_layers(i, j);
+  return expert_exchanges(a, e);
 }
 
 }  // namespace pipetwin::models

@@ -208,12 +208,6 @@ double StageCostModel::scheduled_forward_s(int i, int j, int s) const {
   return forward_s(i, j, s) - sum(forward_, a, e, s) + sum(forward_nograd_, a, e, s);
 }
 
-double StageCostModel::a2a_recompute_s(int i, int j, int s) const {
-  if (!checkpoint_.by_layer()) return a2a_pass_s(i, j, s);
-  const auto [a, e] = recomputed_layers(i, j);
-  return a2a_pass_s(a, e, s);
-}
-
 double StageCostModel::recompute_action_s(int i, int j, int s) const {
   if (!checkpoint_.by_layer()) return recompute_s(i, j, s);
   const auto [a, e] = recomputed_layers(i, j);

@@ -77,6 +77,11 @@ class StageCostModel {
   // gradient (already in the actions' times); and in what R runs.
   double a2a_pass_s(int i, int j, int s) const { return sum(a2a_, i, j, s); }
   double a2a_recompute_s(int i, int j, int s) const;
+  // The same as messages (sim/): how many a pass of layers [i, j) runs (R:
+  // of what it re-runs), and the busiest device's bytes in each (the mean).
+  struct Exchanges { int count = 0; double bytes = 0; };
+  Exchanges expert_exchanges(int i, int j) const;
+  Exchanges recompute_exchanges(int i, int j) const;
   double tp_allreduce_s(double bytes) const;
   Collective tp_allreduce_algorithm(double bytes) const;
   const std::vector<Collective>& tp_algorithms() const { return tp_used_; }  // those the layers' collectives use
@@ -180,6 +185,7 @@ class StageCostModel {
   // Expert parallelism: one dispatch's (or combine's) all-to-all of layer l
   // over rank k's expert group, the busiest device's share (0: none).
   double expert_exchange_s(int k, int l) const;
+  double expert_exchange_bytes(int l) const;  // what the busiest device sends in it (0: none)
   void check_experts(const Model& m) const;
   // Layer l's expert extras on the busiest device of an expert group: the
   // load beyond the mean (expert_load - 1; 0 with E = 1).

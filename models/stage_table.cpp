@@ -77,6 +77,17 @@ std::vector<bool> unsharded_stages(const schedule::Program& program) {
   return out;
 }
 
+// Expert parallelism's all-to-alls in layers [i, j) of stage s: their time
+// in each pass, and their count and size for sim/'s messages.
+void add_expert_exchanges(const StageCostModel& costs, int i, int j, int s, schedule::StageCosts& t) {
+  t.a2a_forward_s = t.a2a_backward_s = costs.a2a_pass_s(i, j, s);
+  t.a2a_recompute_s = costs.a2a_recompute_s(i, j, s);
+  const auto exchanges = costs.expert_exchanges(i, j);
+  t.a2a_exchanges = exchanges.count;
+  t.a2a_bytes = exchanges.bytes;
+  t.a2a_recompute_exchanges = costs.recompute_exchanges(i, j).count;
+}
+
 }  // namespace
 
 std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const Hardware& hw,
@@ -111,8 +122,7 @@ std::vector<schedule::StageCosts> stage_table(const StageCostModel& costs, const
     t.reduce_first_bucket_bytes = costs.gradient_first_bucket_bytes();
     t.tp_forward_s = costs.tp_forward_s(i, j);
     t.tp_backward_s = costs.tp_backward_s(i, j);
-    t.a2a_forward_s = t.a2a_backward_s = costs.a2a_pass_s(i, j, s);
-    t.a2a_recompute_s = costs.a2a_recompute_s(i, j, s);
+    add_expert_exchanges(costs, i, j, s, t);
     t.send_overhead_s = costs.device_of(s).transfer_overhead_s;
     t.send_s_per_byte = costs.device_of(s).send_bandwidth > 0 ? 1 / costs.device_of(s).send_bandwidth : 0;
     t.blocking_sends = costs.device_of(s).blocking_sends;

@@ -46,6 +46,16 @@ double StageCosts::a2a_share(Op op) const {
   }
 }
 
+int StageCosts::exchanges(Op op) const {
+  switch (op) {
+    case Op::F:
+    case Op::B:
+    case Op::I: return a2a_exchanges;
+    case Op::R: return a2a_recompute_exchanges;
+    default: return 0;
+  }
+}
+
 StageCosts OpDurations::stage() const {
   StageCosts c;
   c.forward_s = forward, c.backward_s = backward, c.input_grad_s = input_grad, c.weight_grad_s = weight_grad;

@@ -74,6 +74,14 @@ struct StageCosts {
   // routed block's dispatch and combine), which an OVERLAP_F_B hides under
   // the other action's compute.
   double a2a_forward_s = 0, a2a_recompute_s = 0, a2a_backward_s = 0;
+  // The same all-to-alls as the messages sim/ sends over the expert group's
+  // routes: an F, B or I runs a2a_exchanges of a2a_bytes each (what the
+  // busiest device sends; an R a2a_recompute_exchanges), the rest of its time
+  // cut evenly around them. 0: none, or only their time above (the
+  // evaluator's; sim/ on a shared host, or with the tensor group folded in).
+  int a2a_exchanges = 0, a2a_recompute_exchanges = 0;
+  double a2a_bytes = 0;
+  int exchanges(Op op) const;  // F, B and I: a2a_exchanges; R: a2a_recompute_exchanges; else 0
   double of(Op op) const;            // compute ops (F B I W R STEP)
   double tp_share(Op op) const;      // of those, the tensor group's collectives: F and R forward's, B and I backward's
   double a2a_share(Op op) const;     // and the all-to-alls: F's, R's, B's and I's

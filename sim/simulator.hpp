@@ -16,6 +16,7 @@
 // a SimGrid log control string, e.g. root.thres:warning, also sets its thresholds).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ struct SimResult {
   schedule::Timeline timeline;
   double wall_s = 0;  // wall-clock time of the replay, child process included
 };
+
+// Expert parallelism's all-to-alls that the replay sends as messages
+// (sim/exchanges.hpp): every member's sends in a step. Beyond
+// kMaxExchangeSends (each send and its receive take about 7 us of replay on
+// this machine's core: some 15 s) the replay keeps them as their closed
+// forms inside the actions, as where they never run as messages.
+inline constexpr std::int64_t kMaxExchangeSends = 2'000'000;
+std::int64_t exchange_sends(const schedule::Program& program, const std::vector<schedule::StageCosts>& stages,
+                            const models::Topology& topology);
 
 // Throws pipetwin::Error on a deadlock (naming the blocked ranks and actions)
 // or when the simulation process fails.

@@ -31,6 +31,20 @@ const std::vector<std::string>& engine_names() {
   return names;
 }
 
+namespace {
+
+// Where the replay keeps the experts' all-to-alls as their closed forms
+// (more messages than sim::kMaxExchangeSends): why, for the engine's reason.
+std::string exchanges_kept(const schedule::Program& program, const std::vector<schedule::StageCosts>& table,
+                           const models::Topology& topology) {
+  const auto sends = sim::exchange_sends(program, table, topology);
+  if (sends <= sim::kMaxExchangeSends) return "";
+  return "; the experts' all-to-alls as their closed forms inside the actions, not as messages (" + std::to_string(sends) +
+         " sends a step, more than the replay's " + std::to_string(sim::kMaxExchangeSends) + ")";
+}
+
+}  // namespace
+
 EngineChoice choose_engine(const Scenario& sc, Engine asked) {
   return choose_engine(sc.program, models::stage_table(*sc.costs, sc.hardware, sc.program), &sc.hardware.topology, asked);
 }
@@ -42,7 +56,7 @@ EngineChoice choose_engine(const schedule::Program& program, std::vector<schedul
   if (asked == Engine::SimGrid) {
     if (topology == nullptr) throw Error("--engine simgrid replays the transfers on a network: give --hardware");
     c.engine = Engine::SimGrid;
-    c.why = "asked for (--engine simgrid)";
+    c.why = "asked for (--engine simgrid)" + exchanges_kept(program, c.table, *topology);
     return c;
   }
   if (asked == Engine::Fast) check_fast_engine(program);
@@ -60,7 +74,7 @@ EngineChoice choose_engine(const schedule::Program& program, std::vector<schedul
     c.why = check.reason;
   } else {
     c.engine = Engine::SimGrid;
-    c.why = "contention: " + check.reason;
+    c.why = "contention: " + check.reason + exchanges_kept(program, c.table, *topology);
   }
   return c;
 }
