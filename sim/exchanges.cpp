@@ -42,6 +42,7 @@ int messages(const ps::Program& p, const models::Topology& topology, const ps::S
 
 std::int64_t exchange_sends(const ps::Program& program, const std::vector<ps::StageCosts>& stages,
                             const models::Topology& topology) {
+  if (program.expert_replicas() <= 1) return 0;
   std::int64_t sends = 0;
   for (const auto& rank : program.ranks) {
     for (const auto& a : rank) {

@@ -25,9 +25,8 @@ namespace pipetwin::sim {
 
 class ExpertExchanges {
  public:
-  ExpertExchanges(const SimInput& in, int replica)
-      : in_(in), replica_(replica),
-        on_(exchange_sends(in.program, in.stages, in.topology) <= kMaxExchangeSends) {}
+  // `on`: within kMaxExchangeSends (exchange_sends, counted once a replay).
+  ExpertExchanges(const SimInput& in, int replica, bool on) : in_(in), replica_(replica), on_(on) {}
 
   // The all-to-alls of `op` of a stage with `costs` that run as messages:
   // on a cluster or a PCIe tree, whose devices have ports that all their

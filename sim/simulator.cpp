@@ -46,11 +46,12 @@ void over_data_group(const pipetwin::models::CollectiveEntry& entry, const std::
 
 class SimBackend final : public ps::Backend {
  public:
+  // `messages`: the experts' all-to-alls run as messages (within sim::kMaxExchangeSends).
   SimBackend(const SimInput& in, const Mailboxes& boxes, std::vector<ps::TimedAction>& out, std::shared_ptr<Cores> cores,
-             sg4::MutexPtr taking, int replica, int who)
+             sg4::MutexPtr taking, int replica, int who, bool messages)
       : in_(in), boxes_(boxes), out_(out), replica_(replica), who_(who),
         bounded_(in.topology.kind == models::TopologyKind::SharedHost && in.topology.calibrated_sharing(in.program.num_devices())),
-        cores_(std::move(cores)), taking_(std::move(taking)) {}
+        cores_(std::move(cores)), taking_(std::move(taking)), exchanges_(in, replica, messages) {}
 
   void compute(ps::RankId r, const ps::Action& a) override {
     if (a.op == ps::Op::REDUCE_GRAD) return reduce(a);
@@ -369,7 +370,7 @@ class SimBackend final : public ps::Backend {
   double used_ = 0;          // of its time slice
   double alone_ = 0;         // its last compute action's own time (what an overlapped one overlaps)
   double alone_a2a_ = 0;     // and of it its all-to-alls
-  ExpertExchanges exchanges_{in_, replica_};
+  ExpertExchanges exchanges_;
 };
 
 }  // namespace
@@ -410,16 +411,18 @@ ps::Timeline simulate_here(const SimInput& in) {
     boxes.push_back(std::make_unique<Mailboxes>(p, d));
     replicas[d].ranks.resize(K);
   }
+  // Counted once: the experts' all-to-alls as messages, within the budget.
+  const bool messages = exchange_sends(p, in.stages, in.topology) <= kMaxExchangeSends;
   for (int d = 0; d < D; ++d) {
     for (int r = 0; r < K; ++r) {
       const std::string name = D == 1 ? "rank" + std::to_string(r) : "rank" + std::to_string(r) + "/d" + std::to_string(d);
-      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, K, cores, taking] {
+      sg4::Actor::create(name, hosts[d + D * r], [&in, &boxes, &replicas, r, d, K, cores, taking, messages] {
         const Mailboxes& mine = *boxes[d];
         // Receive eagerly: every incoming mailbox delivers to this rank as soon as data is sent.
         for (const auto& a : in.program.ranks[r]) {
           if (ps::is_recv(a.op)) mine.of(a)->set_receiver(sg4::Actor::self());
         }
-        SimBackend backend(in, mine, replicas[d].ranks[r], cores, taking, d, d * K + r);
+        SimBackend backend(in, mine, replicas[d].ranks[r], cores, taking, d, d * K + r, messages);
         ps::RankInterpreter interpreter(in.program, ps::RankId{r});
         while (interpreter.step(backend) == ps::RankInterpreter::Status::Progressed) {
         }
